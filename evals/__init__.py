@@ -1,0 +1,1 @@
+"""Evaluations: HumanEval & co, bits per byte, the agent suite, CORE."""

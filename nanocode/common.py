@@ -1,0 +1,40 @@
+"""Small helpers the command-line tools share. Nothing here imports jax at module level."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def nanocode_home() -> Path:
+    """Where nanocode keeps caches and downloads: $NANOCODE_HOME, default ~/.cache/nanocode."""
+    home = os.environ.get("NANOCODE_HOME")
+    return Path(home).expanduser() if home else Path.home() / ".cache" / "nanocode"
+
+
+def enable_compilation_cache(
+    path: str | os.PathLike | None = None,
+    min_compile_time_secs: float = 0.5,
+    min_entry_size_bytes: int = -1,
+) -> Path:
+    """Turn on jax's persistent compilation cache (default: nanocode_home()/jax_cache).
+
+    Programs that took less than `min_compile_time_secs` to compile are not cached (cheap to redo,
+    and they would litter the disk); -1 for the size threshold caches entries of any size.
+    Returns the cache directory. Call it before the first jit compiles.
+    """
+    import jax
+
+    cache_dir = Path(path).expanduser() if path is not None else nanocode_home() / "jax_cache"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_time_secs)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", min_entry_size_bytes)
+    return cache_dir
+
+
+def not_yet(what: str, help_cmd: str) -> int:
+    """Say on stderr that `what` is not built yet and return the exit status (2) for it."""
+    print(f"not yet: {what} is built in a later issue; try `{help_cmd}`", file=sys.stderr)
+    return 2

@@ -1,0 +1,283 @@
+"""The GPT of ../shared/spec/MODEL.md (nanochat's 2026 architecture) as pure functions over a dict
+of arrays. Training, the engine and the evals all call `forward`; nothing else computes logits.
+
+Why a plain pytree and not Flax NNX: the parameters are a dict whose paths are the names the
+optimizer groups by (`blocks/3/attn/c_q`), the sharding rules match on, orbax saves, and the
+nanochat importer maps to, with no graph/state split to keep in sync; and a `jax.jit` of a pure
+function has no per-call graph traversal (nnx.jit measured slower here, see docs/BENCHMARKS.md).
+
+Layout: kernels are (in, out) (`x @ w`), the transpose of PyTorch's (out, in). Matrices are fp32
+masters cast to `compute_dtype` at use; embedding tables are stored in `embed_dtype`. Logits,
+softcap and loss are fp32. Shapes: B batch, T query tokens, S key positions, C model width,
+H query heads, K kv heads, G = H // K, D head dim, V padded vocab.
+
+The forward takes an optional KVCache, so cached decoding and chunked prefill run this same code:
+keys/values are written at `cache.pos`, rotary phases and masks use absolute positions, and the
+smear state (the previous token's normalised embedding) is carried across chunks.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from nanocode.config import SMEAR_CHANNELS, VE_GATE_CHANNELS, GPTConfig
+
+Params = dict
+
+
+# ---- parameters ------------------------------------------------------------------------------------
+def init_params(cfg: GPTConfig, key: jax.Array) -> Params:
+    """MODEL.md init: wte N(0, 0.8); lm_head N(0, 0.001); q, k, v and value embeddings
+    U(+-sqrt(3/C)); fc 0.4x that; both output projections zero; gates U(0, 0.02)."""
+    C, V, L = cfg.n_embd, cfg.padded_vocab, cfg.n_layer
+    f32, emb = jnp.float32, jnp.dtype(cfg.embed_dtype)
+    s = math.sqrt(3.0 / C)
+    keys = iter(jax.random.split(key, 8 + 8 * L))
+
+    def uniform(shape, lo, hi, dtype=f32):
+        return jax.random.uniform(next(keys), shape, f32, lo, hi).astype(dtype)
+
+    def normal(shape, std, dtype=f32):
+        return (std * jax.random.normal(next(keys), shape, f32)).astype(dtype)
+
+    blocks = []
+    for i in range(L):
+        attn = {
+            "c_q": uniform((C, cfg.n_head * cfg.head_dim), -s, s),
+            "c_k": uniform((C, cfg.kv_dim), -s, s),
+            "c_v": uniform((C, cfg.kv_dim), -s, s),
+            "c_proj": jnp.zeros((cfg.n_head * cfg.head_dim, C), f32),
+        }
+        if cfg.has_value_embed(i):
+            attn["ve_gate"] = uniform((VE_GATE_CHANNELS, cfg.n_kv_head), 0.0, 0.02)
+        mlp = {"c_fc": uniform((C, cfg.mlp_dim), -0.4 * s, 0.4 * s),
+               "c_proj": jnp.zeros((cfg.mlp_dim, C), f32)}
+        blocks.append({"attn": attn, "mlp": mlp})
+
+    params = {"wte": normal((V, C), 0.8, emb), "blocks": blocks, "lm_head": normal((C, V), 0.001)}
+    if cfg.value_embeds:
+        params["value_embeds"] = {str(i): uniform((V, cfg.kv_dim), -s, s, emb)
+                                  for i in range(L) if cfg.has_value_embed(i)}
+    if cfg.lambdas:
+        frac = jnp.arange(L, dtype=f32) / max(L - 1, 1)
+        params["resid_lambdas"] = 1.15 - 0.10 * frac
+        params["x0_lambdas"] = 0.20 - 0.15 * frac
+    if cfg.smear:
+        params["smear_gate"] = uniform((SMEAR_CHANNELS, 1), 0.0, 0.02)
+        params["smear_lambda"] = jnp.zeros((), f32)
+    if cfg.backout:
+        params["backout_lambda"] = jnp.full((), 0.2, f32)
+    return params
+
+
+# ---- KV cache --------------------------------------------------------------------------------------
+class KVCache(NamedTuple):
+    """Preallocated keys/values for every layer plus the state chunked prefill needs."""
+    k: jax.Array  # (L, B, S, K, D) compute dtype
+    v: jax.Array  # (L, B, S, K, D)
+    pos: jax.Array  # () int32: number of tokens already in the cache
+    prev_embed: jax.Array  # (B, C) normalised embedding of the last cached token (smear input)
+
+
+def init_cache(cfg: GPTConfig, batch: int, max_len: int, dtype=None) -> KVCache:
+    dtype = jnp.dtype(dtype or cfg.compute_dtype)
+    shape = (cfg.n_layer, batch, max_len, cfg.n_kv_head, cfg.head_dim)
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32),
+                   jnp.zeros((batch, cfg.n_embd), dtype))
+
+
+# ---- building blocks -------------------------------------------------------------------------------
+def rmsnorm(x: jax.Array) -> jax.Array:
+    """Parameter-free RMSNorm over the last axis, computed in fp32 (eps as torch's rms_norm)."""
+    x32 = x.astype(jnp.float32)
+    eps = jnp.finfo(x.dtype).eps
+    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
+def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
+    """Half-split rotary embedding (nanochat's sign convention). x: (B, T, n, D); positions: (T,)."""
+    D = x.shape[-1]
+    inv_freq = 1.0 / (base ** (jnp.arange(0, D, 2, dtype=jnp.float32) / D))  # (D/2,)
+    freqs = positions.astype(jnp.float32)[:, None] * inv_freq  # (T, D/2)
+    cos = jnp.cos(freqs).astype(x.dtype)[None, :, None, :]  # (1, T, 1, D/2)
+    sin = jnp.sin(freqs).astype(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return jnp.concatenate([x1 * cos + x2 * sin, x2 * cos - x1 * sin], axis=-1)
+
+
+def attention_mask(q_pos: jax.Array, kv_len: int, window: int, valid_len=None) -> jax.Array:
+    """(T, S) bool: query at absolute position p sees keys p - window .. p (and < valid_len)."""
+    k_pos = jnp.arange(kv_len)[None, :]  # (1, S)
+    q_pos = q_pos[:, None]  # (T, 1)
+    mask = (k_pos <= q_pos) & (q_pos - k_pos <= window)
+    if valid_len is not None:
+        mask &= k_pos < valid_len
+    return mask
+
+
+def _attend_einsum(q, k, v, mask):
+    """Reference attention written out by hand. q (B, T, H, D); k, v (B, S, K, D); mask (T, S)."""
+    B, T, H, D = q.shape
+    K = k.shape[2]
+    q = q.reshape(B, T, K, H // K, D)  # (B, T, K, G, D)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = jnp.where(mask, scores / math.sqrt(D), -1e30)  # (B, K, G, T, S)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(B, T, H, D)
+
+
+@functools.lru_cache(maxsize=64)
+def _splash_kernel(seq_len: int, window: int, n_group: int, interpret: bool):
+    """A splash-attention MQA kernel for one (kv head, batch row); built once per shape/window.
+    Block sizes: 512 (clipped to T) with the fused backward kernel, the setting MaxText tunes
+    to on v5e/v6e for head_dim 128."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    shape = (seq_len, seq_len)
+    one = sm.CausalMask(shape) if window >= seq_len else sm.LocalMask(shape, (window, 0), 0)
+    mask = sm.MultiHeadMask([one] * n_group)
+    b = min(512, seq_len)
+    sizes = sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b,
+                          block_kv_dkv_compute=b, use_fused_bwd_kernel=True)
+    with jax.ensure_compile_time_eval():  # the mask tables are constants, not traced values
+        return sk.make_splash_mqa(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                  interpret=interpret)
+
+
+def _attend_splash(q, k, v, window):
+    """TPU Pallas splash attention (interpreted elsewhere, for tests). No-cache path only."""
+    B, T, H, D = q.shape
+    K = k.shape[2]
+    kernel = _splash_kernel(T, window, H // K, jax.default_backend() != "tpu")
+    q = (q / math.sqrt(D)).reshape(B, T, K, H // K, D).transpose(0, 2, 3, 1, 4)  # (B, K, G, T, D)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, T, D)
+    out = jax.vmap(jax.vmap(kernel))(q, k, v)  # (B, K, G, T, D)
+    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D)
+
+
+def resolve_attn_impl(cfg: GPTConfig) -> str:
+    """`auto`: splash on TPU, cuDNN on GPU for 16-bit compute, XLA elsewhere."""
+    if cfg.attn_impl != "auto":
+        return cfg.attn_impl
+    backend = jax.default_backend()
+    if backend == "tpu":
+        return "splash"
+    if backend == "gpu" and cfg.compute_dtype in ("bfloat16", "float16"):
+        return "cudnn"
+    return "xla"
+
+
+def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None):
+    """Causal (sliding-window) attention with GQA. q (B, T, H, D); k, v (B, S, K, D).
+    Without a cache (q_pos None) S == T and every impl runs; with a cache, queries sit at absolute
+    positions q_pos and only keys < valid_len exist, which the fused kernels (splash, cuDNN) do not
+    express, so they fall back to XLA there (as splash does for T not a multiple of its 128 lanes)."""
+    T, S, D = q.shape[1], k.shape[1], q.shape[-1]
+    cached = q_pos is not None
+    if impl == "splash" and T % 128:
+        impl = "xla"
+    if impl == "einsum" or (impl == "xla" and cached) or (impl in ("splash", "cudnn") and cached):
+        q_pos = q_pos if cached else jnp.arange(T)
+        mask = attention_mask(q_pos, S, window, valid_len)
+        if impl == "einsum":
+            return _attend_einsum(q, k, v, mask)
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[None, None], scale=1 / math.sqrt(D),
+                                            implementation="xla")
+    if impl == "splash":
+        return _attend_splash(q, k, v, window)
+    if impl in ("xla", "cudnn"):
+        local = (window, 0) if window < T else None
+        return jax.nn.dot_product_attention(q, k, v, scale=1 / math.sqrt(D), is_causal=True,
+                                            local_window_size=local, implementation=impl)
+    raise ValueError(f"unknown attention implementation {impl!r}")
+
+
+# ---- the model -------------------------------------------------------------------------------------
+def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None = None,
+            ) -> tuple[jax.Array, KVCache | None]:
+    """idx (B, T) int -> (logits (B, T, vocab) fp32, updated cache or None)."""
+    dt = jnp.dtype(cfg.compute_dtype)
+    B, T = idx.shape
+    H, K, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+    impl = resolve_attn_impl(cfg)
+    start = jnp.zeros((), jnp.int32) if cache is None else cache.pos
+    positions = start + jnp.arange(T, dtype=jnp.int32)  # (T,) absolute positions
+    windows = cfg.window_sizes()
+
+    x = rmsnorm(params["wte"][idx].astype(dt))  # (B, T, C)
+    new_prev = x[:, -1]  # (B, C) smear state for the next chunk
+    if cfg.smear:  # x[t] += lambda * sigmoid(gate(x[t, :24])) * x[t-1]
+        first_prev = jnp.zeros_like(x[:, :1]) if cache is None else cache.prev_embed[:, None]
+        x_prev = jnp.concatenate([first_prev.astype(dt), x[:, :-1]], axis=1)  # (B, T, C)
+        gate = jax.nn.sigmoid(x[..., :SMEAR_CHANNELS] @ params["smear_gate"].astype(dt))  # (B, T, 1)
+        gate = params["smear_lambda"].astype(dt) * gate * (positions > 0)[None, :, None].astype(dt)
+        x = x + gate * x_prev
+    x0 = x
+    x_half = None
+    new_k, new_v = (None, None) if cache is None else (cache.k, cache.v)
+
+    for i, block in enumerate(params["blocks"]):
+        if cfg.lambdas:
+            x = params["resid_lambdas"][i].astype(dt) * x + params["x0_lambdas"][i].astype(dt) * x0
+        # attention
+        a, xn = block["attn"], rmsnorm(x)
+        q = (xn @ a["c_q"].astype(dt)).reshape(B, T, H, D)
+        k = (xn @ a["c_k"].astype(dt)).reshape(B, T, K, D)
+        v = (xn @ a["c_v"].astype(dt)).reshape(B, T, K, D)
+        if cfg.has_value_embed(i):  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
+            ve = params["value_embeds"][str(i)][idx].astype(dt).reshape(B, T, K, D)
+            ve_gate = 3 * jax.nn.sigmoid(xn[..., :VE_GATE_CHANNELS] @ a["ve_gate"].astype(dt))  # (B, T, K)
+            v = v + ve_gate[..., None] * ve
+        q = rmsnorm(rotary(q, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
+        k = rmsnorm(rotary(k, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
+        if cache is None:
+            y = attend(q, k, v, window=windows[i], impl=impl)
+        else:
+            at = (i, 0, cache.pos, 0, 0)
+            new_k = jax.lax.dynamic_update_slice(new_k, k[None].astype(new_k.dtype), at)
+            new_v = jax.lax.dynamic_update_slice(new_v, v[None].astype(new_v.dtype), at)
+            y = attend(q, new_k[i].astype(dt), new_v[i].astype(dt), window=windows[i], impl=impl,
+                       q_pos=positions, valid_len=cache.pos + T)
+        x = x + y.reshape(B, T, H * D) @ a["c_proj"].astype(dt)
+        # MLP: proj(relu(fc(x))^2)
+        m = block["mlp"]
+        h = jax.nn.relu(rmsnorm(x) @ m["c_fc"].astype(dt))  # (B, T, 4C)
+        x = x + (h * h) @ m["c_proj"].astype(dt)
+        if i == cfg.n_layer // 2:
+            x_half = x
+
+    if cfg.backout:
+        x = x - params["backout_lambda"].astype(dt) * x_half
+    logits = rmsnorm(x) @ params["lm_head"].astype(dt)  # (B, T, V)
+    logits = logits[..., : cfg.vocab_size].astype(jnp.float32)
+    logits = cfg.softcap * jnp.tanh(logits / cfg.softcap)
+    if cache is not None:
+        cache = KVCache(new_k, new_v, cache.pos + T, new_prev.astype(cache.prev_embed.dtype))
+    return logits, cache
+
+
+def cross_entropy(logits: jax.Array, targets: jax.Array, reduction: str = "mean") -> jax.Array:
+    """Token cross-entropy in fp32; targets == -1 are ignored. reduction: mean | sum | none."""
+    valid = targets != -1
+    logz = jax.nn.logsumexp(logits, axis=-1)  # (B, T)
+    picked = jnp.take_along_axis(logits, jnp.where(valid, targets, 0)[..., None], axis=-1)[..., 0]
+    nll = jnp.where(valid, logz - picked, 0.0)  # (B, T)
+    if reduction == "none":
+        return nll
+    if reduction == "sum":
+        return nll.sum()
+    return nll.sum() / jnp.maximum(valid.sum(), 1)
+
+
+def loss_fn(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array,
+            reduction: str = "mean") -> jax.Array:
+    """Next-token loss of the whole model (per token with reduction="none")."""
+    logits, _ = forward(params, cfg, idx)
+    return cross_entropy(logits, targets, reduction)

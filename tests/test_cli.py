@@ -1,0 +1,128 @@
+"""The three console scripts: help, version, stubs that say "not yet", and no heavy imports."""
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from agent import cli as agent_cli
+from evals import cli as evals_cli
+from train import cli as train_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_COMMANDS = ["data", "tokenizer", "base", "sft", "dpo", "speedrun", "import-nanochat"]
+EVALS_COMMANDS = ["humaneval", "bpb", "agent", "core"]
+
+
+def run(main, argv):
+    """Call a CLI's main in-process and return its exit status (returned or raised)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+@pytest.mark.parametrize(
+    "main, words",
+    [
+        (agent_cli.main, ["--model", "--print", "--plain", "--mode", "--yes", "--cwd", "yolo"]),
+        (train_cli.main, TRAIN_COMMANDS),
+        (evals_cli.main, EVALS_COMMANDS),
+    ],
+)
+def test_help_lists_everything(main, words, capsys):
+    assert run(main, ["--help"]) == 0
+    out = capsys.readouterr().out
+    for word in words:
+        assert word in out
+
+
+def test_version(capsys):
+    from nanocode import __version__
+
+    assert run(agent_cli.main, ["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"nanocode {__version__}"
+
+
+@pytest.mark.parametrize(
+    "main, argv",
+    [(agent_cli.main, []), (agent_cli.main, ["-p", "hi", "--yes"])]
+    + [(train_cli.main, [c]) for c in TRAIN_COMMANDS if c != "import-nanochat"]
+    + [(evals_cli.main, [c]) for c in EVALS_COMMANDS],
+)
+def test_stubs_say_not_yet(main, argv, capsys):
+    assert run(main, argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("not yet: ")
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("argv", [["--mode", "nope"], ["--yes", "--mode", "ask"], ["-p", "x", "--plain"]])
+def test_agent_rejects_bad_flags(argv, capsys):
+    assert run(agent_cli.main, argv) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_agent_modes():
+    assert agent_cli.parse_args([]).mode == "ask"
+    assert agent_cli.parse_args(["--yes"]).mode == "yolo"
+    assert agent_cli.parse_args(["--mode", "edits"]).mode == "edits"
+
+
+def test_subcommand_required(capsys):
+    for main in (train_cli.main, evals_cli.main):
+        assert run(main, []) == 2
+        assert "required" in capsys.readouterr().err
+
+
+def test_import_nanochat_parses_its_arguments():
+    args = train_cli.build_parser().parse_args(
+        ["import-nanochat", "ckpt", "--out", "o", "--step", "7", "--dtype", "bfloat16"]
+    )
+    assert (args.path, args.out, args.step, args.dtype) == ("ckpt", "o", 7, "bfloat16")
+
+
+def test_import_nanochat_without_its_module_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "train.import_nanochat", None)  # as if the file were absent
+    assert run(train_cli.main, ["import-nanochat", "ckpt"]) == 2
+    assert "train/import_nanochat.py is missing" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    not (ROOT / "train" / "import_nanochat.py").exists(), reason="train/import_nanochat.py not written yet"
+)
+def test_import_nanochat_missing_path_is_a_clear_error(tmp_path, capsys):
+    pytest.importorskip("torch")
+    missing = tmp_path / "no-such-checkpoint"
+    status = run(train_cli.main, ["import-nanochat", str(missing), "--out", str(tmp_path / "out")])
+    assert status not in (0, None)
+    err = capsys.readouterr().err
+    assert str(missing) in err or missing.name in err
+
+
+def test_help_imports_nothing_heavy():
+    code = (
+        "import sys\n"
+        "import agent.cli, train.cli, evals.cli, nanocode.common\n"
+        "for m in (agent.cli, train.cli, evals.cli):\n"
+        "    try:\n"
+        "        m.main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = {'jax', 'flax', 'torch', 'textual', 'numpy'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("script, word", [("nanocode", "--model"), ("train", "import-nanochat"), ("evals", "humaneval")])
+def test_installed_entry_points(script, word):
+    path = shutil.which(script, path=sysconfig.get_path("scripts"))
+    if path is None:
+        pytest.skip(f"{script} is not installed in this environment (pip install -e .)")
+    out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert word in out

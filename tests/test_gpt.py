@@ -1,0 +1,189 @@
+"""The model: parameter arithmetic against nanochat's numbers, causality and agreement of every
+attention implementation that runs on CPU, the KV-cache path, and that a tiny model can learn."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from nanocode.config import GPTConfig, flops_per_token, kv_bytes_per_token, param_counts, preset
+from nanocode.gpt import (attend, cross_entropy, forward, init_cache, init_params, loss_fn,
+                          resolve_attn_impl)
+
+CPU_IMPLS = ["xla", "einsum", "splash"]  # splash runs in Pallas interpret mode off-TPU
+
+
+def tiny(**kw) -> GPTConfig:
+    base = dict(n_layer=4, n_embd=64, n_head=4, n_kv_head=2, head_dim=16, vocab_size=300,
+                sequence_len=256)
+    return GPTConfig(**{**base, **kw})
+
+
+def random_params(cfg, seed=0, scale=0.15):
+    """Init, then overwrite every leaf with noise (std ~ 1/sqrt(fan_in), so activations have a
+    realistic size) so no path is dead (output projections and
+    smear/backout scalars start at zero, which would hide attention bugs)."""
+    params = init_params(cfg, jax.random.PRNGKey(seed))
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
+    noisy = [(scale * jax.random.normal(k, x.shape)).astype(x.dtype) for k, x in zip(keys, leaves)]
+    return jax.tree.unflatten(treedef, noisy)
+
+
+fwd = jax.jit(forward, static_argnums=1)
+
+
+# ---- arithmetic ------------------------------------------------------------------------------------
+def test_param_counts_match_nanochat_d12():
+    c = param_counts(preset("d12"))
+    assert c["wte"] == 25_165_824
+    assert c["value_embeds"] == 150_994_944
+    assert c["lm_head"] == 25_165_824
+    assert c["transformer_matrices"] == 84_935_088
+    assert c["scalars"] == 50
+    assert c["total"] == 286_261_730
+    assert c["scaling"] == 110_100_912
+
+
+def test_d24_and_flops_and_kv_bytes():
+    d24 = preset("d24")
+    assert abs(param_counts(d24)["total"] / 1.384e9 - 1) < 1e-3
+    assert abs(param_counts(d24)["scaling"] / 729.8e6 - 1) < 1e-3
+    assert abs(flops_per_token(preset("d12")) / 7.6e8 - 1) < 0.01
+    assert abs(flops_per_token(d24) / 4.8e9 - 1) < 0.01
+    assert kv_bytes_per_token(d24) == 144 * 1024
+    assert preset("d12").window_sizes() == [512, 512, 512, 2048] * 3
+
+
+def test_presets_shapes():
+    assert (preset("cpu-d4").n_embd, preset("cpu-d4").head_dim, preset("cpu-d4").padded_vocab) == (256, 64, 8192)
+    v1 = preset("nanocode-v1")
+    assert (v1.n_embd, v1.head_dim, v1.value_embeds, v1.smear, v1.backout, v1.lambdas) == (2048, 256, False, False, False, False)
+    assert set(v1.window_sizes()) == {v1.sequence_len}
+    assert abs(param_counts(preset("nanocode-v1-d20"))["total"] / 477e6 - 1) < 0.01
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("d13")
+    with pytest.raises(ValueError, match="n_kv_head"):
+        tiny(n_kv_head=3)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(n_layer=3, n_kv_head=4, vocab_size=250),
+                                dict(value_embeds=False, lambdas=False, smear=False, backout=False)])
+def test_counted_params_equal_initialised(kw):
+    cfg = tiny(**kw)
+    params = init_params(cfg, jax.random.PRNGKey(0))
+    assert sum(x.size for x in jax.tree.leaves(params)) == param_counts(cfg)["total"]
+    assert params["wte"].shape == (cfg.padded_vocab, cfg.n_embd)
+
+
+# ---- attention -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("window", [8, 64])
+def test_attention_impls_agree_and_respect_window(window):
+    B, T, H, K, D = 2, 128, 4, 2, 16
+    q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (B, T, n, D)) for i, n in enumerate([H, K, K]))
+    ref = attend(q, k, v, window=window, impl="einsum")
+    for impl in CPU_IMPLS:
+        out = attend(q, k, v, window=window, impl=impl)
+        np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5, err_msg=impl)
+        # a key just outside the window of query t never matters; one just inside does
+        t = T - 1
+        k2 = k.at[:, t - window - 1].add(3.0)
+        out2 = attend(q, k2, v, window=window, impl=impl)
+        np.testing.assert_array_equal(out2[:, t], out[:, t])
+        k3 = k.at[:, t - window].add(3.0)
+        assert not np.allclose(attend(q, k3, v, window=window, impl=impl)[:, t], out[:, t])
+
+
+@pytest.mark.parametrize("impl", CPU_IMPLS)
+@pytest.mark.parametrize("pattern", ["SSSL", "L"])
+def test_causality(impl, pattern):
+    """Changing token t never changes logits before t, and does change logits at t."""
+    cfg = tiny(attn_impl=impl, window_pattern=pattern)
+    params = random_params(cfg)
+    idx = jax.random.randint(jax.random.PRNGKey(2), (2, cfg.sequence_len), 0, cfg.vocab_size)
+    base, _ = fwd(params, cfg, idx)
+    for t in (1, 100, 200):
+        changed, _ = fwd(params, cfg, idx.at[:, t].set((idx[:, t] + 1) % cfg.vocab_size))
+        np.testing.assert_array_equal(changed[:, :t], base[:, :t])
+        assert not np.allclose(changed[:, t], base[:, t])
+
+
+def test_model_impls_agree_fp32():
+    cfg = tiny()
+    params = random_params(cfg)
+    idx = jax.random.randint(jax.random.PRNGKey(3), (2, cfg.sequence_len), 0, cfg.vocab_size)
+    ref, _ = fwd(params, cfg.replace(attn_impl="einsum"), idx)
+    for impl in ("xla", "splash"):
+        out, _ = fwd(params, cfg.replace(attn_impl=impl), idx)
+        np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5, err_msg=impl)
+
+
+def test_auto_impl_on_cpu_is_xla():
+    assert resolve_attn_impl(tiny()) == "xla"
+    assert resolve_attn_impl(tiny(attn_impl="einsum")) == "einsum"
+
+
+# ---- KV cache --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw", [{}, dict(window_pattern="L", n_kv_head=4),
+                                dict(value_embeds=False, smear=False, lambdas=False, backout=False)])
+def test_chunked_prefill_with_cache_matches_full_forward(kw):
+    cfg = tiny(**kw)
+    params = random_params(cfg)
+    T = 200
+    idx = jax.random.randint(jax.random.PRNGKey(4), (2, T), 0, cfg.vocab_size)
+    full, _ = fwd(params, cfg, idx)
+    cache = init_cache(cfg, batch=2, max_len=cfg.sequence_len)
+    pieces, start = [], 0
+    for size in (37, 1, 90, 1, 1, 70):  # arbitrary splits, single-token decodes among them
+        logits, cache = fwd(params, cfg, idx[:, start:start + size], cache)
+        pieces.append(logits)
+        start += size
+    assert start == T and int(cache.pos) == T
+    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, atol=1e-5, rtol=1e-5)
+
+
+# ---- loss and learning -----------------------------------------------------------------------------
+def test_cross_entropy_ignore_index_and_reductions():
+    logits = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 11))
+    targets = jnp.array([[1, 2, -1, 4, 5], [-1, -1, 3, 3, 0]])
+    per_token = cross_entropy(logits, targets, "none")
+    assert per_token.shape == (2, 5)
+    assert float(per_token[0, 2]) == 0.0 and float(per_token[1, 0]) == 0.0
+    expected = -jax.nn.log_softmax(logits)[0, 0, 1]
+    np.testing.assert_allclose(per_token[0, 0], expected, rtol=1e-6)
+    np.testing.assert_allclose(cross_entropy(logits, targets), per_token.sum() / 7, rtol=1e-6)
+
+
+def test_bf16_compute_is_close_to_fp32():
+    cfg = tiny()
+    params = random_params(cfg, scale=0.2)
+    idx = jax.random.randint(jax.random.PRNGKey(5), (2, 64), 0, cfg.vocab_size)
+    ref, _ = fwd(params, cfg, idx)
+    out, _ = fwd(params, cfg.replace(compute_dtype="bfloat16", embed_dtype="bfloat16"),
+                 idx)
+    assert out.dtype == jnp.float32
+    assert float(jnp.mean(jnp.abs(out - ref))) < 0.1 * float(jnp.mean(jnp.abs(ref)))
+
+
+def test_tiny_model_overfits_a_fixed_batch():
+    cfg = GPTConfig(n_layer=2, n_embd=64, n_head=2, n_kv_head=2, head_dim=32, vocab_size=128,
+                    sequence_len=32)
+    params = init_params(cfg, jax.random.PRNGKey(0))
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (4, cfg.sequence_len + 1), 0, cfg.vocab_size)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    opt = optax.adamw(3e-3, b1=0.9, b2=0.95, weight_decay=0.0)
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(params, opt_state):
+        loss, grads = jax.value_and_grad(loss_fn)(params, cfg, x, y)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    losses = []
+    for _ in range(300):
+        params, opt_state, loss = step(params, opt_state)
+        losses.append(float(loss))
+    assert losses[0] > 4.0, losses[0]  # ~ln(128) at init
+    assert min(losses[-10:]) < 0.1, losses[-10:]
