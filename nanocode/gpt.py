@@ -135,8 +135,8 @@ def _attend_einsum(q, k, v, mask):
 @functools.lru_cache(maxsize=64)
 def _splash_kernel(seq_len: int, window: int, n_group: int, interpret: bool):
     """A splash-attention MQA kernel for one (kv head, batch row); built once per shape/window.
-    Block sizes: 512 (clipped to T) with the fused backward kernel, the setting MaxText tunes
-    to on v5e/v6e for head_dim 128."""
+    Blocks of 512 (clipped to T) with the fused backward kernel: the usual choice for v5e/v6e at
+    head_dim 128. Not yet measured on a TPU by us; tune here first when one is at hand."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 

@@ -152,3 +152,15 @@ def test_import_command_writes_a_loadable_checkpoint(tmp_path):
     assert float(np.max(np.abs(np.asarray(ours) - ref))) < 1e-4
     missing = SimpleNamespace(path=str(tmp_path / "nope"), out=None, step=None, dtype=None)
     assert main(missing) == 2
+
+
+def test_import_command_reports_bad_meta(tmp_path, capsys):
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    torch.save(nanochat_state_dict(MODEL_CONFIG), src / "model_000001.pt")
+    (src / "meta_000001.json").write_text(json.dumps({"step": 1}))
+    args = SimpleNamespace(path=str(src), out=str(tmp_path / "out"), step=None, dtype=None)
+    assert main(args) == 2
+    assert "no model_config" in capsys.readouterr().err
+    assert main(SimpleNamespace(path=str(src), out=None, step=7, dtype=None)) == 2
+    assert "step 7" in capsys.readouterr().err
