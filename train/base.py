@@ -1,0 +1,157 @@
+"""`train base`: pretrain a GPT on packed text+code rows with next-token cross-entropy.
+
+Top to bottom: pick the model from a preset (vocab from the tokenizer), size the batch (auto from
+MODEL.md's scaling rule unless given) and the step count (ratio x scaling params tokens unless
+given), build the optimizer (Muon + AdamW groups), then hand batches and the loss to the shared
+loop (train/loop.py), which does sharding, logging, eval, checkpoints and resume. Val bits per byte
+are measured on code and text separately, on the same held-out rows every time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nanocode.config import flops_per_token, param_counts, preset
+from nanocode.gpt import cross_entropy, forward, init_cache
+
+SAMPLE_PROMPTS = ["def fibonacci(n):", "The meaning of"]
+
+
+def next_token_loss(cfg):
+    """(params, {"inputs", "targets"}) -> (sum of token nats, token count)."""
+    def loss(params, mb):
+        logits, _ = forward(params, cfg, mb["inputs"])
+        nll = cross_entropy(logits, mb["targets"], reduction="sum")
+        return nll, jnp.sum(mb["targets"] != -1).astype(jnp.float32)
+    return loss
+
+
+def accumulate(batches, accum: int):
+    """Group (inputs, targets, state) batches into ({"inputs", "targets"}: (accum, rows, T), state)."""
+    while True:
+        group = [next(batches) for _ in range(accum)]
+        yield ({"inputs": np.stack([g[0] for g in group]), "targets": np.stack([g[1] for g in group])},
+               group[-1][2])
+
+
+def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_batches: int, mesh):
+    """evaluate(params, step) -> {"val_bpb_<source>": ...} over the first n_batches val batches of
+    each source, plus a greedy sample of each prompt (printed, not returned)."""
+    from train.loader import packed_batches
+    from train.loop import batch_sharding
+
+    token_bytes = jnp.asarray(tokenizer.token_bytes())  # (V,)
+    sharding = batch_sharding(mesh)
+
+    @jax.jit
+    def nats_and_bytes(params, inputs, targets):  # (1, rows, T) each
+        logits, _ = forward(params, cfg, inputs[0])
+        nll = cross_entropy(logits, targets[0], reduction="none")  # (rows, T)
+        nbytes = token_bytes[jnp.maximum(targets[0], 0)] * (targets[0] >= 0)
+        return jnp.sum(jnp.where(nbytes > 0, nll, 0.0)), jnp.sum(nbytes)
+
+    def evaluate(params, step):
+        out = {}
+        for name, directory in sources.items():
+            stream = packed_batches(tokenizer, {name: directory}, None, rows, seq_len, split="val",
+                                    process_index=jax.process_index(),
+                                    process_count=jax.process_count())
+            nats = nbytes = 0.0
+            for _, (x, y, _) in zip(range(n_batches), stream):
+                xs, ys = (jax.make_array_from_process_local_data(sharding, a[None]) for a in (x, y))
+                n, b = nats_and_bytes(params, xs, ys)
+                nats, nbytes = nats + float(n), nbytes + float(b)
+            if nbytes:
+                out[f"val_bpb_{name}"] = nats / (math.log(2) * nbytes)
+        if jax.process_index() == 0:
+            for prompt in SAMPLE_PROMPTS:
+                ids = greedy(params, cfg, [tokenizer.bos_id] + tokenizer.encode(prompt), 24)
+                print(f"  sample: {prompt!r} -> {tokenizer.decode(ids)!r}")
+        return out
+
+    return evaluate
+
+
+def greedy(params, cfg, prompt: list[int], n_new: int) -> list[int]:
+    """Greedy continuation through the KV-cache path (a stand-in until the engine lands)."""
+    step = jax.jit(forward, static_argnums=1)
+    n_new = max(0, min(n_new, cfg.sequence_len - len(prompt)))
+    cache = init_cache(cfg, 1, len(prompt) + n_new)
+    logits, cache = step(params, cfg, jnp.asarray([prompt]), cache)
+    out = []
+    for i in range(n_new):
+        out.append(int(jnp.argmax(logits[0, -1])))
+        if i + 1 < n_new:
+            logits, cache = step(params, cfg, jnp.asarray([out[-1:]]), cache)
+    return out
+
+
+def main(args) -> int:
+    from nanocode.common import enable_compilation_cache, nanocode_home
+    from nanocode.gpt import init_params
+    from nanocode.tokenizer import Tokenizer
+    from train import loop
+    from train.loader import check_batch, data_sources, packed_batches
+    from train.optim import auto_total_batch, build_optimizer
+
+    if args.multihost:
+        jax.distributed.initialize()
+    enable_compilation_cache()
+    home = nanocode_home()
+    tok_dir = Path(args.tokenizer or home / "tokenizer")
+    try:
+        tokenizer = Tokenizer.load(tok_dir)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    overrides = {k: v for k, v in dict(depth=args.depth, sequence_len=args.seq_len,
+                                       compute_dtype=args.dtype, attn_impl=args.attn,
+                                       window_pattern=args.window_pattern).items() if v is not None}
+    cfg = preset(args.preset, vocab_size=tokenizer.vocab_size, **overrides)
+    T, n_dev = cfg.sequence_len, jax.device_count()
+    total_batch = args.total_batch or auto_total_batch(cfg, args.ratio)
+    rows = args.device_batch * n_dev
+    if total_batch % (rows * T):
+        print(f"error: total batch {total_batch:,} tokens is not a multiple of device batch "
+              f"{args.device_batch} x {n_dev} devices x seq {T} = {rows * T:,}; change "
+              "--total-batch or --device-batch", file=sys.stderr)
+        return 2
+    accum = total_batch // (rows * T)
+    local_rows = check_batch(rows, jax.process_count(), jax.local_device_count())
+    counts = param_counts(cfg)
+    steps = args.steps or max(1, round(args.ratio * counts["scaling"] / total_batch))
+    sources, weights = data_sources(args.data or home / "data", args.code_ratio)
+    mesh = loop.make_mesh(args.mesh)
+    run_dir = Path(args.run_dir) if args.run_dir else home / "runs" / (args.run or args.preset)
+    print(f"model {args.preset}: {counts['total']:,} params ({counts['scaling']:,} scaling), "
+          f"{flops_per_token(cfg, T):.3g} FLOPs/token; batch {total_batch:,} tokens = {accum} x "
+          f"{rows} rows x {T}; {steps} steps = {steps * total_batch / 1e6:.1f}M tokens; mesh "
+          f"{dict(mesh.shape)}; run dir {run_dir}")
+
+    params = init_params(cfg, jax.random.PRNGKey(args.seed))
+    optimizer = build_optimizer(cfg, params, total_steps=steps, batch_tokens=total_batch,
+                                ratio=args.ratio)
+
+    def batches(state):
+        stream = packed_batches(tokenizer, sources, weights, local_rows, T, "train",
+                                jax.process_index(), jax.process_count(), seed=args.seed,
+                                state=state)
+        return accumulate(stream, accum)
+
+    evaluate = make_evaluator(cfg, tokenizer, sources, local_rows, T, args.eval_batches, mesh)
+    lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=total_batch,
+                         flops_per_token=flops_per_token(cfg, T), log_every=args.log_every,
+                         eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
+                         resume=args.resume, peak_flops=args.peak_flops,
+                         extra_metadata={"stage": "base", "preset": args.preset})
+    result = loop.run(lc, params=params, optimizer=optimizer, loss=next_token_loss(cfg), mesh=mesh,
+                      batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
+    print("done: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)))
+    return 0
+

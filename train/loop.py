@@ -1,0 +1,243 @@
+"""The one training loop every stage shares: mesh, sharding, a jitted step with gradient
+accumulation, logging (loss, tokens/s, MFU, ETA), periodic eval and checkpoints, preemption-safe
+saves and exact resume. A stage (base, sft, dpo) supplies only its batches and its loss.
+
+Parallelism comes from JAX alone: a `Mesh` with axes (data, fsdp). Every device takes a slice of
+the batch; parameters and optimizer state are sharded over `fsdp` on their largest divisible axis
+(ZeRO-3 style: XLA all-gathers weights for the matmuls and reduce-scatters gradients), replicated
+over `data`. On a pod every host runs the same command after `jax.distributed.initialize()` and
+feeds its share of rows. One step = `lax.scan` over `grad_accum` micro-batches, then one optimizer
+update; the train state is donated so XLA updates it in place.
+
+A loss takes (params, micro_batch) and returns (sum of token losses, number of tokens), so
+accumulated micro-batches weigh every token equally whatever the masks do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from nanocode import checkpoint
+
+# Dense bf16 peak FLOP/s per chip, by a substring of jax's device_kind (first match wins).
+PEAK_FLOPS = [("v6", 918e12), ("v5p", 459e12), ("v5 lite", 197e12), ("v5e", 197e12),
+              ("v5", 459e12), ("v4", 275e12), ("H200", 989e12), ("H100", 989e12),
+              ("A100", 312e12)]
+
+
+# ---- mesh and shardings ------------------------------------------------------------------------
+def make_mesh(spec: str = "", devices=None) -> Mesh:
+    """A (data, fsdp) mesh from "data=2,fsdp=4"; an omitted or -1 size takes the remaining devices.
+    The default puts every device on `data` (pure data parallel)."""
+    devices = np.asarray(devices if devices is not None else jax.devices())
+    sizes = {"data": -1, "fsdp": 1}
+    for part in filter(None, spec.replace(" ", "").split(",")):
+        name, _, value = part.partition("=")
+        if name not in sizes or not value.lstrip("-").isdigit():
+            raise ValueError(f"bad mesh spec {spec!r}: use e.g. 'data=2,fsdp=4' (axes data, fsdp)")
+        sizes[name] = int(value)
+    fixed = math.prod(v for v in sizes.values() if v != -1)
+    for name, v in sizes.items():
+        if v == -1:
+            sizes[name] = devices.size // fixed
+    if sizes["data"] * sizes["fsdp"] != devices.size:
+        raise ValueError(f"mesh {sizes} needs {sizes['data'] * sizes['fsdp']} devices, "
+                         f"there are {devices.size}")
+    return Mesh(devices.reshape(sizes["data"], sizes["fsdp"]), ("data", "fsdp"))
+
+
+def param_spec(shape, mesh: Mesh) -> P:
+    """Shard the largest axis that divides by the fsdp size; replicate what doesn't divide."""
+    n = mesh.shape["fsdp"]
+    if n == 1 or not shape:
+        return P()
+    for axis in sorted(range(len(shape)), key=lambda a: -shape[a]):
+        if shape[axis] % n == 0:
+            return P(*[("fsdp" if a == axis else None) for a in range(len(shape))])
+    return P()
+
+
+def tree_shardings(tree, mesh: Mesh):
+    return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(x.shape, mesh)), tree)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """(accum, rows, T) batches: rows split over every device of the mesh."""
+    return NamedSharding(mesh, P(None, ("data", "fsdp")))
+
+
+# ---- the step ----------------------------------------------------------------------------------
+def make_train_step(loss: Callable, optimizer: optax.GradientTransformation):
+    """step((params, opt_state), batch) -> ((params, opt_state), metrics). batch leaves are
+    (accum, rows, ...); gradients are summed over micro-batches and divided by the token count."""
+
+    def step(state, batch):
+        params, opt_state = state
+
+        def micro(carry, mb):
+            grads, total, count = carry
+            (s, n), g = jax.value_and_grad(loss, has_aux=True)(params, mb)
+            return (jax.tree.map(jnp.add, grads, g), total + s, count + n), None
+
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        init = (zeros, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
+        (grads, total, count), _ = jax.lax.scan(micro, init, batch)
+        grads = jax.tree.map(lambda g, p: (g / count).astype(p.dtype), grads, params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return (params, opt_state), {"loss": total / count}
+
+    return step
+
+
+# ---- MFU ---------------------------------------------------------------------------------------
+def peak_flops(device=None) -> float:
+    """Peak FLOP/s of one device: the table for TPUs/GPUs; on CPU a measured f32 matmul rate
+    for the whole machine (all forced CPU devices share the same cores)."""
+    device = device or jax.devices()[0]
+    if device.platform != "cpu":
+        for key, value in PEAK_FLOPS:
+            if key.lower() in device.device_kind.lower():
+                return value
+        return float("nan")
+    n = 1024
+    a = jax.device_put(jnp.ones((n, n), jnp.float32), device)
+    mm = jax.jit(lambda a: a @ a)
+    mm(a).block_until_ready()
+    best = math.inf
+    for _ in range(5):
+        t = time.perf_counter()
+        mm(a).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / len(jax.devices())  # per device, so MFU = rate / (peak * n_devices)
+
+
+# ---- the loop ----------------------------------------------------------------------------------
+@dataclass
+class LoopConfig:
+    run_dir: Path
+    total_steps: int
+    tokens_per_step: int
+    flops_per_token: float
+    log_every: int = 10
+    eval_every: int = 250
+    save_every: int = 500
+    keep: int = 3
+    resume: bool = False
+    peak_flops: float | None = None  # per device; measured/looked up when None
+    extra_metadata: dict = field(default_factory=dict)
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary."""
+
+    def __init__(self):
+        self.signal = None
+        self._old = {}
+
+    def __enter__(self):
+        for s in (signal.SIGTERM, signal.SIGINT):
+            self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callable[[dict | None], Iterator],
+        config, tokenizer=None, evaluate: Callable | None = None, log: Callable = print) -> dict:
+    """Train `params` for lc.total_steps (or continue the run in lc.run_dir with lc.resume).
+
+    batches(loader_state) -> iterator of (host numpy batch dict with leaves (accum, local_rows, ...),
+    loader_state after it). evaluate(params, step) -> dict of metrics (e.g. val bpb), run every
+    eval_every steps and at the end. Returns the final metrics dict.
+    """
+    ckpt_dir = Path(lc.run_dir) / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    p_shard = tree_shardings(params, mesh)
+    params = jax.device_put(params, p_shard)
+    opt_state = jax.jit(optimizer.init, out_shardings=None)(params)
+    o_shard = jax.tree.map(lambda x: x.sharding, opt_state)
+    start, loader_state = 0, None
+    if lc.resume and checkpoint.latest_step(ckpt_dir) is not None:
+        like = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), t)  # noqa: E731
+        r = checkpoint.restore(ckpt_dir, params_like=like(params), opt_state_like=like(opt_state))
+        params, opt_state, start, loader_state = r["params"], r["opt_state"], r["step"], r["loader_state"]
+        log(f"resumed from {ckpt_dir}/{start}")
+
+    step_fn = jax.jit(make_train_step(loss, optimizer), donate_argnums=0,
+                      in_shardings=((p_shard, o_shard), batch_sharding(mesh)),
+                      out_shardings=((p_shard, o_shard), None))
+    peak = lc.peak_flops or peak_flops()
+    metrics_path = Path(lc.run_dir) / "metrics.jsonl"
+    state = (params, opt_state)
+    data = batches(loader_state)
+    bs = batch_sharding(mesh)
+
+    def save(step, loader_state, why=""):
+        meta = {"step": step, **lc.extra_metadata}
+        checkpoint.save(ckpt_dir, step, state[0], config=config, opt_state=state[1],
+                        loader_state=loader_state, tokenizer=tokenizer, metadata=meta, keep=lc.keep)
+        log(f"saved checkpoint {ckpt_dir}/{step}{why}")
+
+    def record(row):
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    from tqdm import tqdm
+    bar = tqdm(total=lc.total_steps, initial=start, unit="step", dynamic_ncols=True,
+               disable=jax.process_index() != 0)
+    pending, t_last, step_last, last = [], time.perf_counter(), start, {}
+    with _StopFlag() as stop:
+        for step in range(start, lc.total_steps):
+            host_batch, loader_state = next(data)
+            batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(bs, x), host_batch)
+            state, m = step_fn(state, batch)
+            pending.append((step + 1, m["loss"]))
+            bar.update(1)
+            done = step + 1
+            if done % lc.log_every == 0 or done == lc.total_steps or stop.signal:
+                losses = [(s, float(l)) for s, l in pending]  # syncs with the device
+                dt = time.perf_counter() - t_last
+                tok_s = lc.tokens_per_step * (done - step_last) / dt
+                mfu = tok_s * lc.flops_per_token / (peak * jax.device_count())
+                eta = (lc.total_steps - done) * dt / (done - step_last)
+                for s, l in losses:
+                    record({"step": s, "loss": l})
+                last = {"step": done, "loss": losses[-1][1], "tok_per_s": tok_s, "mfu": mfu}
+                record({**last, "eta_s": eta})
+                bar.set_postfix_str(f"loss {losses[-1][1]:.4f} | {tok_s:,.0f} tok/s | MFU {mfu:.1%}")
+                pending, t_last, step_last = [], time.perf_counter(), done
+            if evaluate and (done % lc.eval_every == 0 or done == lc.total_steps):
+                ev = evaluate(state[0], done)
+                record({"step": done, **ev})
+                last.update(ev)
+                log(f"step {done}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
+                t_last = time.perf_counter()  # eval time is not training time
+            if stop.signal:
+                save(done, loader_state, f" ({signal.Signals(stop.signal).name})")
+                bar.close()
+                raise SystemExit(f"stopped by {signal.Signals(stop.signal).name} after step {done}; "
+                                 "continue with --resume")
+            if done % lc.save_every == 0 or done == lc.total_steps:
+                save(done, loader_state)
+    bar.close()
+    return {**last, "params": state[0]}
