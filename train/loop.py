@@ -174,8 +174,8 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     p_shard = tree_shardings(params, mesh)
     params = jax.device_put(params, p_shard)
-    opt_state = jax.jit(optimizer.init, out_shardings=None)(params)
-    o_shard = jax.tree.map(lambda x: x.sharding, opt_state)
+    o_shard = tree_shardings(jax.eval_shape(optimizer.init, params), mesh)  # moments follow params
+    opt_state = jax.jit(optimizer.init, out_shardings=o_shard)(params)
     start, loader_state = 0, None
     if lc.resume and checkpoint.latest_step(ckpt_dir) is not None:
         like = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), t)  # noqa: E731
