@@ -92,6 +92,12 @@ def init_cache(cfg: GPTConfig, batch: int, max_len: int, dtype=None) -> KVCache:
 
 
 # ---- building blocks -------------------------------------------------------------------------------
+def dense(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x (..., in) @ w (in, out) as one 2-D matmul: XLA:CPU's backward of a 3-D dot_general was 2x
+    slower than of the same product flattened to (B*T, in) (lm_head grad: 1036 vs 458 ms)."""
+    return (x.reshape(-1, x.shape[-1]) @ w.astype(x.dtype)).reshape(*x.shape[:-1], w.shape[-1])
+
+
 def rmsnorm(x: jax.Array) -> jax.Array:
     """Parameter-free RMSNorm over the last axis, computed in fp32 (eps as torch's rms_norm)."""
     x32 = x.astype(jnp.float32)
@@ -120,16 +126,35 @@ def attention_mask(q_pos: jax.Array, kv_len: int, window: int, valid_len=None) -
     return mask
 
 
-def _attend_einsum(q, k, v, mask):
-    """Reference attention written out by hand. q (B, T, H, D); k, v (B, S, K, D); mask (T, S)."""
+def _softmax_attend(q, k, v, mask):
+    """q (B, K, G, T, D); k, v (B, K, S, D); mask (T, S) -> (B, K, G, T, D). Batch axes lead, so
+    both products are plain batched matmuls with no layout shuffles (XLA:CPU's fast path)."""
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = jnp.where(mask, scores / math.sqrt(q.shape[-1]), -1e30)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bksd->bkgtd", probs, v)
+
+
+def _attend_einsum(q, k, v, window: int, q_pos=None, valid_len=None, chunk: int = 128):
+    """Attention written out by hand, block-causal: without a cache, queries go in chunks of 128
+    and each chunk multiplies only the keys it can see (positions s - window .. e), so a causal
+    T=512 pass does 10/16 of the full product and a window of 128 about 2/T of it. On this CPU that
+    made fwd+bwd 2.3x faster than jax.nn.dot_product_attention (87 vs 198 ms, d4 shapes).
+    q (B, T, H, D); k, v (B, S, K, D). With a cache: one chunk, absolute q_pos, keys < valid_len."""
     B, T, H, D = q.shape
     K = k.shape[2]
-    q = q.reshape(B, T, K, H // K, D)  # (B, T, K, G, D)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = jnp.where(mask, scores / math.sqrt(D), -1e30)  # (B, K, G, T, S)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(B, T, H, D)
+    q = q.reshape(B, T, K, H // K, D).transpose(0, 2, 3, 1, 4)  # (B, K, G, T, D)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, D)
+    if q_pos is not None:
+        out = _softmax_attend(q, k, v, attention_mask(q_pos, k.shape[2], window, valid_len))
+    else:
+        outs = []
+        for s in range(0, T, chunk):
+            e, lo = min(s + chunk, T), max(0, s - window)
+            mask = attention_mask(jnp.arange(s, e) - lo, e - lo, window)
+            outs.append(_softmax_attend(q[:, :, :, s:e], k[:, :, lo:e], v[:, :, lo:e], mask))
+        out = jnp.concatenate(outs, axis=3)
+    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D)
 
 
 @functools.lru_cache(maxsize=64)
@@ -163,7 +188,7 @@ def _attend_splash(q, k, v, window):
 
 
 def resolve_attn_impl(cfg: GPTConfig) -> str:
-    """`auto`: splash on TPU, cuDNN on GPU for 16-bit compute, XLA elsewhere."""
+    """`auto`: splash on TPU, cuDNN on GPU for 16-bit compute, the block-causal einsum on CPU."""
     if cfg.attn_impl != "auto":
         return cfg.attn_impl
     backend = jax.default_backend()
@@ -171,7 +196,7 @@ def resolve_attn_impl(cfg: GPTConfig) -> str:
         return "splash"
     if backend == "gpu" and cfg.compute_dtype in ("bfloat16", "float16"):
         return "cudnn"
-    return "xla"
+    return "xla" if backend == "gpu" else "einsum"
 
 
 def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None):
@@ -183,11 +208,10 @@ def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None):
     cached = q_pos is not None
     if impl == "splash" and T % 128:
         impl = "xla"
-    if impl == "einsum" or (impl == "xla" and cached) or (impl in ("splash", "cudnn") and cached):
-        q_pos = q_pos if cached else jnp.arange(T)
+    if impl == "einsum":
+        return _attend_einsum(q, k, v, window, q_pos, valid_len)
+    if cached:  # xla, and the fused kernels' fallback
         mask = attention_mask(q_pos, S, window, valid_len)
-        if impl == "einsum":
-            return _attend_einsum(q, k, v, mask)
         return jax.nn.dot_product_attention(q, k, v, mask=mask[None, None], scale=1 / math.sqrt(D),
                                             implementation="xla")
     if impl == "splash":
@@ -216,7 +240,7 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
     if cfg.smear:  # x[t] += lambda * sigmoid(gate(x[t, :24])) * x[t-1]
         first_prev = jnp.zeros_like(x[:, :1]) if cache is None else cache.prev_embed[:, None]
         x_prev = jnp.concatenate([first_prev.astype(dt), x[:, :-1]], axis=1)  # (B, T, C)
-        gate = jax.nn.sigmoid(x[..., :SMEAR_CHANNELS] @ params["smear_gate"].astype(dt))  # (B, T, 1)
+        gate = jax.nn.sigmoid(dense(x[..., :SMEAR_CHANNELS], params["smear_gate"]))  # (B, T, 1)
         gate = params["smear_lambda"].astype(dt) * gate * (positions > 0)[None, :, None].astype(dt)
         x = x + gate * x_prev
     x0 = x
@@ -228,12 +252,12 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
             x = params["resid_lambdas"][i].astype(dt) * x + params["x0_lambdas"][i].astype(dt) * x0
         # attention
         a, xn = block["attn"], rmsnorm(x)
-        q = (xn @ a["c_q"].astype(dt)).reshape(B, T, H, D)
-        k = (xn @ a["c_k"].astype(dt)).reshape(B, T, K, D)
-        v = (xn @ a["c_v"].astype(dt)).reshape(B, T, K, D)
+        q = dense(xn, a["c_q"]).reshape(B, T, H, D)
+        k = dense(xn, a["c_k"]).reshape(B, T, K, D)
+        v = dense(xn, a["c_v"]).reshape(B, T, K, D)
         if cfg.has_value_embed(i):  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
             ve = params["value_embeds"][str(i)][idx].astype(dt).reshape(B, T, K, D)
-            ve_gate = 3 * jax.nn.sigmoid(xn[..., :VE_GATE_CHANNELS] @ a["ve_gate"].astype(dt))  # (B, T, K)
+            ve_gate = 3 * jax.nn.sigmoid(dense(xn[..., :VE_GATE_CHANNELS], a["ve_gate"]))  # (B, T, K)
             v = v + ve_gate[..., None] * ve
         q = rmsnorm(rotary(q, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
         k = rmsnorm(rotary(k, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
@@ -245,17 +269,17 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
             new_v = jax.lax.dynamic_update_slice(new_v, v[None].astype(new_v.dtype), at)
             y = attend(q, new_k[i].astype(dt), new_v[i].astype(dt), window=windows[i], impl=impl,
                        q_pos=positions, valid_len=cache.pos + T)
-        x = x + y.reshape(B, T, H * D) @ a["c_proj"].astype(dt)
+        x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
         # MLP: proj(relu(fc(x))^2)
         m = block["mlp"]
-        h = jax.nn.relu(rmsnorm(x) @ m["c_fc"].astype(dt))  # (B, T, 4C)
-        x = x + (h * h) @ m["c_proj"].astype(dt)
+        h = jax.nn.relu(dense(rmsnorm(x), m["c_fc"]))  # (B, T, 4C)
+        x = x + dense(h * h, m["c_proj"])
         if i == cfg.n_layer // 2:
             x_half = x
 
     if cfg.backout:
         x = x - params["backout_lambda"].astype(dt) * x_half
-    logits = rmsnorm(x) @ params["lm_head"].astype(dt)  # (B, T, V)
+    logits = dense(rmsnorm(x), params["lm_head"])  # (B, T, V)
     logits = logits[..., : cfg.vocab_size].astype(jnp.float32)
     logits = cfg.softcap * jnp.tanh(logits / cfg.softcap)
     if cache is not None:

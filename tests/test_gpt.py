@@ -119,9 +119,9 @@ def test_model_impls_agree_fp32():
         np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5, err_msg=impl)
 
 
-def test_auto_impl_on_cpu_is_xla():
-    assert resolve_attn_impl(tiny()) == "xla"
-    assert resolve_attn_impl(tiny(attn_impl="einsum")) == "einsum"
+def test_auto_impl_on_cpu_is_the_block_causal_einsum():
+    assert resolve_attn_impl(tiny()) == "einsum"
+    assert resolve_attn_impl(tiny(attn_impl="xla")) == "xla"
 
 
 # ---- KV cache --------------------------------------------------------------------------------------
