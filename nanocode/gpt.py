@@ -225,8 +225,12 @@ def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None):
 
 # ---- the model -------------------------------------------------------------------------------------
 def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None = None,
-            ) -> tuple[jax.Array, KVCache | None]:
-    """idx (B, T) int -> (logits (B, T, vocab) fp32, updated cache or None)."""
+            n_valid=None) -> tuple[jax.Array, KVCache | None]:
+    """idx (B, T) int -> (logits (B, T, vocab) fp32, updated cache or None).
+    With a cache, n_valid (an int or traced scalar <= T) says how many leading tokens of idx are
+    real: a prompt padded to a bucket size compiles once per bucket, the cache advances by n_valid,
+    and the padding's keys are never attended to (later chunks overwrite them). The cache must have
+    room for all T positions (pos + T <= max_len)."""
     dt = jnp.dtype(cfg.compute_dtype)
     B, T = idx.shape
     H, K, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
@@ -236,7 +240,8 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
     windows = cfg.window_sizes()
 
     x = rmsnorm(params["wte"][idx].astype(dt))  # (B, T, C)
-    new_prev = x[:, -1]  # (B, C) smear state for the next chunk
+    n_valid = T if n_valid is None else n_valid
+    new_prev = jax.lax.dynamic_index_in_dim(x, n_valid - 1, axis=1, keepdims=False)  # (B, C) smear state
     if cfg.smear:  # x[t] += lambda * sigmoid(gate(x[t, :24])) * x[t-1]
         first_prev = jnp.zeros_like(x[:, :1]) if cache is None else cache.prev_embed[:, None]
         x_prev = jnp.concatenate([first_prev.astype(dt), x[:, :-1]], axis=1)  # (B, T, C)
@@ -268,7 +273,7 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
             new_k = jax.lax.dynamic_update_slice(new_k, k[None].astype(new_k.dtype), at)
             new_v = jax.lax.dynamic_update_slice(new_v, v[None].astype(new_v.dtype), at)
             y = attend(q, new_k[i].astype(dt), new_v[i].astype(dt), window=windows[i], impl=impl,
-                       q_pos=positions, valid_len=cache.pos + T)
+                       q_pos=positions, valid_len=cache.pos + n_valid)
         x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
         # MLP: proj(relu(fc(x))^2)
         m = block["mlp"]
@@ -283,7 +288,7 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
     logits = logits[..., : cfg.vocab_size].astype(jnp.float32)
     logits = cfg.softcap * jnp.tanh(logits / cfg.softcap)
     if cache is not None:
-        cache = KVCache(new_k, new_v, cache.pos + T, new_prev.astype(cache.prev_embed.dtype))
+        cache = KVCache(new_k, new_v, cache.pos + n_valid, new_prev.astype(cache.prev_embed.dtype))
     return logits, cache
 
 

@@ -187,3 +187,22 @@ def test_tiny_model_overfits_a_fixed_batch():
         losses.append(float(loss))
     assert losses[0] > 4.0, losses[0]  # ~ln(128) at init
     assert min(losses[-10:]) < 0.1, losses[-10:]
+
+
+def test_padded_chunks_with_n_valid_match_full_forward():
+    """Chunks padded to a bucket size (garbage after n_valid) give the same logits and cache
+    position as unpadded ones: what lets the engine compile once per bucket."""
+    cfg = tiny()
+    params = random_params(cfg)
+    idx = jax.random.randint(jax.random.PRNGKey(6), (1, 60), 0, cfg.vocab_size)
+    full, _ = fwd(params, cfg, idx)
+    step = jax.jit(forward, static_argnums=1)
+    cache = init_cache(cfg, batch=1, max_len=128)
+    start, pieces = 0, []
+    for size in (23, 1, 36):
+        chunk = jnp.full((1, 40), 7, jnp.int32).at[:, :size].set(idx[:, start:start + size])
+        logits, cache = step(params, cfg, chunk, cache, jnp.int32(size))
+        pieces.append(logits[:, :size])
+        start += size
+    assert int(cache.pos) == 60
+    np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, atol=1e-5, rtol=1e-5)
