@@ -152,3 +152,15 @@ def test_fsdp_shards_parameters_eightfold(tmp_path):
     # every matrix and embedding divides by 8; only the lambdas, scalars and the (12, 2) ve_gates
     # stay replicated: 210 extra elements per device here, 0.04% of the model
     assert int(total) / 8 <= per_device[0] < 1.001 * int(total) / 8
+
+
+def test_missing_data_and_tokenizer_are_clear_errors(home, tmp_path):
+    empty = tmp_path / "empty"
+    (empty / "tokenizer").mkdir(parents=True)
+    env = {**os.environ, "NANOCODE_HOME": str(empty), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "train.cli", "base", *TINY]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "train tokenizer" in r.stderr  # no tokenizer yet
+    (empty / "tokenizer" / "tokenizer.json").write_bytes((home / "tokenizer" / "tokenizer.json").read_bytes())
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "train data local" in r.stderr and "Traceback" not in r.stderr

@@ -59,7 +59,7 @@ STACK_LAST = 288
 HUB = {"fineweb": ("text", FINEWEB_URL, FINEWEB_LAST), "stack": ("code", STACK_URL, STACK_LAST)}
 
 
-class DataError(Exception):
+class DataError(ValueError):
     """A problem with the data the user can fix; the CLI prints it as one line and exits 2."""
 
 
