@@ -78,16 +78,17 @@ def init_params(cfg: GPTConfig, key: jax.Array) -> Params:
 # ---- KV cache --------------------------------------------------------------------------------------
 class KVCache(NamedTuple):
     """Preallocated keys/values for every layer plus the state chunked prefill needs."""
-    k: jax.Array  # (L, B, S, K, D) compute dtype
-    v: jax.Array  # (L, B, S, K, D)
+    k: jax.Array  # (L, B, K, D, S) compute dtype: keys stored transposed and v head-major, so
+    v: jax.Array  # (L, B, K, S, D)  both attention matmuls read the cache with no copy
     pos: jax.Array  # () int32: number of tokens already in the cache
     prev_embed: jax.Array  # (B, C) normalised embedding of the last cached token (smear input)
 
 
 def init_cache(cfg: GPTConfig, batch: int, max_len: int, dtype=None) -> KVCache:
     dtype = jnp.dtype(dtype or cfg.compute_dtype)
-    shape = (cfg.n_layer, batch, max_len, cfg.n_kv_head, cfg.head_dim)
-    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32),
+    L, K, D = cfg.n_layer, cfg.n_kv_head, cfg.head_dim
+    return KVCache(jnp.zeros((L, batch, K, D, max_len), dtype),
+                   jnp.zeros((L, batch, K, max_len, D), dtype), jnp.zeros((), jnp.int32),
                    jnp.zeros((batch, cfg.n_embd), dtype))
 
 
@@ -126,27 +127,34 @@ def attention_mask(q_pos: jax.Array, kv_len: int, window: int, valid_len=None) -
     return mask
 
 
-def _softmax_attend(q, k, v, mask):
-    """q (B, K, G, T, D); k, v (B, K, S, D); mask (T, S) -> (B, K, G, T, D). Batch axes lead, so
-    both products are plain batched matmuls with no layout shuffles (XLA:CPU's fast path)."""
-    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
+def _softmax_attend(q, k, v, mask, k_transposed=False):
+    """q (B, K, G, T, D); k, v (B, K, S, D) (k (B, K, D, S) if k_transposed); mask (T, S) ->
+    (B, K, G, T, D). Batch axes lead, so both products are plain batched matmuls with no layout
+    shuffles (XLA:CPU's fast path)."""
+    spec = "bkgtd,bkds->bkgts" if k_transposed else "bkgtd,bksd->bkgts"
+    scores = jnp.einsum(spec, q, k, preferred_element_type=jnp.float32)
     scores = jnp.where(mask, scores / math.sqrt(q.shape[-1]), -1e30)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgts,bksd->bkgtd", probs, v)
 
 
-def _attend_einsum(q, k, v, window: int, q_pos=None, valid_len=None, chunk: int = 128):
+def _attend_einsum(q, k, v, window: int, q_pos=None, valid_len=None, chunk: int = 128,
+                   head_major: bool = False):
     """Attention written out by hand, block-causal: without a cache, queries go in chunks of 128
     and each chunk multiplies only the keys it can see (positions s - window .. e), so a causal
     T=512 pass does 10/16 of the full product and a window of 128 about 2/T of it. On this CPU that
     made fwd+bwd 2.3x faster than jax.nn.dot_product_attention (87 vs 198 ms, d4 shapes).
-    q (B, T, H, D); k, v (B, S, K, D). With a cache: one chunk, absolute q_pos, keys < valid_len."""
+    q (B, T, H, D); k, v (B, S, K, D), or in the KV cache's layout when head_major: k (B, K, D, S),
+    v (B, K, S, D) (transposing a 512-slot cache per layer per token cost more than the decode
+    math). With a cache: one chunk, absolute q_pos, keys < valid_len."""
     B, T, H, D = q.shape
-    K = k.shape[2]
+    K = k.shape[1 if head_major else 2]
     q = q.reshape(B, T, K, H // K, D).transpose(0, 2, 3, 1, 4)  # (B, K, G, T, D)
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, D)
+    if not head_major:
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, S, D)
     if q_pos is not None:
-        out = _softmax_attend(q, k, v, attention_mask(q_pos, k.shape[2], window, valid_len))
+        mask = attention_mask(q_pos, v.shape[2], window, valid_len)
+        out = _softmax_attend(q, k, v, mask, k_transposed=head_major)
     else:
         outs = []
         for s in range(0, T, chunk):
@@ -199,17 +207,20 @@ def resolve_attn_impl(cfg: GPTConfig) -> str:
     return "xla" if backend == "gpu" else "einsum"
 
 
-def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None):
+def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None, head_major=False):
     """Causal (sliding-window) attention with GQA. q (B, T, H, D); k, v (B, S, K, D).
     Without a cache (q_pos None) S == T and every impl runs; with a cache, queries sit at absolute
     positions q_pos and only keys < valid_len exist, which the fused kernels (splash, cuDNN) do not
-    express, so they fall back to XLA there (as splash does for T not a multiple of its 128 lanes)."""
-    T, S, D = q.shape[1], k.shape[1], q.shape[-1]
+    express, so they fall back to XLA there (as splash does for T not a multiple of its 128 lanes).
+    head_major: k (B, K, D, S) and v (B, K, S, D), the KV cache's layout."""
     cached = q_pos is not None
-    if impl == "splash" and T % 128:
+    if impl == "splash" and q.shape[1] % 128:
         impl = "xla"
     if impl == "einsum":
-        return _attend_einsum(q, k, v, window, q_pos, valid_len)
+        return _attend_einsum(q, k, v, window, q_pos, valid_len, head_major=head_major)
+    if head_major:
+        k, v = k.transpose(0, 3, 1, 2), v.transpose(0, 2, 1, 3)  # (B, S, K, D)
+    T, S, D = q.shape[1], k.shape[1], q.shape[-1]
     if cached:  # xla, and the fused kernels' fallback
         mask = attention_mask(q_pos, S, window, valid_len)
         return jax.nn.dot_product_attention(q, k, v, mask=mask[None, None], scale=1 / math.sqrt(D),
@@ -225,12 +236,16 @@ def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None):
 
 # ---- the model -------------------------------------------------------------------------------------
 def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None = None,
-            n_valid=None) -> tuple[jax.Array, KVCache | None]:
+            n_valid=None, last_only: bool = False,
+            kv_len: int | None = None) -> tuple[jax.Array, KVCache | None]:
     """idx (B, T) int -> (logits (B, T, vocab) fp32, updated cache or None).
     With a cache, n_valid (an int or traced scalar <= T) says how many leading tokens of idx are
     real: a prompt padded to a bucket size compiles once per bucket, the cache advances by n_valid,
     and the padding's keys are never attended to (later chunks overwrite them). The cache must have
-    room for all T positions (pos + T <= max_len)."""
+    room for all T positions (pos + T <= max_len). last_only: logits (B, 1, V) for the last real
+    token only (prefill: the head over every position was ~40% of a 256-token chunk's FLOPs).
+    kv_len (static): attend to the first kv_len cache slots only (needs pos + T <= kv_len); decode
+    reads a 128-slot prefix instead of a 2048-slot cache while the conversation is short."""
     dt = jnp.dtype(cfg.compute_dtype)
     B, T = idx.shape
     H, K, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
@@ -269,11 +284,13 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
         if cache is None:
             y = attend(q, k, v, window=windows[i], impl=impl)
         else:
-            at = (i, 0, cache.pos, 0, 0)
-            new_k = jax.lax.dynamic_update_slice(new_k, k[None].astype(new_k.dtype), at)
-            new_v = jax.lax.dynamic_update_slice(new_v, v[None].astype(new_v.dtype), at)
-            y = attend(q, new_k[i].astype(dt), new_v[i].astype(dt), window=windows[i], impl=impl,
-                       q_pos=positions, valid_len=cache.pos + n_valid)
+            new_k = jax.lax.dynamic_update_slice(  # (L, B, K, D, S)
+                new_k, k.transpose(0, 2, 3, 1)[None].astype(new_k.dtype), (i, 0, 0, 0, cache.pos))
+            new_v = jax.lax.dynamic_update_slice(  # (L, B, K, S, D)
+                new_v, v.transpose(0, 2, 1, 3)[None].astype(new_v.dtype), (i, 0, 0, cache.pos, 0))
+            kk, vv = new_k[i, ..., :kv_len], new_v[i, :, :, :kv_len]  # (B, K, D, S'), (B, K, S', D)
+            y = attend(q, kk.astype(dt), vv.astype(dt), window=windows[i], impl=impl,
+                       q_pos=positions, valid_len=cache.pos + n_valid, head_major=True)
         x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
         # MLP: proj(relu(fc(x))^2)
         m = block["mlp"]
@@ -284,6 +301,8 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
 
     if cfg.backout:
         x = x - params["backout_lambda"].astype(dt) * x_half
+    if last_only:
+        x = jax.lax.dynamic_slice_in_dim(x, n_valid - 1, 1, axis=1)  # (B, 1, C)
     logits = dense(rmsnorm(x), params["lm_head"])  # (B, T, V)
     logits = logits[..., : cfg.vocab_size].astype(jnp.float32)
     logits = cfg.softcap * jnp.tanh(logits / cfg.softcap)

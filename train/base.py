@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nanocode.config import flops_per_token, param_counts, preset
-from nanocode.gpt import cross_entropy, forward, init_cache
+from nanocode.gpt import cross_entropy, forward
 
 SAMPLE_PROMPTS = ["def fibonacci(n):", "The meaning of"]
 
@@ -79,17 +79,12 @@ def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_bat
 
 
 def greedy(params, cfg, prompt: list[int], n_new: int) -> list[int]:
-    """Greedy continuation through the KV-cache path (a stand-in until the engine lands)."""
-    step = jax.jit(forward, static_argnums=1)
+    """Greedy continuation of n_new tokens (no stop tokens) by the inference engine's fused loop."""
+    from nanocode.engine import Engine
     n_new = max(0, min(n_new, cfg.sequence_len - len(prompt)))
-    cache = init_cache(cfg, 1, len(prompt) + n_new)
-    logits, cache = step(params, cfg, jnp.asarray([prompt]), cache)
-    out = []
-    for i in range(n_new):
-        out.append(int(jnp.argmax(logits[0, -1])))
-        if i + 1 < n_new:
-            logits, cache = step(params, cfg, jnp.asarray([out[-1:]]), cache)
-    return out
+    if n_new == 0:
+        return []
+    return Engine(params, cfg).generate(prompt, max_tokens=n_new, stop=())[0]
 
 
 def main(args) -> int:
