@@ -121,7 +121,7 @@ def main():
             secs = statistics.median(fn(fresh()) for _ in range(R))
             ref = f"nanochat ~{REFERENCE['decode_b1']:.0f}" if B == 1 else ""
             row(f"decode batch {B}, {name}", B * N / secs, "tok/s", ref)
-            row(f"  per step", secs / N * 1000, "ms")
+            row("  per step", secs / N * 1000, "ms")
 
     # a 10-turn conversation: user turn of U tokens, then a 16-token reply, with and without reuse
     U = max(8, S // 10 - 16 - 1)

@@ -134,7 +134,7 @@ class NNXGPT(nnx.Module):
             self.backout_lambda = nnx.Param(jnp.full((), 0.2, jnp.float32))
 
     def __call__(self, idx):
-        cfg, (B, T) = self.cfg, idx.shape
+        cfg, T = self.cfg, idx.shape[1]
         positions = jnp.arange(T, dtype=jnp.int32)
         x = rmsnorm(self.wte(idx))
         dt = x.dtype

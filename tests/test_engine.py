@@ -9,28 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nanocode.config import GPTConfig
 from nanocode.engine import (ContextOverflow, Engine, Sampling, decode_text, default_buckets,
                              plan_chunks, sample)
-from nanocode.gpt import forward, init_params
+from nanocode.gpt import forward
+from tiny_models import random_params, tiny
 
 BUCKETS = (16, 64)  # small buckets: prompts of 10-150 tokens go through several padded chunks
-
-
-def tiny(**kw) -> GPTConfig:
-    base = dict(n_layer=4, n_embd=64, n_head=4, n_kv_head=2, head_dim=16, vocab_size=300,
-                sequence_len=256)
-    return GPTConfig(**{**base, **kw})
-
-
-def random_params(cfg, seed=0, scale=0.15):
-    """Every leaf noise (no dead paths: zero-init projections would hide cache bugs)."""
-    params = init_params(cfg, jax.random.PRNGKey(seed))
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
-    noisy = [(scale * jax.random.normal(k, x.shape)).astype(x.dtype) for k, x in zip(keys, leaves)]
-    return jax.tree.unflatten(treedef, noisy)
-
 
 CFG = tiny()
 PARAMS = random_params(CFG)
