@@ -1,0 +1,180 @@
+"""Golden and adversarial tests for tools/grep.py."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tools import grep as grep_mod
+from tools.grep import grep
+
+
+@pytest.fixture
+def proj(tmp_path):
+    p = tmp_path / "project"
+    p.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("needle SECRET\n")
+    return p
+
+
+def make_tree(p):
+    (p / "src").mkdir()
+    (p / "src" / "a.py").write_text("import os\n\ndef needle():\n    return 1\n")
+    (p / "notes.md").write_text("one\ntwo needle\nthree\nfour\nfive\nsix\nseven needle\n")
+    (p / "data.bin").write_bytes(b"needle\x00\x01")
+    (p / ".git").mkdir(exist_ok=True)
+    (p / ".git" / "config").write_text("needle\n") if not (p / ".git" / "config").exists() else None
+
+
+def git_init(p):
+    subprocess.run(["git", "init", "-q", str(p)], check=True)
+
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+
+
+def test_grep_golden_walk(proj):
+    make_tree(proj)
+    assert grep(proj, {"pattern": r"needle\b"}) == (
+        "notes.md:2:two needle\n"
+        "notes.md:7:seven needle\n"
+        "src/a.py:3:def needle():")
+
+
+def test_grep_context_golden(proj):
+    make_tree(proj)
+    assert grep(proj, {"pattern": "needle", "path": "notes.md", "-A": "1", "-B": 1}) == (
+        "notes.md-1-one\n"
+        "notes.md:2:two needle\n"
+        "notes.md-3-three\n"
+        "--\n"
+        "notes.md-6-six\n"
+        "notes.md:7:seven needle")
+    # overlapping context windows merge without repeating lines
+    assert grep(proj, {"pattern": "t", "path": "notes.md", "-A": 1}) == (
+        "notes.md:2:two needle\n"
+        "notes.md:3:three\n"
+        "notes.md-4-four")
+
+
+def test_grep_no_matches_and_subdir(proj):
+    make_tree(proj)
+    assert grep(proj, {"pattern": "zzz"}) == "no matches found"
+    assert grep(proj, {"pattern": "return", "path": "src"}) == "src/a.py:4:    return 1"
+
+
+@pytest.mark.parametrize("args,expected", [
+    (None, "error: missing argument pattern"),
+    ({}, "error: missing argument pattern"),
+    ({"pattern": None}, "error: missing argument pattern"),
+    ({"pattern": ["x"]}, "error: invalid argument pattern: expected a string"),
+    ({"pattern": "x", "-A": "abc"}, "error: invalid argument -A: expected an integer"),
+    ({"pattern": "x", "-B": -2}, "error: invalid argument -B: must be at least 0"),
+    ({"pattern": "x", "path": 1.5}, "error: invalid argument path: expected a string"),
+    ({"pattern": "x", "path": "nope"}, "error: file not found"),
+    ({"pattern": "x", "path": "a\x00"}, "error: file not found"),
+    ({"pattern": "(unclosed"}, "error: invalid regex: missing ), unterminated subpattern at position 0"),
+])
+def test_grep_bad_args(proj, args, expected):
+    assert grep(proj, args) == expected
+
+
+@needs_git
+def test_grep_respects_gitignore_in_repo(proj):
+    git_init(proj)
+    make_tree(proj)
+    (proj / ".gitignore").write_text("build/\n*.log\n")
+    (proj / "build").mkdir()
+    (proj / "build" / "out.py").write_text("needle\n")
+    (proj / "run.log").write_text("needle\n")
+    r = grep(proj, {"pattern": "needle"})
+    assert r == ("notes.md:2:two needle\nnotes.md:7:seven needle\nsrc/a.py:3:def needle():")
+    # searching from a subdirectory still gives root-relative paths
+    assert grep(proj, {"pattern": "needle", "path": "src"}) == "src/a.py:3:def needle():"
+
+
+@needs_git
+def test_grep_git_mode_skips_tracked_symlink_outside(proj):
+    git_init(proj)
+    (proj / "a.txt").write_text("needle\n")
+    os.symlink(proj.parent / "outside" / "secret.txt", proj / "s.txt")
+    os.symlink(proj.parent / "outside", proj / "sdir")
+    assert grep(proj, {"pattern": "needle"}) == "a.txt:1:needle"
+
+
+def test_grep_gitignore_fallback_walk(proj, monkeypatch):
+    monkeypatch.setattr(grep_mod, "_git_files", lambda d: None)
+    make_tree(proj)
+    (proj / ".gitignore").write_text("# c\nbuild/\n*.log\n/top.txt\n")
+    (proj / "build").mkdir()
+    (proj / "build" / "out.py").write_text("needle\n")
+    (proj / "run.log").write_text("needle\n")
+    (proj / "top.txt").write_text("needle\n")
+    (proj / "node_modules").mkdir()
+    (proj / "node_modules" / "m.js").write_text("needle\n")
+    assert grep(proj, {"pattern": "needle"}) == (
+        "notes.md:2:two needle\nnotes.md:7:seven needle\nsrc/a.py:3:def needle():")
+
+
+def test_grep_cap(proj):
+    (proj / "many.txt").write_text("hit\n" * 250)
+    lines = grep(proj, {"pattern": "hit"}).split("\n")
+    assert len(lines) == grep_mod.MAX_MATCHES + 1
+    assert lines[0] == "many.txt:1:hit" and lines[-2] == "many.txt:200:hit"
+    assert lines[-1] == "... (50 more matches not shown)"
+
+
+def test_grep_non_utf8_content_and_names(proj):
+    with open(os.fsencode(str(proj)) + b"/caf\xe9.txt", "wb") as f:
+        f.write(b"caf\xe9 needle\n")
+    r = grep(proj, {"pattern": "needle"})
+    assert r == "caf\ufffd.txt:1:caf\ufffd needle"
+    r.encode("utf-8")
+
+
+# ------------------------------------------------------------------ adversarial
+ADVERSARIAL = ["path ../ traversal", "absolute path outside", "symlinked file -> outside skipped",
+               "symlinked dir -> outside not followed", "git mode symlinks -> outside skipped", "path through symlinked dir refused",
+               "200 MB sparse file skipped", "binary file skipped", ".git skipped",
+               "long-line regex scan not hanging", "FIFO skipped without blocking"]
+
+
+def test_grep_outside_refused_and_symlinks(proj):
+    make_tree(proj)
+    out = proj.parent / "outside"
+    os.symlink(out / "secret.txt", proj / "s.txt")
+    os.symlink(out, proj / "sdir")
+    assert grep(proj, {"pattern": "needle", "path": "../outside"}) == "error: path outside the project"
+    assert grep(proj, {"pattern": "needle", "path": str(out)}) == "error: path outside the project"
+    assert grep(proj, {"pattern": "needle", "path": "sdir"}) == "error: path outside the project"
+    assert "SECRET" not in grep(proj, {"pattern": "needle"})
+    assert grep(proj, {"pattern": "SECRET"}) == "no matches found"
+    assert grep(proj, {"pattern": "SECRET", "path": str(out)}, allow_outside=True) == \
+        f"{out / 'secret.txt'}:1:needle SECRET"
+    assert (out / "secret.txt").read_text() == "needle SECRET\n"
+
+
+def test_grep_skips_huge_binary_and_git(proj):
+    make_tree(proj)
+    with open(proj / "big.txt", "wb") as f:
+        f.write(b"needle\n")
+        f.truncate(200 * 1024 * 1024)
+    (proj / "mid.txt").write_bytes(b"needle\n" + b"x" * (grep_mod.MAX_FILE_BYTES))
+    r = grep(proj, {"pattern": "needle"})
+    assert "big.txt" not in r and "mid.txt" not in r and "data.bin" not in r and ".git" not in r
+
+
+def test_grep_regex_linear_enough(proj):
+    (proj / "a.txt").write_text("a" * 5000 + "\n")
+    assert grep(proj, {"pattern": "a+b"}) == "no matches found"
+
+
+def test_grep_fifo_skipped(proj):
+    (proj / "a.txt").write_text("needle\n")
+    os.mkfifo(proj / "pipe")
+    assert grep(proj, {"pattern": "needle"}) == "a.txt:1:needle"
+
+
+def test_adversarial_count():
+    assert len(ADVERSARIAL) == 11

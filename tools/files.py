@@ -1,0 +1,300 @@
+"""Read and Edit tools. Both return the exact result text of the spec and never raise.
+
+Read: `f"{n:>5}→{line}"` per line, n the real 1-based line number; `offset` (0-based line offset,
+default 0) and `limit` (default 100). The file is streamed line by line, so a huge file is paged
+without loading it; a single line is read in bounded chunks and shown cut at MAX_LINE_CHARS.
+Undecodable bytes become U+FFFD. A NUL byte in the first 8 KB means `error: binary file`.
+An empty file reads as `(empty file)`; an offset past the end is an `error:` line.
+
+Edit: replaces the unique occurrence of old_string (or creates the file when old_string is absent or
+empty). Copied line-number prefixes (`^ *\\d+→`) are stripped from old_string/new_string when every
+line of that string has one (old_string is first tried literally; when it matches literally
+with its arrows, new_string is kept literal too). CRLF files stay CRLF, a UTF-8 BOM
+is kept, undecodable bytes round-trip unchanged (surrogateescape), binary files and files over MAX_EDIT_BYTES (50 MB) are refused. The
+write is atomic (temp file in the same directory + os.replace) onto the symlink-resolved target, and
+the target is re-resolved right before the rename. What remains: a parent directory swapped for a
+symlink between that re-check and the rename could still redirect the rename (no openat/O_NOFOLLOW
+walk), and a file created by another process between the create check and the rename is replaced. Result: the path, then the whole new file line-numbered when it
+has at most WHOLE_FILE_LINES lines, else the changed lines with CONTEXT_LINES lines around them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+from tools.workspace import PathOutside, display, resolve
+
+DEFAULT_LIMIT = 100
+MAX_EDIT_BYTES = 50 * 1024 * 1024
+WHOLE_FILE_LINES = 40
+CONTEXT_LINES = 4
+MAX_LINE_CHARS = 2000
+SNIFF_BYTES = 8192
+_CHUNK = 65536
+_PREFIX = re.compile(r"^ *\d+→")
+
+
+def fmt_line(n: int, line: str) -> str:
+    return f"{n:>5}→{line}"
+
+
+def is_binary_bytes(head: bytes) -> bool:
+    return b"\x00" in head[:SNIFF_BYTES]
+
+
+def _err(msg: str) -> str:
+    return f"error: {msg}"
+
+
+def get_str(args, key: str, required: bool = True):
+    """(value, error). Ints are accepted and turned into strings; None counts as missing."""
+    v = args.get(key) if isinstance(args, dict) else None
+    if v is None:
+        return None, (_err(f"missing argument {key}") if required else None)
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        return None, _err(f"invalid argument {key}: expected a string")
+    return str(v), None
+
+
+def get_int(args, key: str, default: int, minimum: int = 0):
+    v = args.get(key) if isinstance(args, dict) else None
+    if v is None or (isinstance(v, str) and v.strip() == ""):
+        return default, None
+    if isinstance(v, bool):
+        return None, _err(f"invalid argument {key}: expected an integer")
+    if isinstance(v, str):
+        s = v.strip()
+        if not re.fullmatch(r"[+-]?\d+", s):
+            return None, _err(f"invalid argument {key}: expected an integer")
+        v = int(s)
+    if not isinstance(v, int):
+        return None, _err(f"invalid argument {key}: expected an integer")
+    if v < minimum:
+        return None, _err(f"invalid argument {key}: must be at least {minimum}")
+    return v, None
+
+
+def _os_error(e: OSError) -> str:
+    if isinstance(e, FileNotFoundError):
+        return _err("file not found")
+    if isinstance(e, IsADirectoryError):
+        return _err("is a directory")
+    if isinstance(e, PermissionError):
+        return _err("permission denied")
+    return _err((e.strerror or type(e).__name__).lower())
+
+
+def _read_line(f):
+    """One line (bytes, without its newline) read in bounded chunks; None at EOF.
+    Returns (bytes_kept, truncated)."""
+    first = f.readline(_CHUNK)
+    if not first:
+        return None, False
+    if first.endswith(b"\n") or len(first) < _CHUNK:
+        return first.rstrip(b"\n"), False
+    while True:  # very long line: keep the head, drop the rest
+        more = f.readline(_CHUNK)
+        if not more or more.endswith(b"\n") or len(more) < _CHUNK:
+            return first, True
+
+
+def read(root, args: dict, *, allow_outside: bool = False) -> str:
+    try:
+        return _read(root, args, allow_outside)
+    except Exception as e:  # noqa: BLE001 - tools never raise
+        return _err(f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__)
+
+
+def _read(root, args, allow_outside):
+    path, err = get_str(args, "file_path")
+    if err:
+        return err
+    offset, err = get_int(args, "offset", 0, 0)
+    if err:
+        return err
+    limit, err = get_int(args, "limit", DEFAULT_LIMIT, 1)
+    if err:
+        return err
+    try:
+        p = resolve(root, path, write=False, allow_outside=allow_outside)
+    except PathOutside:
+        return _err("path outside the project")
+    except ValueError:
+        return _err("file not found")
+    if p.is_dir():
+        return _err("is a directory")
+    if not p.exists():
+        return _err("file not found")
+    if not p.is_file():  # FIFO, socket, device: opening could block forever
+        return _err("not a regular file")
+    try:
+        with open(p, "rb") as f:
+            if is_binary_bytes(f.read(SNIFF_BYTES)):
+                return _err("binary file")
+            f.seek(0)
+            out, n = [], 0
+            while True:
+                raw, cut = _read_line(f)
+                if raw is None:
+                    break
+                if n >= offset:
+                    if n == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                        raw = raw[3:]
+                    if raw.endswith(b"\r"):
+                        raw = raw[:-1]
+                    line = raw.decode("utf-8", "replace")
+                    if cut or len(line) > MAX_LINE_CHARS:
+                        line = line[:MAX_LINE_CHARS] + " … (line truncated)"
+                    out.append(fmt_line(n + 1, line))
+                n += 1
+                if len(out) >= limit:
+                    break
+    except OSError as e:
+        return _os_error(e)
+    if n == 0:
+        return "(empty file)"
+    if not out:
+        return _err(f"offset {offset} is past the end of the file ({n} lines)")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- Edit
+
+def strip_prefixes(s: str) -> str:
+    """Remove `^ *\\d+→` from every line when every line of `s` carries one."""
+    lines = s.split("\n")
+    body = lines[:-1] if lines and lines[-1] == "" and len(lines) > 1 else lines
+    if not body or not all(_PREFIX.match(l) for l in body):
+        return s
+    return "\n".join(_PREFIX.sub("", l, count=1) for l in lines)
+
+
+def _numbered_region(text: str, start: int, end: int) -> str:
+    """`text` (LF newlines) line-numbered; the whole file when short, else lines start..end
+    (0-based, inclusive) with CONTEXT_LINES around them."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [l[:-1] if l.endswith("\r") else l for l in lines]
+    if len(lines) <= WHOLE_FILE_LINES:
+        lo, hi = 0, len(lines)
+    else:
+        lo = max(0, start - CONTEXT_LINES)
+        hi = min(len(lines), end + 1 + CONTEXT_LINES)
+    return "\n".join(fmt_line(i + 1, lines[i]) for i in range(lo, hi))
+
+
+def _new_file_mode() -> int:
+    """0o666 minus the process umask (mkstemp alone would leave new files 0o600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _atomic_write(root, target, data: bytes, path_arg: str, mode=None):
+    d = os.path.dirname(os.fspath(target))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".nanocode-edit-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        # Re-check right before the rename: the target must still resolve to the same place.
+        if resolve(root, path_arg, write=True) != target:
+            raise PathOutside(path_arg)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def edit(root, args: dict) -> str:
+    try:
+        return _edit(root, args)
+    except PathOutside:
+        return _err("path outside the project")
+    except Exception as e:  # noqa: BLE001 - tools never raise
+        if isinstance(e, OSError):
+            return _os_error(e)
+        return _err(f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__)
+
+
+def _edit(root, args):
+    path, err = get_str(args, "file_path")
+    if err:
+        return err
+    old, err = get_str(args, "old_string", required=False)
+    if err:
+        return err
+    new, err = get_str(args, "new_string")
+    if err:
+        return err
+    try:
+        p = resolve(root, path, write=True)
+    except PathOutside:
+        return _err("path outside the project")
+    except ValueError:
+        return _err("file not found")
+    shown = display(root, p)
+    if p.is_dir():
+        return _err("is a directory")
+    new_s = strip_prefixes(new)
+
+    if not old:  # create
+        if p.exists() or os.path.lexists(p):
+            return _err("file already exists, use old_string to edit")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if resolve(root, path, write=True) != p:  # parents may have been swapped
+            return _err("path outside the project")
+        _atomic_write(root, p, new_s.encode("utf-8", "surrogateescape"), path, _new_file_mode())
+        body = _numbered_region(new_s, 0, new_s.count("\n"))
+        return shown + ("\n" + body if body else "")
+
+    if not p.exists():
+        return _err("file not found")
+    if not p.is_file():
+        return _err("not a regular file")
+    with open(p, "rb") as f:
+        if is_binary_bytes(f.read(SNIFF_BYTES)):
+            return _err("binary file")
+        if os.fstat(f.fileno()).st_size > MAX_EDIT_BYTES:
+            return _err(f"file too large to edit (over {MAX_EDIT_BYTES // 2**20} MB)")
+        f.seek(0)
+        data = f.read()
+    bom = data.startswith(b"\xef\xbb\xbf")
+    text = data[3:].decode("utf-8", "surrogateescape") if bom else data.decode("utf-8", "surrogateescape")
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    work = text.replace("\r\n", "\n") if crlf else text
+
+    def norm(s):
+        return s.replace("\r\n", "\n") if crlf else s
+
+    old_n, new_n = norm(old), norm(new_s)
+    count = work.count(old_n)
+    if count and strip_prefixes(old) != old:
+        new_n = norm(new)  # old_string's arrows are real file content: keep new_string literal too
+    if count == 0:
+        stripped = norm(strip_prefixes(old))
+        if stripped != old_n and stripped:
+            old_n, count = stripped, work.count(stripped)
+    if count == 0:
+        return _err("old_string not found")
+    if count > 1:
+        return _err("old_string is not unique")
+    idx = work.index(old_n)
+    result = work[:idx] + new_n + work[idx + len(old_n):]
+    out_text = result.replace("\n", "\r\n") if crlf else result
+    out = (b"\xef\xbb\xbf" if bom else b"") + out_text.encode("utf-8", "surrogateescape")
+    mode = os.stat(p).st_mode & 0o7777
+    _atomic_write(root, p, out, path, mode)
+    start = result[:idx].count("\n")
+    end = start + max(0, new_n.rstrip("\n").count("\n")) if new_n else start
+    shown_text = result.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    body = _numbered_region(shown_text, start, end)
+    return shown + ("\n" + body if body else "")
