@@ -47,6 +47,11 @@ def _err(msg: str) -> str:
     return f"error: {msg}"
 
 
+def unexpected(e: Exception) -> str:
+    """Tools never raise: an unexpected exception becomes one `error:` line naming it."""
+    return _err(f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__)
+
+
 def get_str(args, key: str, required: bool = True):
     """(value, error). Ints are accepted and turned into strings; None counts as missing."""
     v = args.get(key) if isinstance(args, dict) else None
@@ -103,7 +108,7 @@ def read(root, args: dict, *, allow_outside: bool = False) -> str:
     try:
         return _read(root, args, allow_outside)
     except Exception as e:  # noqa: BLE001 - tools never raise
-        return _err(f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__)
+        return unexpected(e)
 
 
 def _read(root, args, allow_outside):
@@ -220,9 +225,7 @@ def edit(root, args: dict) -> str:
     except PathOutside:
         return _err("path outside the project")
     except Exception as e:  # noqa: BLE001 - tools never raise
-        if isinstance(e, OSError):
-            return _os_error(e)
-        return _err(f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__)
+        return _os_error(e) if isinstance(e, OSError) else unexpected(e)
 
 
 def _edit(root, args):

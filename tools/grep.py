@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 
-from tools.files import SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes
+from tools.files import SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
 from tools.workspace import PathOutside, display, is_inside, resolve
 
 MAX_MATCHES = 200
@@ -95,7 +95,7 @@ def grep(root, args: dict, *, allow_outside: bool = False) -> str:
     try:
         return _grep(root, args, allow_outside)
     except Exception as e:  # noqa: BLE001 - tools never raise
-        return _err(f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__)
+        return unexpected(e)
 
 
 def _grep(root, args, allow_outside):
