@@ -178,3 +178,47 @@ def test_grep_fifo_skipped(proj):
 
 def test_adversarial_count():
     assert len(ADVERSARIAL) == 11
+
+
+# ripgrep and Python give the same bytes ------------------------------------------------------------
+needs_rg = pytest.mark.skipif(grep_mod._rg_search("x", [], 0, 0) is None, reason="rg not installed")
+
+PARITY = [
+    {"pattern": "needle"},
+    {"pattern": r"needle\b", "-A": 1},
+    {"pattern": "t", "path": "notes.md", "-A": 1, "-B": 2},
+    {"pattern": "^def ", "-B": 1},
+    {"pattern": "(?i)NEEDLE$"},
+    {"pattern": r"\d+"},
+    {"pattern": "é"},
+    {"pattern": ""},
+    {"pattern": "crlf$"},
+    {"pattern": "x", "-A": 5},
+    {"pattern": "nomatch"},
+]
+
+
+def parity_tree(p):
+    make_tree(p)
+    (p / "crlf.txt").write_bytes(b"one crlf\r\ntwo\r\nthree crlf\r\n")
+    (p / "bom.txt").write_bytes(b"\xef\xbb\xbfneedle first\nsecond 42\n")
+    (p / "latin.txt").write_bytes(b"caf\xe9 needle\nx\n")
+    (p / "uni.txt").write_text("résumé needle\n" + "x\n" * 3 + "x needle\n" * 300)
+    (p / "long.txt").write_text("needle " + "y" * 5000 + "\n")
+    (p / "noeol.txt").write_text("last needle")
+
+
+@needs_rg
+@pytest.mark.parametrize("args", PARITY, ids=[repr(a) for a in PARITY])
+def test_grep_rg_matches_python_byte_for_byte(proj, args):
+    parity_tree(proj)
+    assert grep(proj, args, use_rg=True) == grep(proj, args, use_rg=False)
+
+
+@needs_rg
+def test_grep_rg_used_and_falls_back(proj):
+    parity_tree(proj)
+    assert grep_mod._rg_search("needle", [str(proj / "notes.md")], 0, 0) is not None
+    # rg has no lookbehind: the Python engine answers, with the same format
+    assert grep_mod._rg_search("(?<=two )needle", [str(proj / "notes.md")], 0, 0) is None
+    assert grep(proj, {"pattern": "(?<=two )needle"}) == "notes.md:2:two needle"

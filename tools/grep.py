@@ -10,15 +10,26 @@ is in a git work tree and git is installed), its list is used, so .gitignore is 
 the tree is walked, skipping SKIP_DIRS and the patterns of a .gitignore at the search root (simple
 fnmatch subset: `name`, `dir/`, `/anchored`, `*.ext`; negations are ignored). Always skipped: .git,
 files over MAX_FILE_BYTES (5 MB), binary files (NUL in the first 8 KB), symlinks resolving outside
-the root, and unreadable files. ripgrep is not used (not installed here); the Python path is the
-reference implementation.
+the root, and unreadable files.
+
+Engines: the file list, the binary/size filters and the output formatting are ours either way; the
+line matching runs in ripgrep when `rg` is on PATH (linear-time regex, parallel, no catastrophic
+backtracking; pip's `ripgrep` wheel provides it) and in Python's `re` otherwise, or when rg rejects
+the pattern (lookarounds, backreferences). tests/test_tools_grep.py asserts both give identical
+output. The Python engine stops after MAX_SECONDS and says so; a single pathological pattern on one
+line can still take longer than that (re cannot be interrupted from another thread).
 """
 from __future__ import annotations
 
+import base64
 import fnmatch
+import json
 import os
 import re
+import shutil
 import subprocess
+import sys
+import time
 
 from tools.files import SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
 from tools.workspace import PathOutside, display, is_inside, resolve
@@ -26,6 +37,9 @@ from tools.workspace import PathOutside, display, is_inside, resolve
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_LINE_CHARS = 2000
+MAX_SECONDS = 20      # the Python search stops (and says so) after this long; rg gets the same limit
+RG_BATCH = 1000       # paths per rg process (argv stays far below ARG_MAX)
+TIMED_OUT = object()  # key in the search result: the Python search hit MAX_SECONDS
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache",
              ".pytest_cache", ".tox", ".ruff_cache", ".ipynb_checkpoints"}
 
@@ -91,14 +105,15 @@ def _walk_files(d: str):
     return sorted(out)
 
 
-def grep(root, args: dict, *, allow_outside: bool = False) -> str:
+def grep(root, args: dict, *, allow_outside: bool = False, use_rg: bool = True) -> str:
+    """Search; `use_rg=False` forces the Python engine (the reference the rg path must equal)."""
     try:
-        return _grep(root, args, allow_outside)
+        return _grep(root, args, allow_outside, use_rg)
     except Exception as e:  # noqa: BLE001 - tools never raise
         return unexpected(e)
 
 
-def _grep(root, args, allow_outside):
+def _grep(root, args, allow_outside, use_rg):
     pattern, err = get_str(args, "pattern")
     if err:
         return err
@@ -130,7 +145,7 @@ def _grep(root, args, allow_outside):
     else:
         files = [os.fspath(base)]
     outside_ok = allow_outside and not is_inside(root, base)
-    out, shown, hidden = [], 0, 0
+    candidates = []  # (shown name, real path) of every text file to search, in output order
     for fp in files:
         if os.sep + ".git" + os.sep in fp + os.sep and not os.sep + ".git" + os.sep in os.fspath(base) + os.sep:
             continue
@@ -141,21 +156,90 @@ def _grep(root, args, allow_outside):
             if not os.path.isfile(real) or os.path.getsize(real) > MAX_FILE_BYTES:
                 continue
             with open(real, "rb") as f:
-                data = f.read()
+                if is_binary_bytes(f.read(SNIFF_BYTES)):
+                    continue
         except OSError:
             continue
-        if is_binary_bytes(data[:SNIFF_BYTES]):
+        candidates.append((display(root, fp if is_inside(root, fp) else real), real))
+    found = _rg_search(pattern, [r for _, r in candidates], before, after) if use_rg else None
+    if found is None:
+        found = _py_search(rx, [r for _, r in candidates])
+    return _format(candidates, found, before, after)
+
+
+def _lines(data: bytes) -> list[str]:
+    """The file's lines as the search sees them: BOM dropped, bad bytes as U+FFFD, CR of CRLF cut."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    lines = data.decode("utf-8", "replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [l[:-1] if l.endswith("\r") else l for l in lines]
+
+
+def _py_search(rx, reals):
+    """{real path: (hit line indexes, {index: line})} with Python's re; stops at MAX_SECONDS."""
+    found, deadline = {}, time.monotonic() + MAX_SECONDS
+    for real in reals:
+        if time.monotonic() > deadline:
+            found[TIMED_OUT] = True
+            break
+        try:
+            with open(real, "rb") as f:
+                lines = _lines(f.read())
+        except OSError:
             continue
-        if data.startswith(b"\xef\xbb\xbf"):
-            data = data[3:]
-        text = data.decode("utf-8", "replace")
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        lines = [l[:-1] if l.endswith("\r") else l for l in lines]
         hits = [i for i, l in enumerate(lines) if rx.search(l)]
-        if not hits:
+        if hits:
+            found[real] = (hits, dict(enumerate(lines)))
+    return found
+
+
+def _rg_search(pattern, reals, before, after):
+    """The same result as _py_search from ripgrep's --json output (linear-time regex, parallel), or
+    None when rg is missing or rejects the pattern (lookarounds, backreferences): Python then runs."""
+    rg = shutil.which("rg") or shutil.which("rg", path=os.path.dirname(sys.executable))
+    if rg is None or "[[:" in pattern:  # POSIX classes mean different things to the two engines
+        return None
+    found = {}
+    flags = ["--json", "--no-config", "--no-ignore", "--hidden", "--text", "--crlf", "--no-messages",
+             "-A", str(after), "-B", str(before), "-e", pattern, "--"]
+    for i in range(0, len(reals), RG_BATCH):
+        try:
+            r = subprocess.run([rg, *flags, *reals[i:i + RG_BATCH]], capture_output=True,
+                               timeout=MAX_SECONDS)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if r.returncode not in (0, 1):
+            return None
+        for raw in r.stdout.splitlines():
+            msg = json.loads(raw)
+            if msg["type"] not in ("match", "context"):
+                continue
+            d = msg["data"]
+            path = d["path"].get("text") or os.fsdecode(base64.b64decode(d["path"]["bytes"]))
+            text = _rg_text(d["lines"]).rstrip("\n")
+            hits, lines = found.setdefault(path, ([], {}))
+            n = d["line_number"] - 1
+            lines[n] = text[:-1] if text.endswith("\r") else text
+            if msg["type"] == "match":
+                hits.append(n)
+    return found
+
+
+def _rg_text(field) -> str:
+    """A line of rg's JSON: text when it is UTF-8, else base64 bytes (decoded like _lines does)."""
+    if "text" in field:
+        return field["text"]
+    return base64.b64decode(field["bytes"]).decode("utf-8", "replace")
+
+
+def _format(candidates, found, before, after) -> str:
+    out, shown, hidden = [], 0, 0
+    for name, real in candidates:
+        if real not in found:
             continue
+        hits, lines = found[real]
         if shown >= MAX_MATCHES:
             hidden += len(hits)
             continue
@@ -163,21 +247,24 @@ def _grep(root, args, allow_outside):
             hidden += shown + len(hits) - MAX_MATCHES
             hits = hits[:MAX_MATCHES - shown]
         shown += len(hits)
-        name = display(root, fp if is_inside(root, fp) else real)
         hitset, last = set(hits), None
         for h in hits:
-            lo, hi = max(0, h - before), min(len(lines) - 1, h + after)
+            lo, hi = max(0, h - before), h + after
             if last is not None and lo <= last:
                 lo = last + 1
             elif last is not None and (before or after):
                 out.append("--")
             for i in range(lo, hi + 1):
+                if i not in lines:
+                    break
                 line = lines[i]
                 if len(line) > MAX_LINE_CHARS:
                     line = line[:MAX_LINE_CHARS] + " … (line truncated)"
                 sep = ":" if i in hitset else "-"
                 out.append(f"{name}{sep}{i + 1}{sep}{line}")
             last = max(hi, last if last is not None else -1)
+    if found.get(TIMED_OUT):
+        out.append(f"... (search stopped after {MAX_SECONDS} s: narrow the path or the pattern)")
     if not out:
         return "no matches found"
     if hidden:

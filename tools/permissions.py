@@ -1,0 +1,362 @@
+"""Permission policy: decide allow / ask / deny for each tool call before it runs.
+
+Design trade-offs (read these first):
+
+* A speed bump, not a sandbox: Bash commands are judged by their text (tools/shell.py splits
+  them into sub-commands and names destructive ones); containment lives in tools/bash.py and
+  tools/workspace.py, and the user decides every "ask". An allow rule must match EVERY
+  sub-command; a deny or ask rule matches if ANY sub-command or the whole text does, so
+  `Bash(git status*)` never allows `git status && rm -rf x`. Unbalanced quotes never auto-allow.
+* Precedence: hard denies (unknown tool, malformed args, plan mode for Edit/Bash, Edit outside
+  the project) > deny rules > destructive command (asks in every mode, whatever allow or
+  session rule matches) > ask rules > allow and session rules > the mode's default.
+* Settings: user file + project `.nanocode/settings.json` + `settings.local.json`; lists
+  concatenate, the last file naming a mode wins, an explicit mode wins over all. A project file
+  ships with the repository, so a hostile repo can grant itself `auto`: the agent should show
+  which project settings it loaded. Edits under `.nanocode/` always ask (the model cannot
+  widen its own permissions), and unknown keys are errors (a typo must not drop deny rules).
+* Path rules are gitignore-style globs on the project-relative path (`*.md` at any depth,
+  `docs/**` = `docs/` = the folder, `src/*.py` anchored); `~/` and absolute patterns match the
+  resolved absolute path. `Read(...)` rules also govern Grep; a Grep of a folder is judged by
+  the folder's path, so denying one file does not stop a Grep of its parent.
+* `always()` adds session rules: Bash gets its leading words (`pytest*`, `git status*`,
+  `python -m pytest*`; interpreters keep the script, `python x.py*`; shells, wrappers and odd
+  words get the exact text). It never makes a rule for a destructive command (returns "") and
+  outside-read rules never cover `/`, $HOME or a parent of the project (the file instead).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from tools.dispatch import TOOL_ARGS
+from tools.shell import destructive, split_command
+from tools.workspace import is_inside, real_root, resolve
+
+MODES = ("ask", "accept-edits", "auto", "plan")
+_KINDS = ("allow", "ask", "deny")
+TOOLS = tuple(TOOL_ARGS)
+_ALLOWED = {"allow": "allowed by rule", "session": "allowed for this session"}
+PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "allow" | "ask" | "deny"
+    reason: str
+    rule: str | None = None
+
+
+class SettingsError(ValueError):
+    """A malformed settings file; the message names the file, the problem and the fix."""
+
+
+# ------------------------------------------------------------------------------ rules
+
+_RULE = re.compile(r"\s*([A-Za-z]+)\s*(?:\((.*)\))?\s*", re.S)
+
+
+def parse_rule(text):
+    """"Bash" -> ("Bash", None); "Bash(git status*)" -> ("Bash", "git status*"). ValueError on junk.
+    A Claude-style trailing ":*" (`Bash(npm run test:*)`) is read as "*"."""
+    m = _RULE.fullmatch(text) if isinstance(text, str) else None
+    if not m or m.group(1) not in TOOLS:
+        raise ValueError(f"not a rule: {text!r} (expected e.g. Bash, Bash(git status*), Edit(docs/**))")
+    pattern = m.group(2)
+    if pattern is not None:
+        pattern = pattern.strip()
+        if not pattern or "\x00" in pattern:
+            raise ValueError(f"empty pattern in rule {text!r} (write {m.group(1)} to match every call)")
+        if pattern.endswith(":*"):
+            pattern = pattern[:-2] + "*"
+    return m.group(1), pattern
+
+
+def _glob_re(pat: str) -> str:
+    out, i = [], 0
+    while i < len(pat):
+        if pat.startswith("**/", i):
+            out.append("(?:.*/)?"); i += 3; continue
+        if pat.startswith("**", i):
+            out.append(".*"); i += 2; continue
+        c = pat[i]
+        j = pat.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif j > 0:
+            body = pat[i + 1:j]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body.replace("\\", "\\\\")) + "]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _path_matches(pattern: str, abs_path: str, rel: str | None, home: Path) -> bool:
+    """gitignore-style: a pattern that matches a folder matches everything below it."""
+    if pattern == "~" or pattern.startswith("~/"):
+        pattern = os.path.realpath(home) + pattern[1:]
+    if pattern.startswith("/"):  # absolute: resolve the glob-free head like the tool paths are
+        parts = pattern.split("/")
+        k = next((n for n, p in enumerate(parts) if re.search(r"[*?\[]", p)), len(parts))
+        pattern = os.path.realpath("/".join(parts[:k]) or "/").rstrip("/") + "/" + "/".join(parts[k:])
+        target = abs_path
+    elif rel is None:
+        return False
+    else:
+        target, pattern = rel, pattern.removeprefix("./")
+        if "/" not in pattern.rstrip("/"):
+            pattern = "**/" + pattern
+    while pattern.endswith(("/", "/**")):  # "docs/**" and "docs/" = the folder docs
+        pattern = pattern.removesuffix("/**").removesuffix("/")
+    rx, bits = re.compile(_glob_re(pattern)), target.split("/")
+    return not pattern or any(rx.fullmatch("/".join(bits[:n])) for n in range(1, len(bits) + 1))
+
+
+# ---------------------------------------------------------------------------- settings
+
+def _load_file(path: Path) -> dict:
+    """{"mode"?: str, "allow": [...], "ask": [...], "deny": [...]} from one settings file."""
+    def fail(problem, fix='use {"mode": "ask", "permissions": {"allow": [], "ask": [], "deny": []}}'):
+        return SettingsError(f"{path}: {problem}; fix: {fix}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if text.strip() else {}
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as e:
+        raise fail(f"invalid JSON at line {e.lineno} column {e.colno} ({e.msg})",
+                   "correct the syntax (JSON has no comments or trailing commas)") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise fail(f"cannot read settings ({e})", "make it a readable UTF-8 JSON file") from e
+    if not isinstance(data, dict):
+        raise fail("settings must be a JSON object")
+    perms = data.get("permissions", {})
+    if not isinstance(perms, dict):
+        raise fail('"permissions" must be an object')
+    for unknown in sorted(set(data) - {"mode", "permissions", "$schema"}) + sorted(set(perms) - set(_KINDS)):
+        raise fail(f"unknown key {unknown!r}")
+    out = {key: perms.get(key, []) for key in _KINDS}
+    if "mode" in data:
+        if data["mode"] not in MODES:
+            raise fail(f"unknown mode {data['mode']!r}", f"use one of {', '.join(MODES)}")
+        out["mode"] = data["mode"]
+    for key, rules in out.items():
+        if key != "mode" and not isinstance(rules, list):
+            raise fail(f'"permissions.{key}" must be a list of rule strings')
+        for rule in rules if key != "mode" else ():
+            try:
+                parse_rule(rule)
+            except ValueError as e:
+                raise fail(f'bad rule in "permissions.{key}": {e}',
+                           'write Tool or Tool(pattern), e.g. "Bash(git status*)"') from e
+    return out
+
+
+def default_user_file(home=None) -> Path:
+    env = os.environ.get("NANOCODE_HOME")
+    if env:
+        return Path(env) / "settings.json"
+    return Path(Path.home() if home is None else home) / ".config" / "nanocode" / "settings.json"
+
+
+# ------------------------------------------------------------------------------ policy
+
+_SUBCOMMANDS = {"git", "npm", "pip", "pip3", "cargo", "uv", "yarn", "pnpm", "go", "make"}
+_NO_PREFIX = re.compile(r"^(?:sh|bash|zsh|dash|ksh|fish|eval|exec|env|xargs|sudo|doas|su|timeout|nohup|"
+                        r"nice|command|builtin|source|\.|time|stdbuf|ionice)$")
+_INTERPRETERS = re.compile(r"^(?:python[\d.]*|node|perl|ruby|php|deno|bun)$")
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _bash_rule(seg: str) -> str:
+    """Session rule for one sub-command: its leading words plus "*", or the exact text."""
+    words = seg.split()
+    exact = f"Bash({_glob_escape(seg)})"
+    first = words[0]
+    if _NO_PREFIX.match(first) or re.search(r"[=$`'\"\\*?\[(){}<>|;&]", first):
+        return exact
+    lead = [first]
+    nxt = words[1] if len(words) > 1 else ""
+    if _INTERPRETERS.match(first):
+        if nxt == "-m" and len(words) > 2:
+            lead += words[1:3]
+        elif nxt and not nxt.startswith("-"):
+            lead.append(nxt)
+        else:
+            return exact
+    elif first in _SUBCOMMANDS and nxt:
+        if nxt.startswith("-"):
+            return exact
+        lead.append(nxt)
+    if any(re.search(r"[*?\[]", w) for w in lead):
+        return exact
+    return f"Bash({' '.join(lead)}*)"
+
+
+@dataclass
+class Policy:
+    root: Path
+    mode: str = "ask"
+    allow: list = field(default_factory=list)
+    ask: list = field(default_factory=list)
+    deny: list = field(default_factory=list)
+    session: list = field(default_factory=list)
+    home: Path = field(default_factory=Path.home)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise SettingsError(f"unknown mode {self.mode!r}; fix: use one of {', '.join(MODES)}")
+
+    @classmethod
+    def load(cls, root, mode=None, user_file=None, home=None) -> "Policy":
+        home = Path.home() if home is None else Path(home)
+        user_file = default_user_file(home) if user_file is None else Path(user_file)
+        proj = Path(root) / ".nanocode"
+        files = [_load_file(f) for f in (user_file, proj / "settings.json", proj / "settings.local.json")]
+        lists = {key: [r for data in files for r in data.get(key, [])] for key in _KINDS}
+        file_mode = next((data["mode"] for data in reversed(files) if "mode" in data), "ask")
+        return cls(Path(root), file_mode if mode is None else mode, session=[], home=home, **lists)
+
+    # -- matching
+
+    def _rules(self, kind: str, tool: str):
+        lists = {"allow": [("allow", self.allow), ("session", self.session)], "ask": [("ask", self.ask)],
+                 "deny": [("deny", self.deny)]}[kind]
+        for source, rules in lists:
+            for text in rules:
+                try:
+                    t, pat = parse_rule(text)
+                except ValueError:
+                    continue
+                if t == tool or (t == "Read" and tool == "Grep"):
+                    yield source, text, pat
+
+    def _match_path(self, kind, tool, abs_path, rel):
+        for source, text, pat in self._rules(kind, tool):
+            if pat is None or _path_matches(pat, abs_path, rel, self.home):
+                return source, text
+        return None
+
+    def _match_bash(self, kind, segs, full):
+        """deny/ask: any sub-command or the whole text; allow: every sub-command (rules listed)."""
+        rules = list(self._rules(kind, "Bash"))
+        hit = lambda s, pat: pat is None or fnmatchcase(s, pat)  # noqa: E731
+        if kind != "allow":
+            return next(((src, t) for src, t, p in rules for s in segs + [full] if hit(s, p)), None)
+        used = [next(((src, t) for src, t, p in rules if hit(s, p)), None) for s in segs]
+        if not used or None in used:
+            return None
+        texts = list(dict.fromkeys(t for _, t in used))
+        return ("session" if all(src == "session" for src, _ in used) else "allow"), ", ".join(texts)
+
+    # -- decisions
+
+    def check(self, name, args) -> Decision:
+        """allow / ask / deny for one tool call; never raises."""
+        try:
+            return self._check(name, args)
+        except Exception as e:  # a bug here must not crash the agent loop: let the user decide
+            return Decision("ask", f"could not check this call ({type(e).__name__}: {e})")
+
+    def _check(self, name, args) -> Decision:
+        if name not in TOOLS:
+            return Decision("deny", "unknown tool")
+        if not isinstance(args, dict):
+            return Decision("deny", "malformed arguments")
+        if self.mode == "plan" and name in ("Edit", "Bash"):
+            return Decision("deny", PLAN_REASON)
+        if name == "Bash":
+            return self._check_bash(args.get("command"))
+        key = "path" if name == "Grep" else "file_path"
+        path = args.get(key) or ("." if name == "Grep" else None)
+        if not isinstance(path, str) or not path:
+            return Decision("deny", f"missing argument {key}")
+        try:
+            full = resolve(self.root, path, write=False, allow_outside=True)
+        except (ValueError, OSError):
+            return Decision("deny", f"invalid path {path!r}")
+        inside = is_inside(self.root, full)
+        rel = os.path.relpath(full, real_root(self.root)).replace(os.sep, "/") if inside else None
+        if name == "Edit" and not inside:
+            return Decision("deny", "path outside the project")
+        shown = rel if inside else str(full)
+        for kind, action, why in (("deny", "deny", "denied by rule"), ("ask", "ask", "ask rule")):
+            m = self._match_path(kind, name, str(full), rel)
+            if m:
+                return Decision(action, f"{why}: {name} {shown}", m[1])
+        if name == "Edit" and (rel == ".nanocode" or rel.startswith(".nanocode/")):
+            return Decision("ask", f"changes nanocode settings ({rel})")
+        m = self._match_path("allow", name, str(full), rel)
+        if m:
+            return Decision("allow", _ALLOWED[m[0]], m[1])
+        if name != "Edit":
+            return Decision("allow", "reads inside the project") if inside else \
+                Decision("ask", f"reads outside the project: {shown}")
+        if self.mode in ("accept-edits", "auto"):
+            return Decision("allow", f"{self.mode} mode allows edits")
+        return Decision("ask", f"edits {shown}")
+
+    def _check_bash(self, command) -> Decision:
+        if not isinstance(command, str) or not command.strip():
+            return Decision("deny", "missing argument command")
+        pairs, ok = split_command(command)
+        segs, full = [s for _, s in pairs], " ".join(command.split())
+        m = self._match_bash("deny", segs, full)
+        if m:
+            return Decision("deny", "denied by rule", m[1])
+        reason = destructive(command, self.home)
+        if reason:
+            return Decision("ask", f"destructive: {reason}")
+        if not ok:
+            return Decision("ask", "could not parse the command (unbalanced quotes or brackets)")
+        m = self._match_bash("ask", segs, full)
+        if m:
+            return Decision("ask", "ask rule", m[1])
+        m = self._match_bash("allow", segs, full)
+        if m:
+            return Decision("allow", _ALLOWED[m[0]], m[1])
+        if self.mode == "auto":
+            return Decision("allow", "auto mode allows commands")
+        return Decision("ask", "runs a shell command")
+
+    def always(self, name, args) -> str:
+        """Add and return the session rule(s) for "always allow this"; "" when none is made
+        (destructive commands, hard denies, calls that are already allowed by default)."""
+        if name not in TOOLS or not isinstance(args, dict) or self.check(name, args).action == "deny":
+            return ""
+        rules: list[str] = []
+        if name == "Bash":
+            command = args.get("command")
+            pairs, ok = split_command(command)
+            if not ok or destructive(command, self.home):
+                return ""
+            for _, seg in pairs:
+                if not self._match_bash("allow", [seg], seg):
+                    rules.append(_bash_rule(seg))
+        elif name == "Edit":
+            rules.append("Edit")
+        else:
+            path = args.get("path") or "." if name == "Grep" else args["file_path"]
+            full = resolve(self.root, path, write=False, allow_outside=True)
+            if is_inside(self.root, full):
+                return ""
+            folder = str(full) if full.is_dir() else str(full.parent)
+            home, root = os.path.realpath(self.home), str(real_root(self.root))
+            whole = folder in ("/", home) or is_inside(folder, root)  # never all of / or $HOME
+            shown = str(full) if whole else folder
+            shown = "~" + shown[len(home):] if shown.startswith(home.rstrip("/") + "/") else shown
+            rules.append(f"Read({_glob_escape(shown)}{'' if whole else '/**'})")
+        rules = list(dict.fromkeys(rules))
+        self.session += [r for r in rules if r not in self.session]
+        return ", ".join(rules)
