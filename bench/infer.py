@@ -31,9 +31,14 @@ def main():
     ap.add_argument("--window-pattern", default=None, help="override the preset's (e.g. L)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch prefill reference")
+    ap.add_argument("--thunk-runtime", action="store_true",
+                    help="keep XLA:CPU's default runtime (the agent uses the legacy one)")
     args = ap.parse_args()
 
-    from nanocode.common import enable_compilation_cache
+    from nanocode.common import enable_compilation_cache, use_inference_runtime
+    if not args.thunk_runtime:
+        use_inference_runtime()
     enable_compilation_cache()
     import jax
     import jax.numpy as jnp
@@ -57,6 +62,8 @@ def main():
         rows.append((name, value, unit, ref))
         print(f"  {name:<44} {value:>10.2f} {unit:<9} {ref}", flush=True)
 
+    import os
+    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     print(f"{args.preset}: layers {cfg.n_layer}, width {cfg.n_embd}, vocab {cfg.vocab_size}, "
           f"max_len {S}, windows {cfg.window_pattern}, buckets {engine.buckets}, "
           f"backend {jax.default_backend()}", flush=True)
@@ -88,8 +95,12 @@ def main():
         secs = statistics.median(ttft() for _ in range(R))
         ref = f"nanochat ~{REFERENCE['ttft_256_ms']:.0f} ms" if n == 256 else ""
         row(f"time to first token, {n}-token prompt", secs * 1000, "ms", ref)
-        row(f"prefill, {n}-token prompt", n / secs, "tok/s",
-            f"nanochat ~{REFERENCE['prefill']:,.0f}" if n == 256 else "")
+        if args.no_torch:
+            ref = f"nanochat ~{REFERENCE['prefill']:,.0f}" if n == 256 else ""
+        else:
+            ref_secs = torch_prefill(cfg, ids, R)
+            ref = f"torch nanochat forward {n / ref_secs:,.0f} tok/s, ratio {ref_secs / secs:.2f}x"
+        row(f"prefill, {n}-token prompt", n / secs, "tok/s", ref)
 
     # decode: per-token streaming steps (batch 1 and 8) and the fused loop (batch 1 and 8)
     P = min(64, S - N)
@@ -148,6 +159,29 @@ def main():
     print("\n| metric | value | unit | reference |\n|---|---:|---|---|")
     for name, value, unit, ref in rows:
         print(f"| {name.strip()} | {value:,.2f} | {unit} | {ref} |")
+
+
+def torch_prefill(cfg, ids, repeats: int) -> float:
+    """Median seconds of nanochat's prefill in torch: the full forward over the prompt with
+    nanochat's math (tests/nanochat_reference.py), no grad, all logits, as nanochat's Engine
+    prefill does (its KV-cache writes are not modelled)."""
+    import torch
+    sys.path.insert(0, str(ROOT / "tests"))
+    from nanochat_reference import nanochat_forward, nanochat_state_dict
+
+    mc = dict(sequence_len=cfg.sequence_len, vocab_size=cfg.vocab_size, n_layer=cfg.n_layer,
+              n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, n_embd=cfg.n_embd,
+              window_pattern=cfg.window_pattern)
+    sd = nanochat_state_dict(mc)
+    x = torch.as_tensor(ids, dtype=torch.long)
+    times = []
+    with torch.no_grad():
+        for i in range(repeats + 1):
+            t = time.perf_counter()
+            nanochat_forward(sd, mc, x)[:, -1].argmax(-1).item()
+            if i:
+                times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 if __name__ == "__main__":
