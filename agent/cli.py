@@ -1,8 +1,19 @@
-"""`nanocode`: the terminal coding agent. Only argparse at import time, so --help is instant."""
+"""`nanocode`: the terminal coding agent. Only argparse at import time, so --help is instant
+(no jax, numpy, textual or prompt-toolkit until a model is actually run).
+
+Faces of the one loop (agent/loop.Agent): `-p PROMPT` headless (agent/headless.py), `--plain` a
+prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI when agent/tui.py exists (its
+`run(agent, args) -> int`), else the REPL.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+MODES = ("ask", "accept-edits", "auto", "plan")  # tools/permissions.MODES (not imported: light)
+ALIASES = {"edits": "accept-edits", "yolo": "auto"}  # the stub's names, still accepted
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,14 +27,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"nanocode {__version__}")
     p.add_argument(
-        "--model",
-        metavar="PATH",
-        help="checkpoint directory to run (default: the embedded default model)",
+        "--model", metavar="PATH|TAG",
+        help="checkpoint directory, or a run tag under $NANOCODE_HOME/runs/<tag>/checkpoints "
+        "(default: the model embedded in the package)",
     )
     face = p.add_mutually_exclusive_group()
     face.add_argument(
         "-p", "--print", metavar="PROMPT", dest="prompt",
-        help="headless: run one prompt to completion, print the answer and exit",
+        help="headless: run one prompt to completion, print the answer on stdout (progress on "
+        "stderr) and exit; calls that would ask for approval are rejected unless --mode/--yes "
+        "allows them",
     )
     face.add_argument(
         "--plain", action="store_true",
@@ -31,14 +44,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     perm = p.add_mutually_exclusive_group()
     perm.add_argument(
-        "--mode", choices=["ask", "edits", "yolo"],
+        "--mode", choices=list(MODES) + list(ALIASES), metavar="MODE",
         help="permission mode: ask before edits and commands (ask, the default), apply edits "
-        "without asking but ask before commands (edits), never ask (yolo)",
+        "without asking but ask before commands (accept-edits), ask only for destructive "
+        "commands (auto), read-only (plan). The old names edits and yolo still work.",
     )
     perm.add_argument(
-        "-y", "--yes", dest="mode", action="store_const", const="yolo",
-        help="same as --mode yolo",
+        "-y", "--yes", dest="mode", action="store_const", const="auto",
+        help="same as --mode auto (yolo)",
     )
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature, 0 = greedy (default 0)")
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest tokens (0: off)")
+    p.add_argument("--max-tokens", type=int, default=1024,
+                   help="most tokens per model reply (default 1024)")
+    p.add_argument("--max-steps", type=int, default=25,
+                   help="most tool calls per request before control returns to you (default 25)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--output-format", choices=["text", "json"], default="text",
+                   help="with -p: the answer as text, or JSON with answer, tool_calls, "
+                   "files_changed, steps, stop_reason")
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("-c", "--continue", dest="continue_", action="store_true",
+                        help="continue the latest session of this project")
+    resume.add_argument("--resume", metavar="ID",
+                        help="continue the session ID (see .nanocode/sessions/)")
     p.add_argument(
         "--cwd", metavar="DIR", default=".",
         help="project directory to work in (default: the current directory)",
@@ -48,16 +78,79 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
-    # The default is applied here, not in argparse, so that `--yes --mode ask` is still a conflict.
-    args.mode = args.mode or "ask"
+    # No default in argparse so that `--yes --mode ask` is still a conflict. Without a flag the
+    # settings files decide (mode_given False), and ask when none names a mode.
+    args.mode_given = args.mode is not None
+    args.mode = ALIASES.get(args.mode, args.mode) or "ask"
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    parse_args(argv)
-    from nanocode.common import not_yet
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)
 
-    return not_yet("the agent", "nanocode --help")
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from pathlib import Path
+
+    from agent.model import ModelError, load_engine, resolve_model
+
+    root = Path(args.cwd).expanduser()
+    if not root.is_dir():
+        _err(f"error: --cwd {root} is not a directory")
+        return 2
+    root = root.resolve()
+    try:
+        model_dir = resolve_model(args.model)
+    except ModelError as e:
+        _err(str(e))
+        return e.code
+
+    from agent.sessions import SessionStore, find_session, load_session
+    messages, meta, store = None, None, None
+    if args.continue_ or args.resume:
+        try:
+            path = find_session(root, args.resume)
+            messages, meta = load_session(path)
+        except (OSError, ValueError) as e:
+            _err(f"error: {e}")
+            return 2
+        store = SessionStore(root, meta.get("id") or path.stem.rsplit("-", 1)[-1], path)
+
+    # XLA:CPU's legacy runtime decodes ~1.2x faster (docs/BENCHMARKS.md "Inference engine");
+    # must be set before jax is imported, and never over the user's own flags.
+    if "XLA_FLAGS" not in os.environ:
+        os.environ["XLA_FLAGS"] = "--xla_cpu_use_thunk_runtime=false"
+    from nanocode.common import enable_compilation_cache
+    enable_compilation_cache()
+    try:
+        engine = load_engine(model_dir)
+    except ModelError as e:
+        _err(str(e))
+        return e.code
+
+    from agent.loop import Agent
+    from tools.permissions import SettingsError
+    try:
+        agent = Agent(engine, root, mode=args.mode if args.mode_given else None, messages=messages, meta=meta,
+                      temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                      max_tokens=args.max_tokens, max_steps=args.max_steps)
+    except SettingsError as e:
+        _err(f"error: {e}")
+        return 2
+    agent.meta["model"] = str(model_dir)
+    agent.store = store or SessionStore(root, agent.meta["id"])
+
+    if args.prompt is not None:
+        from agent.headless import run_headless
+        return run_headless(agent, args.prompt, args.output_format)
+    if not args.plain:
+        import importlib.util
+        if importlib.util.find_spec("agent.tui") is not None:  # written separately
+            from agent import tui
+            return tui.run(agent, args)
+    from agent.repl import run_repl
+    return run_repl(agent, model_name=str(model_dir))
 
 
 if __name__ == "__main__":

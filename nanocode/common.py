@@ -34,6 +34,30 @@ def enable_compilation_cache(
     return cache_dir
 
 
+def find_checkpoints(spec: str, home: Path | None = None) -> tuple[Path, str]:
+    """--model / --from PATH|TAG -> (directory holding step folders, run tag). PATH may be that
+    directory, a run directory (with checkpoints/) or one step folder; a TAG is a run name under
+    $NANOCODE_HOME/runs. Raises FileNotFoundError saying where it looked and what runs exist."""
+    home = Path(home) if home else nanocode_home()
+    runs, p = home / "runs", Path(spec).expanduser()
+    candidates = []
+    if p.is_dir():
+        if p.name.isdigit():  # a step folder
+            candidates.append(p.parent)
+        candidates += [p / "checkpoints", p]
+    if "/" not in spec and os.sep not in spec and spec not in (".", ".."):
+        candidates.append(runs / spec / "checkpoints")
+    for c in candidates:
+        if c.is_dir() and any(d.name.isdigit() and d.is_dir() for d in c.iterdir()):
+            run = c.parent if c.name == "checkpoints" else c
+            return c, run.name
+    known = sorted(d.name for d in runs.iterdir() if (d / "checkpoints").is_dir()) if runs.is_dir() else []
+    tried = ", ".join(str(c) for c in candidates) or str(p)
+    raise FileNotFoundError(
+        f"no checkpoint for {spec!r} (looked in {tried}); pass a checkpoint directory or a run tag "
+        f"under {runs} (known: {', '.join(known) or 'none'}); train one with `train base`")
+
+
 INFERENCE_XLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"
 
 

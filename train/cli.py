@@ -9,6 +9,7 @@ STAGES = {
     "data": "prepare the pretraining and fine-tuning data shards",
     "tokenizer": "train the BPE tokenizer (rustbpe) and save it",
     "base": "pretrain the base model (next-token cross-entropy)",
+    "synth": "generate agentic tool-use rollouts, preference pairs and eval tasks (offline)",
     "sft": "supervised fine-tuning on conversations and agent traces (masked cross-entropy)",
     "dpo": "preference tuning on chosen/rejected pairs (IPO)",
     "speedrun": "the whole pipeline, data to agent-ready checkpoint, in one command",
@@ -24,6 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_args(stages["data"])
     add_tokenizer_args(stages["tokenizer"])
     add_base_args(stages["base"])
+    from train.synth import add_synth_args  # light: no jax at import
+
+    add_synth_args(stages["synth"])
+    add_sft_args(stages["sft"])
+    add_dpo_args(stages["dpo"])
     imp = sub.add_parser(
         "import-nanochat",
         help="convert a nanochat (PyTorch) checkpoint into a nanocode checkpoint",
@@ -108,8 +114,65 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     a("--multihost", action="store_true", help="call jax.distributed.initialize() (TPU pods, multi-node GPU)")
 
 
+def _add_finetune_args(p: argparse.ArgumentParser, stage: str, lr_scale: float, batch_unit: str,
+                       device_batch: int) -> None:
+    """Flags sft and dpo share."""
+    a = p.add_argument
+    a("--from", dest="from_", metavar="TAG|DIR", required=True,
+      help="starting checkpoint: a checkpoint directory, a run directory, or a run tag under "
+      "$NANOCODE_HOME/runs/<tag>/checkpoints (its latest step)")
+    a("--data", metavar="SOURCE[*K]", nargs="+", required=True,
+      help="training data: .jsonl files, directories of .jsonl files, or hub datasets (owner/name, "
+      "needs network). SOURCE*K sees a source K times per epoch: data.jsonl*3 repeats it, "
+      "data.jsonl*0.5 takes a random half")
+    a("--val", metavar="FILE", nargs="+", help="held-out data (default: a seeded split of --data)")
+    a("--tokenizer", metavar="DIR", help="tokenizer, if the checkpoint has none "
+      "(default: $NANOCODE_HOME/tokenizer)")
+    a("--seq-len", type=int, help="row length in tokens (default: the model's); longer "
+      "conversations are dropped and counted, never cut")
+    a("--dtype", choices=["float32", "bfloat16"], help="compute dtype (default: the checkpoint's)")
+    a("--device-batch", type=int, default=device_batch,
+      help=f"{batch_unit} per device per micro-step (default: {device_batch})")
+    a("--total-batch", type=int, default=0, help=f"{batch_unit} per optimizer step "
+      "(a multiple of device batch x devices; 0 = one micro-step)")
+    a("--epochs", type=float, default=1.0, help="passes over the data (default: 1)")
+    a("--steps", type=int, default=0, help="optimizer steps (0 = from --epochs)")
+    a("--lr-scale", type=float, default=lr_scale,
+      help=f"peak learning rates = pretraining's x this, decaying linearly to 0 (default: {lr_scale})")
+    a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
+    a("--run", help=f"run name under $NANOCODE_HOME/runs (default: <from>-{stage})")
+    a("--run-dir", metavar="DIR", help="explicit run directory (overrides --run)")
+    a("--resume", action="store_true", help="continue the run from its latest checkpoint")
+    a("--log-every", type=int, default=10)
+    a("--eval-every", type=int, default=100, help="val metrics every N steps (and at 0 and the end)")
+    a("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end, and on SIGTERM)")
+    a("--keep", type=int, default=3, help="checkpoints kept")
+    a("--seed", type=int, default=0)
+    a("--peak-flops", type=float, help="per-device peak FLOP/s for MFU (default: table, or measured on CPU)")
+    a("--multihost", action="store_true", help="call jax.distributed.initialize() (TPU pods, multi-node GPU)")
+
+
+def add_sft_args(p: argparse.ArgumentParser) -> None:
+    _add_finetune_args(p, "sft", lr_scale=0.5, batch_unit="tokens", device_batch=8)
+    a = p.add_argument
+    a("--val-convs", type=int, default=200,
+      help="conversations held out for val loss when --val is not given (at most 5%% of the data)")
+    a("--eval-rows", type=int, default=64, help="packed val rows scored per eval")
+    a("--samples", type=int, default=2, help="held-out prompts sampled per eval")
+    a("--sample-tokens", type=int, default=64, help="tokens generated per sample (0 = no samples)")
+
+
+def add_dpo_args(p: argparse.ArgumentParser) -> None:
+    _add_finetune_args(p, "dpo", lr_scale=0.1, batch_unit="pairs", device_batch=4)
+    a = p.add_argument
+    a("--beta", type=float, default=0.1,
+      help="IPO strength: the loss pulls the chosen-minus-rejected log-ratio to 1/(2 beta) (default: 0.1)")
+    a("--val-pairs", type=int, default=200,
+      help="pairs held out for val metrics when --val is not given (at most 5%% of the data)")
+
+
 COMMANDS = {"data": "train.shards", "tokenizer": "train.tokenizer", "base": "train.base",
-            "import-nanochat": "train.import_nanochat"}
+            "synth": "train.synth", "sft": "train.sft", "dpo": "train.dpo", "import-nanochat": "train.import_nanochat"}
 
 
 def main(argv: list[str] | None = None) -> int:

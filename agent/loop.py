@@ -1,0 +1,498 @@
+"""The agent loop: one conversation, UI-independent. The TUI, the REPL and headless mode drive it
+through `Agent.run_turn(user_text, approve, on_event, cancel)` and only render its events.
+
+Token history. `agent.session` (an engine Session: KV cache + ids) always holds exactly the
+rendered conversation (shared/spec/AGENT_INTERFACE.md): `Tokenizer.render_conversation(
+{"messages": agent.messages})` ids, plus an open `<|assistant_start|>` while the model writes.
+The model's own tokens are kept as sampled (only new tokens are prefilled, turn after turn; the
+history then equals the render byte for byte, and token for token unless the model picked a
+non-canonical split of its own text),
+except when its output cannot be represented in the conversation schema (an unterminated or
+malformed call, a Ctrl-C inside a call): then the message keeps what can be represented and the
+Session is rebuilt from the re-rendered conversation (one prefill of the history, ~17k tok/s).
+
+One user turn: append the user message (the first also carries the system prompt, merged by the
+renderer) -> generate (grammar-masked, see agent/grammar.py) until `<|tool_call_end|>` or
+`<|assistant_end|>` -> for a call: append `<|assistant_end|>`, check it (tools.dispatch.
+check_call), ask the policy (allow / deny -> `error: <reason>` / ask -> approve(name, args,
+decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn ends), run it
+(tools.dispatch.run_tool), append the result, generate again; a plain reply ends the turn.
+Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`),
+a reply cut by `max_tokens`, a request that does not fit the context.
+
+Context. Before new tokens go in, they plus `reserve` slots for the reply must fit; if not,
+old tool outputs are replaced by `[output dropped to save context]` (oldest first, never the
+newest message), then the oldest whole turns are dropped (never the system prompt or the current
+request); the Session is rebuilt and a status event says what was dropped.
+
+Undo. The first Edit or Bash of a turn takes a tools.undo.Checkpoints snapshot (begin); the turn's
+end records its changes (end). Turns that only read cost nothing. `undo()` / `diff()` act on the
+last recorded turn.
+
+Events: `on_event(Event)`, Event.kind one of
+  "text"         {"text"}                           a piece of the assistant's prose, streamed
+  "tool_call"    {"name", "args", "step"}           a call the model made (args may be invalid)
+  "approval"     {"name", "args", "decision", "reason", "answer"}  an "ask" and the user's answer
+  "tool_result"  {"name", "args", "result", "step"}
+  "status"       {"text"}                           context dropped, loop stopped, undo note ...
+  "turn_end"     {"stop_reason", "steps"}
+run_turn returns a TurnResult (answer, tool_calls, files_changed, steps, stop_reason). It may run
+on a worker thread (approve then blocks that thread); set `cancel` from any thread.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agent.grammar import Grammar
+from agent.prompt import read_memory, system_prompt
+from tools.dispatch import check_call, run_tool
+
+DROPPED = "[output dropped to save context]"
+REJECTED = "rejected by user"
+REPEATED = "error: the same call three times in a row; stopped so the user can step in"
+STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "context")
+
+
+@dataclass
+class Event:
+    kind: str
+    data: dict
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+
+@dataclass
+class TurnResult:
+    answer: str = ""
+    tool_calls: list = field(default_factory=list)  # [{"name", "args", "result"}]
+    files_changed: list = field(default_factory=list)
+    steps: int = 0
+    stop_reason: str = "done"
+
+    def to_dict(self) -> dict:
+        return {"answer": self.answer, "tool_calls": self.tool_calls,
+                "files_changed": self.files_changed, "steps": self.steps,
+                "stop_reason": self.stop_reason}
+
+
+class ContextFull(Exception):
+    """Even after dropping everything droppable the request does not fit the context."""
+
+
+class Agent:
+    """One conversation with one model in one project.
+
+    engine: a nanocode.engine.Engine with a tokenizer. root: the project directory.
+    mode / policy: permission mode (ask, accept-edits, auto, plan) or a ready tools.permissions
+    Policy (settings files are read when only a mode is given). messages / meta: a conversation
+    to continue (agent.sessions.load). Sampling: temperature, top_k, top_p, seed (generation n
+    of the conversation uses seed + n); max_tokens per model reply. max_steps: tool calls per
+    user turn. reserve: context slots kept free for a reply (default min(max_tokens,
+    max_len // 4)). extra_mask(out) -> bool (V,) or None is ANDed with the grammar mask (tests
+    script the model with it; constrain=False turns the grammar off). store: an
+    agent.sessions.SessionStore saved after every turn. checkpoints: False disables undo.
+    """
+
+    def __init__(self, engine, root, *, mode: str = "ask", policy=None, messages=None, meta=None,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                 max_tokens: int = 1024, max_steps: int = 25, reserve: int | None = None,
+                 tool_timeout: float | None = 30.0, extra_mask=None, constrain: bool = True,
+                 memory: bool = True, store=None, checkpoints: bool = True):
+        if engine.tokenizer is None:
+            raise ValueError("the engine has no tokenizer (the checkpoint was saved without one)")
+        self.engine, self.tok = engine, engine.tokenizer
+        self.root = os.path.realpath(os.fspath(root))
+        if policy is None:
+            from tools.permissions import Policy
+            policy = Policy.load(self.root, mode=mode)
+        self.policy = policy
+        self.temperature, self.top_k, self.top_p, self.seed = temperature, top_k, top_p, seed
+        self.max_tokens, self.max_steps, self.tool_timeout = max_tokens, max_steps, tool_timeout
+        self.reserve = reserve if reserve is not None else min(max_tokens, engine.max_len // 4)
+        self.extra_mask, self.constrain, self.memory = extra_mask, constrain, memory
+        self.grammar = Grammar(self.tok, engine.cfg.vocab_size)
+        self.messages: list[dict] = [dict(m) for m in messages] if messages else []
+        self.meta = meta if meta is not None else {}
+        self.meta.setdefault("id", uuid.uuid4().hex[:8])
+        self.meta.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
+        self.meta.setdefault("cwd", self.root)
+        self.meta.setdefault("approvals", [])
+        self.meta.setdefault("turns", [])
+        self.store = store
+        self.session = engine.session()
+        self._k = 0  # messages[:_k] are in the session
+        self._dirty = True  # the session must be rebuilt from a full render
+        self._n_gen = len([m for m in self.messages if m["role"] == "assistant"])
+        self._use_checkpoints = checkpoints
+        self._ckpt = None
+        self._turn_ckpt = None
+        self._turn_start = 0
+        self._emit = lambda *a, **k: None
+        self._full = np.ones(engine.cfg.vocab_size, bool)
+        self._device_masks: dict = {}  # id(numpy mask) -> (mask, device copy); masks are memoised
+        self.mask_time = 0.0  # seconds spent in the mask hook (for the overhead number)
+        self.mask_calls = 0
+        s = self.tok.special_ids
+        self._a_start, self._a_end = s["<|assistant_start|>"], s["<|assistant_end|>"]
+        self._call_start, self._call_end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
+        self._stops = (self._a_end, self._call_end)
+
+    # ---- public helpers ------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.policy.mode
+
+    def set_mode(self, mode: str) -> None:
+        from tools.permissions import MODES
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        self.policy.mode = mode
+
+    def conversation(self) -> dict:
+        return {"messages": self.messages, "meta": self.meta}
+
+    def clear(self) -> None:
+        """Start a new conversation (new session id); settings and undo history stay."""
+        self.messages = []
+        self.meta = {"id": uuid.uuid4().hex[:8], "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                     "cwd": self.root, "approvals": [], "turns": []}
+        if self.store is not None:
+            self.store = self.store.fresh(self.meta["id"])
+        self.session = self.engine.session()
+        self._k, self._dirty, self._n_gen = 0, True, 0
+
+    def undo(self) -> list[str]:
+        """Restore the files the last recorded turn changed; returns their paths."""
+        from tools.undo import UndoError
+        ck = self._checkpoints()
+        if ck is None:
+            raise UndoError("undo is not available here (no snapshots could be taken)")
+        return ck.undo()
+
+    def diff(self) -> str:
+        """Unified diff of the last recorded turn ("" when it changed nothing)."""
+        from tools.undo import UndoError
+        ck = self._checkpoints()
+        if ck is None:
+            raise UndoError("diff is not available here (no snapshots could be taken)")
+        return ck.diff()
+
+    def rendered_ids(self) -> list[int]:
+        """The canonical render of the conversation (what the session holds, when not open)."""
+        return self.tok.render_conversation({"messages": self.messages})[0] if self.messages else []
+
+    # ---- the turn --------------------------------------------------------------------------------
+    def run_turn(self, user_text: str, approve=None, on_event=None,
+                 cancel: threading.Event | None = None) -> TurnResult:
+        emit = (lambda kind, **data: on_event(Event(kind, data))) if on_event else \
+            (lambda kind, **data: None)
+        cancel = cancel or threading.Event()
+        res = TurnResult()
+        if not self.messages:
+            memory = read_memory(self.root) if self.memory else None
+            self.messages.append({"role": "system", "content": system_prompt(self.root, memory)})
+        self.messages.append({"role": "user", "content": user_text})
+        self._turn_start = len(self.messages) - 1
+        self._emit = emit
+        last_calls: list[str] = []
+        try:
+            while True:
+                if cancel.is_set():
+                    res.stop_reason = "cancelled"
+                    break
+                try:
+                    out, stop = self._generate(emit, cancel)
+                except ContextFull as e:
+                    emit("status", text=str(e))
+                    res.stop_reason = "context"
+                    break
+                msg, call, error = self._finish_reply(out, stop)
+                if call is None and error is None:
+                    res.answer = msg["content"]
+                    res.stop_reason = {"stop": "done", "cancelled": "cancelled"}.get(stop, "max_tokens")
+                    if res.stop_reason == "max_tokens":
+                        emit("status", text=f"reply cut at {self.max_tokens} tokens")
+                    break
+                res.steps += 1
+                name, args = (call["name"], call["args"]) if call else ("?", {})
+                emit("tool_call", name=name, args=args, step=res.steps)
+                key = json.dumps([name, args], sort_keys=True)
+                last_calls = (last_calls + [key])[-3:]
+                stop_after = None
+                if error is not None:
+                    result = error
+                elif len(last_calls) == 3 and len(set(last_calls)) == 1:
+                    result, stop_after = REPEATED, "repeat"
+                else:
+                    result, stop_after = self._run_call(name, args, approve, emit, cancel)
+                res.tool_calls.append({"name": name, "args": args, "result": result})
+                emit("tool_result", name=name, args=args, result=result, step=res.steps)
+                self.messages.append({"role": "tool_result", "content": result})
+                if stop_after is None and cancel.is_set():
+                    stop_after = "cancelled"
+                if stop_after is None and res.steps >= self.max_steps:
+                    stop_after = "step_limit"
+                if stop_after:
+                    res.stop_reason = stop_after
+                    emit("status", text={
+                        "repeat": "the same call three times in a row: stopped; your turn",
+                        "step_limit": f"step limit ({self.max_steps} calls) reached; your turn",
+                        "cancelled": "cancelled",
+                        "rejected": "call rejected; your turn",
+                    }[stop_after])
+                    break
+            try:
+                self._flush(open_reply=False)
+            except ContextFull as e:  # keep going: the next turn will compact or say so again
+                emit("status", text=str(e))
+        finally:
+            if self._turn_ckpt is not None:
+                try:
+                    turn = self._ckpt.end(self._turn_ckpt)
+                    res.files_changed = list(turn.changed)
+                    ck_id = turn.id
+                except Exception as e:  # noqa: BLE001 - undo is a convenience, never fatal
+                    emit("status", text=f"could not record this turn for /undo: {e}")
+                    ck_id = None
+                self._turn_ckpt = None
+            else:
+                ck_id = None
+            self.meta["turns"].append({"user_index": self._turn_start, "steps": res.steps,
+                                       "stop_reason": res.stop_reason,
+                                       "files_changed": res.files_changed, "checkpoint": ck_id})
+            self.meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            if self.store is not None:
+                try:
+                    self.store.save(self.messages, self.meta)
+                except OSError as e:
+                    emit("status", text=f"could not save the session: {e}")
+        emit("turn_end", stop_reason=res.stop_reason, steps=res.steps)
+        return res
+
+    # ---- one call ----------------------------------------------------------------------------------
+    def _run_call(self, name, args, approve, emit, cancel):
+        err = check_call(name, args)
+        if err:
+            return err, None
+        d = self.policy.check(name, args)
+        if d.action == "deny":
+            return f"error: {d.reason}", None
+        if d.action == "ask":
+            answer = "no"
+            if approve is not None:
+                try:
+                    answer = str(approve(name, args, d)).strip().lower()
+                except (KeyboardInterrupt, EOFError):
+                    answer = "no"
+                answer = {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+                if answer not in ("yes", "no", "always"):
+                    answer = "no"
+            rule = self.policy.always(name, args) if answer == "always" else ""
+            self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,
+                                           "args": args, "reason": d.reason, "answer": answer,
+                                           **({"rule": rule} if rule else {})})
+            emit("approval", name=name, args=args, decision=d.action, reason=d.reason,
+                 answer=answer)
+            if answer == "no":
+                return REJECTED, "rejected"
+        if name in ("Edit", "Bash"):
+            self._begin_checkpoint()
+        result = run_tool(self.root, name, args, allow_outside=True, timeout=self.tool_timeout,
+                          cancel=cancel)
+        return result, None
+
+    def _checkpoints(self):
+        if self._ckpt is None and self._use_checkpoints:
+            from tools.undo import Checkpoints
+            try:
+                self._ckpt = Checkpoints(self.root)
+            except Exception as e:  # noqa: BLE001 - e.g. git missing: run without undo
+                self._use_checkpoints = False
+                self._emit(
+                    "status", text=f"undo unavailable: {e}")
+        return self._ckpt
+
+    def _begin_checkpoint(self):
+        if self._turn_ckpt is not None:
+            return
+        ck = self._checkpoints()
+        if ck is None:
+            return
+        try:
+            user = self.messages[self._turn_start]["content"]
+            self._turn_ckpt = ck.begin(user[:200])
+        except Exception as e:  # noqa: BLE001
+            self._emit("status", text=f"could not snapshot the project for /undo: {e}")
+
+    # ---- generation ------------------------------------------------------------------------------
+    def _hook(self):
+        import jax
+        state = self.grammar.state() if self.constrain else None
+        extra = self.extra_mask
+        full = self._full
+
+        dev = self._device_masks
+
+        def allowed(out):
+            t0 = time.perf_counter()
+            m = state.allowed(out) if state is not None else full
+            e = extra(out) if extra is not None else None
+            if e is not None:
+                both = m & np.asarray(e, bool)
+                m = both if both.any() else m  # never an all-False row
+            else:  # a memoised grammar mask: hand the engine its device copy (no transfer)
+                d = dev.get(id(m))
+                if d is None:
+                    d = dev[id(m)] = (m, jax.device_put(m))
+                m = d[1]
+            self.mask_time += time.perf_counter() - t0
+            self.mask_calls += 1
+            return m
+        return allowed
+
+    def _generate(self, emit, cancel):
+        """Open a reply and stream it. Returns (generated ids, "stop" | "length" | "cancelled")."""
+        self._flush(open_reply=True)
+        budget = min(self.max_tokens, self.session.room() - 1)  # one slot for <|assistant_end|>
+        if budget < 1:
+            raise ContextFull("the context is full: no room left for a reply")
+        seed = self.seed + self._n_gen
+        self._n_gen += 1
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        out, in_call, cancelled = [], False, False
+        for t in self.session.generate(max_tokens=budget, temperature=self.temperature,
+                                       top_k=self.top_k, top_p=self.top_p, seed=seed,
+                                       allowed=self._hook()):
+            out.append(t)
+            if t == self._call_start:
+                in_call = True
+                tail = dec.decode(b"", final=True)
+                if tail:
+                    emit("text", text=tail)
+            elif not in_call and not self.tok.is_special(t):
+                piece = dec.decode(self.tok.id_to_bytes(t))
+                if piece:
+                    emit("text", text=piece)
+            if cancel.is_set() and t not in self._stops:
+                cancelled = True
+                break
+        if not in_call:
+            tail = dec.decode(b"", final=True)
+            if tail:
+                emit("text", text=tail)
+        if out and out[-1] in self._stops:
+            return out, "stop"
+        return out, "cancelled" if cancelled else "length"
+
+    def _finish_reply(self, out, stop):
+        """Turn generated ids into an assistant message, close it in the session.
+        Returns (message, tool call or None, error result or None)."""
+        ends_reply = bool(out) and out[-1] == self._a_end
+        body = out[:-1] if ends_reply else list(out)
+        call, error = None, None
+        content_ids = body
+        if self._call_start in body:
+            content_ids = body[:body.index(self._call_start)]
+            if stop != "cancelled":
+                try:
+                    call = self.tok.parse_tool_call(body)
+                except ValueError as e:
+                    error = f"error: {e}"
+        msg = {"role": "assistant", "content": self.tok.decode(content_ids)}
+        if call is not None:
+            msg["tool_call"] = call
+        self.messages.append(msg)
+        # keep the sampled tokens when they are this message's render, up to the token split
+        sampled = list(out) + ([] if ends_reply else [self._a_end])
+        canonical = self._piece(msg)[1:]
+        same = (self._bytes(sampled) == self._bytes(canonical)
+                and [t for t in sampled if self.tok.is_special(t)]
+                == [t for t in canonical if self.tok.is_special(t)])
+        if same and not self._dirty:
+            if not ends_reply:
+                self.session.append([self._a_end])
+            self._k = len(self.messages)
+        else:
+            self._dirty = True  # rebuilt from the render at the next flush
+        return msg, call, error
+
+    # ---- token bookkeeping ---------------------------------------------------------------------------
+    def _bytes(self, ids) -> bytes:
+        return b"".join(self.tok.id_to_bytes(t) for t in ids)
+
+    def _piece(self, msg) -> list[int]:
+        """The ids one (non-first) message renders to (mirrors Tokenizer.render_conversation)."""
+        s, enc = self.tok.special_ids, self.tok.encode
+        if msg["role"] == "user":
+            return [s["<|user_start|>"], *enc(msg["content"]), s["<|user_end|>"]]
+        if msg["role"] == "tool_result":
+            return [s["<|tool_result_start|>"], *enc(msg["content"]), s["<|tool_result_end|>"]]
+        ids = [self._a_start, *enc(msg["content"])]
+        if msg.get("tool_call") is not None:
+            ids += self.tok.encode_tool_call(msg["tool_call"])
+        return ids + [self._a_end]
+
+    def _flush(self, open_reply: bool) -> None:
+        """Bring the session up to the conversation (+ an open <|assistant_start|>), compacting
+        the conversation when the new tokens plus the reply reserve do not fit."""
+        extra = self.reserve if open_reply else 0
+        tail = [self._a_start] if open_reply else []
+        if not self._dirty and self._k > 0:
+            new = [t for m in self.messages[self._k:] for t in self._piece(m)] + tail
+            if len(new) + extra <= self.session.room():
+                if new:
+                    self.session.append(new)
+                self._k = len(self.messages)
+                return
+        self._dirty = True  # messages may change below: only a full render is right now
+        ids = self._fit(len(tail) + extra)
+        self.session = self.engine.session()
+        self.session.append(ids + tail)
+        self._k, self._dirty = len(self.messages), False
+
+    def _fit(self, extra: int) -> list[int]:
+        """Render the conversation, dropping old tool outputs then old turns until it fits with
+        `extra` more slots. Emits one status event saying what was dropped."""
+        limit = self.engine.max_len
+        self._dropped = [0, 0]
+        try:
+            return self._drop_until_fit(extra, limit)
+        finally:
+            outputs, turns = self._dropped
+            if outputs or turns:
+                what = " and ".join(x for x in (
+                    f"{outputs} old tool output{'s' * (outputs != 1)}" if outputs else "",
+                    f"{turns} earlier turn{'s' * (turns != 1)}" if turns else "") if x)
+                self._emit("status", text=f"context full: dropped {what}",
+                           dropped_outputs=outputs, dropped_turns=turns)
+
+    def _drop_until_fit(self, extra: int, limit: int) -> list[int]:
+        while True:
+            ids = self.rendered_ids()
+            if len(ids) + extra <= limit:
+                return ids
+            last = len(self.messages) - 1
+            idx = next((i for i, m in enumerate(self.messages[:last])
+                        if m["role"] == "tool_result" and m["content"] != DROPPED), None)
+            if idx is not None:
+                self.messages[idx] = {"role": "tool_result", "content": DROPPED}
+                self._dropped[0] += 1
+                continue
+            users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+            if len(users) >= 2 and users[1] <= self._turn_start:
+                del self.messages[users[0]:users[1]]
+                self._turn_start -= users[1] - users[0]
+                self._dropped[1] += 1
+                continue
+            raise ContextFull(f"the request does not fit the context ({len(ids)} + {extra} "
+                              f"tokens > {limit}) even after dropping old output and turns; "
+                              "shorten it or /clear")

@@ -1,0 +1,57 @@
+"""Which model the agent runs: `--model PATH|TAG`, else the default model embedded in the package.
+
+PATH: a checkpoint directory (step folders inside, as `train` writes them). TAG: a run name under
+$NANOCODE_HOME/runs/<tag>/checkpoints (`train base --run TAG` etc.). No --model: the package's
+`nanocode/default_model/` (a checkpoint directory shipped with a release; none exists yet).
+Resolving a model imports nothing heavy; loading it imports jax (set XLA_FLAGS first: cli.py).
+Every failure is a ModelError whose message is one line; the CLI prints it, no traceback.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ModelError(Exception):
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def default_model_dir() -> Path:
+    import nanocode
+    return Path(nanocode.__file__).resolve().parent / "default_model"
+
+
+NO_DEFAULT = (
+    "not yet: this nanocode has no default model (nothing at {path}); train one with "
+    "`train speedrun --preset cpu-d4` (data to agent-ready checkpoint in one command) or "
+    "`train base` then `train sft`, then run `nanocode --model <run tag or checkpoint dir>`"
+)
+
+
+def resolve_model(spec: str | None) -> Path:
+    """The checkpoint directory for --model (None: the embedded default)."""
+    from nanocode.common import find_checkpoints
+    if spec is None:
+        path = default_model_dir()
+        if not path.is_dir():
+            raise ModelError(NO_DEFAULT.format(path=path), code=2)
+        return path
+    try:
+        return find_checkpoints(spec)[0]
+    except FileNotFoundError as e:
+        raise ModelError(f"error: {e}", code=2) from None
+
+
+def load_engine(path, dtype=None, max_len: int | None = None):
+    """Engine.from_checkpoint with every failure as a one-line ModelError."""
+    from nanocode.engine import Engine
+    try:
+        engine = Engine.from_checkpoint(path, dtype=dtype, max_len=max_len)
+    except Exception as e:  # noqa: BLE001 - orbax and friends raise many kinds
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise ModelError(f"error: cannot load the model at {path}: {text}") from e
+    if engine.tokenizer is None:
+        raise ModelError(f"error: the checkpoint at {path} has no tokenizer; save it with one "
+                         "(nanocode.checkpoint.save(..., tokenizer=...))")
+    return engine

@@ -1,0 +1,170 @@
+"""`nanocode --plain`: the line-based face of the loop (prompt-toolkit when stdin is a terminal,
+plain input() otherwise, so it can be driven through a pipe).
+
+The reply streams as it is written; tool calls and a short summary of each result are shown
+dimmed; a call that needs approval asks `[y]es / [n]o / [a]lways`. Ctrl-C during a turn stops
+generation or the running command (the conversation survives); at the prompt it clears the line;
+Ctrl-D or /quit leaves. Slash commands: /help /undo /diff /clear /mode [MODE] /session /quit.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from agent.headless import format_call, summarize
+
+HELP = """\
+/help            this help
+/undo            restore the files the last turn changed (Edit or Bash)
+/diff            show what the last turn changed
+/clear           start a new conversation
+/mode [MODE]     show or set the permission mode: ask, accept-edits, auto, plan
+/session         this session's id and file (continue later with --resume ID)
+/quit            leave (also Ctrl-D)"""
+
+DIM, RESET = "\033[2m", "\033[0m"
+
+
+class Console:
+    def __init__(self, out=None, color: bool | None = None):
+        self.out = out or sys.stdout
+        self.color = self.out.isatty() if color is None else color
+        self.reader = None
+        if sys.stdin.isatty():
+            try:
+                from prompt_toolkit import PromptSession
+                self.reader = PromptSession()
+            except Exception:  # noqa: BLE001 - no terminal features: fall back to input()
+                self.reader = None
+
+    def ask(self, prompt: str) -> str:
+        if self.reader is not None:
+            return self.reader.prompt(prompt)
+        self.out.write(prompt)
+        self.out.flush()
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        return line.rstrip("\n")
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def dim(self, text: str) -> None:
+        self.write((DIM + text + RESET if self.color else text) + "\n")
+
+
+def run_repl(agent, model_name: str = "", console: Console | None = None) -> int:
+    from nanocode import __version__
+    con = console or Console()
+    con.dim(f"nanocode {__version__} | model {model_name} | mode {agent.mode} | {agent.root}")
+    con.dim("/help for commands; Ctrl-C stops a turn; Ctrl-D quits")
+    if agent.messages:
+        con.dim(f"continuing session {agent.meta.get('id')} "
+                f"({sum(m['role'] == 'user' for m in agent.messages)} earlier requests)")
+    state = {"open": False}
+
+    def on_event(ev):
+        if ev.kind == "text":
+            con.write(ev["text"])
+            state["open"] = True
+            return
+        if state["open"]:
+            con.write("\n")
+            state["open"] = False
+        if ev.kind == "tool_call":
+            con.dim(f"> {format_call(ev['name'], ev['args'])}")
+        elif ev.kind == "tool_result":
+            con.dim(f"  {summarize(ev['result'])}")
+        elif ev.kind == "status":
+            con.dim(f"[{ev['text']}]")
+
+    def approve(name, args, decision):
+        if state["open"]:
+            con.write("\n")
+            state["open"] = False
+        con.write(f"{name} needs approval ({decision.reason}):\n")
+        if name == "Edit":
+            con.write(f"  file: {args.get('file_path')}\n")
+            if args.get("old_string") is not None:
+                con.write("".join(f"  - {ln}\n" for ln in str(args["old_string"]).splitlines()))
+            con.write("".join(f"  + {ln}\n" for ln in str(args.get("new_string", "")).splitlines()))
+        else:
+            con.write(f"  {format_call(name, args, width=400)}\n")
+        while True:
+            try:
+                answer = con.ask("allow? [y]es / [n]o / [a]lways for this session: ").strip().lower()
+            except (KeyboardInterrupt, EOFError):
+                return "no"
+            if answer in ("y", "yes", "n", "no", "a", "always"):
+                return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+
+    while True:
+        try:
+            text = con.ask("> ")
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            con.write("\n")
+            return 0
+        text = text.strip()
+        if not text:
+            continue
+        if text.startswith("/"):
+            if slash(agent, text, con):
+                return 0
+            continue
+        cancel = threading.Event()
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.getsignal(signal.SIGINT) if main else None
+        if main:
+            signal.signal(signal.SIGINT, lambda *a: cancel.set())
+        try:
+            agent.run_turn(text, approve=approve, on_event=on_event, cancel=cancel)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, old)
+        if state["open"]:
+            con.write("\n")
+            state["open"] = False
+
+
+def slash(agent, text: str, con) -> bool:
+    """Run one slash command; True means quit."""
+    from tools.undo import UndoError
+    cmd, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if cmd in ("/quit", "/exit", "/q"):
+        return True
+    if cmd == "/help":
+        con.write(HELP + "\n")
+    elif cmd == "/undo":
+        try:
+            paths = agent.undo()
+            con.write(f"restored: {', '.join(paths)}\n" if paths else "nothing to undo\n")
+        except UndoError as e:
+            con.write(f"{e}\n")
+    elif cmd == "/diff":
+        try:
+            con.write((agent.diff() or "the last turn changed nothing") + "\n")
+        except UndoError as e:
+            con.write(f"{e}\n")
+    elif cmd == "/clear":
+        agent.clear()
+        con.write("new conversation\n")
+    elif cmd == "/mode":
+        if rest:
+            try:
+                agent.set_mode(rest)
+            except ValueError as e:
+                con.write(f"{e}\n")
+                return False
+        con.write(f"mode: {agent.mode}\n")
+    elif cmd == "/session":
+        path = getattr(agent.store, "path", None)
+        con.write(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") + "\n")
+    else:
+        con.write(f"unknown command {cmd}; /help lists them\n")
+    return False

@@ -1,0 +1,74 @@
+"""`evals bpb`: bits per byte of a checkpoint on the held-out (val) code and text shards.
+
+Reuses train/base.py's make_evaluator (the exact number `train base` logs as val_bpb_<source>), so
+the two can be compared directly. Bits per byte divide by UTF-8 bytes, not tokens, so models with
+different tokenizers compare; special tokens (BOS) carry 0 bytes and are not scored. Trade-off:
+only the first --batches x --rows x --seq-len tokens of each source are scored (the same rows
+every time), a cheap and stable estimate rather than the whole split. It also prints two greedy
+samples (make_evaluator does).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main(args) -> int:
+    from nanocode.common import enable_compilation_cache, nanocode_home
+    from evals.codegen import ModelError, out_dir, resolve_model
+    enable_compilation_cache()
+    from nanocode.checkpoint import latest_step, load_params
+    from nanocode.tokenizer import Tokenizer
+    from train.base import make_evaluator
+    from train.loader import data_sources
+    from train.loop import make_mesh
+    from train.shards import DataError
+
+    t0 = time.perf_counter()
+    try:
+        ckpt, tag = resolve_model(args.model)
+        step = args.step if args.step is not None else latest_step(ckpt)
+        if step is None:
+            raise ModelError(f"no complete checkpoint in {ckpt}; train one with `train base`")
+        params, cfg, tok_dict, _ = load_params(ckpt, step)
+        if not tok_dict:
+            raise ModelError(f"checkpoint {ckpt}/{step} has no tokenizer saved with it")
+        data = Path(args.data).expanduser() if args.data else nanocode_home() / "data"
+        sources, _ = data_sources(data, 0.5)
+    except (ModelError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    tok = Tokenizer.from_dict(tok_dict)
+    seq_len = min(args.seq_len or cfg.sequence_len, cfg.sequence_len)
+    evaluate = make_evaluator(cfg, tok, sources, args.rows, seq_len, args.batches, make_mesh())
+    scores = evaluate(params, step)
+    if not scores:
+        print(f"error: no val rows in {data} (each source needs >= {args.rows} rows of "
+              f"{seq_len} tokens); lower --rows/--seq-len or make more val data", file=sys.stderr)
+        return 2
+    summary = {"eval": "bpb", "model": tag, "checkpoint": str(ckpt), "step": int(step),
+               **{k.removeprefix("val_"): v for k, v in scores.items()}, "data": str(data),
+               "rows": args.rows, "seq_len": seq_len, "batches": args.batches,
+               "seconds": round(time.perf_counter() - t0, 1)}
+    dest = out_dir(args, tag)
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"bpb_step{step}.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"{'model':<16} {'step':>7} " + " ".join(f"{k.removeprefix('val_'):>12}" for k in scores))
+    print(f"{tag[:16]:<16} {step:>7} " + " ".join(f"{v:>12.4f}" for v in scores.values()))
+    print(f"wrote {path}")
+    return 0
+
+
+def add_arguments(p) -> None:
+    a = p.add_argument
+    a("--model", required=True, help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--data", help="data dir holding code/ and text/ shards (default $NANOCODE_HOME/data)")
+    a("--rows", type=int, default=8, help="rows per batch (default 8)")
+    a("--seq-len", type=int, help="tokens per row (default: the model's sequence_len)")
+    a("--batches", type=int, default=8, help="val batches per source (default 8)")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")

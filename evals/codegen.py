@@ -1,0 +1,205 @@
+"""Run a code-generation eval end to end: sample n completions per problem with the engine, execute
+each in the sandbox, score pass@k, save per-problem JSONL + a summary JSON, print a table.
+
+Trade-offs and numbers:
+- One Engine.generate call per problem (and per --batch rows): the prompt is prefilled once and its
+  KV cache broadcast to the n sample rows. Prompts of different problems have different lengths
+  and the engine batches only equal-length prompts, so problems are not batched together.
+- Execution overlaps generation: each problem's programs go to a thread pool (--workers, default
+  the core count) as soon as they are sampled. On the 2-core box HumanEval's 164 canonical
+  solutions take ~16 s to execute (the harness-validity run, no model).
+- Text stop strings are applied after generation (the engine stops on token ids only), so a base
+  model decodes up to --max-tokens per sample even when the function ended early.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from evals import sandbox, tasks
+from evals.passk import DEFAULT_KS, mean_pass_at_k
+
+
+class ModelError(ValueError):
+    """--model names no checkpoint; the message says where it looked."""
+
+
+def resolve_model(model: str) -> tuple[Path, str]:
+    """--model PATH|TAG -> (checkpoint directory, run tag), as ModelError when there is none."""
+    from nanocode.common import find_checkpoints
+    try:
+        return find_checkpoints(model)
+    except FileNotFoundError as e:
+        raise ModelError(str(e)) from None
+
+
+def out_dir(args, tag: str) -> Path:
+    from nanocode.common import nanocode_home
+    return Path(args.out).expanduser() if args.out else nanocode_home() / "evals" / tag
+
+
+def _bar(total: int, desc: str, quiet: bool):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="problem", disable=quiet, file=sys.stderr,
+                dynamic_ncols=True)
+
+
+def run_reference(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
+    """--canonical / --stubs: the harness-validity run, no model."""
+    which = "stubs" if args.stubs else "canonical"
+    bar = _bar(len(problems), which, args.quiet)
+    results = sandbox.run_many([tasks.program(p, tasks.reference(p, args.stubs)) for p in problems],
+                               _limits(args), args.workers, on_done=lambda i, r: bar.update())
+    bar.close()
+    rows = [{"task_id": p.task_id, "n": 1, "c": int(r.status == "passed"),
+             "samples": [_sample_row(tasks.reference(p, args.stubs), r)]}
+            for p, r in zip(problems, results)]
+    return rows, {"model": which, "mode": which, "n": 1}
+
+
+def _limits(args) -> sandbox.Limits:
+    return sandbox.Limits(timeout=args.timeout, memory_mb=args.memory_mb)
+
+
+def _sample_row(solution: str, r: sandbox.Result, text: str | None = None) -> dict:
+    row = {"status": r.status, "seconds": r.seconds, "stderr_tail": r.stderr[-500:]}
+    if text is not None:
+        row["completion"] = text
+    row["solution"] = solution
+    return row
+
+
+def run_model(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
+    """Sample args.n completions per problem and execute them."""
+    from nanocode.common import enable_compilation_cache
+    enable_compilation_cache()
+    from nanocode.checkpoint import latest_step, load_params
+    from nanocode.engine import Engine
+    from nanocode.tokenizer import Tokenizer
+
+    ckpt, tag = resolve_model(args.model)
+    step = args.step if args.step is not None else latest_step(ckpt)
+    if step is None:
+        raise ModelError(f"no complete checkpoint in {ckpt}; train one with `train base`")
+    params, cfg, tok_dict, meta = load_params(ckpt, step)
+    if not tok_dict:
+        raise ModelError(f"checkpoint {ckpt}/{step} has no tokenizer saved with it")
+    tok = Tokenizer.from_dict(tok_dict)
+    engine = Engine(params, cfg, tok)
+    stage = (meta or {}).get("stage", "base")
+    mode = args.mode if args.mode != "auto" else ("chat" if stage in ("sft", "dpo") else "completion")
+    stops = list(engine.stop_ids) + ([tok.bos_id] if mode == "completion" else [])
+    batch = max(1, args.batch or args.n)
+
+    pool = ThreadPoolExecutor(max_workers=args.workers or os.cpu_count() or 1)
+    sandbox.isolation()
+    pending = []  # (problem index, [(text, solution, future)])
+    bar = _bar(len(problems), f"{args.task} sample+run", args.quiet)
+    for pi, p in enumerate(problems):
+        if mode == "chat":
+            ids = tok.render_for_completion({"messages": [{"role": "user", "content": tasks.chat_message(p)}]})
+        else:
+            ids = [tok.bos_id] + tok.encode(tasks.completion_prompt(p))
+        room = engine.max_len - len(ids)
+        samples = []
+        if room < 1:
+            over = sandbox.Result("failed", None, 0.0, "", "prompt longer than the model's context", "")
+            samples = [("", "", over)] * args.n
+        else:
+            budget = min(args.max_tokens, room)
+            for start in range(0, args.n, batch):
+                k = min(batch, args.n - start)
+                outs = engine.generate(ids, n=k, max_tokens=budget, stop=stops,
+                                       temperature=args.temperature, top_k=args.top_k,
+                                       top_p=args.top_p, seed=args.seed + 1000003 * pi + start)
+                for out in outs:
+                    text = tok.decode([t for t in out if t not in stops])
+                    sol = tasks.solution_from_completion(p, text, mode)
+                    samples.append((text, sol, pool.submit(sandbox.run_program, tasks.program(p, sol),
+                                                           _limits(args))))
+        pending.append((pi, samples))
+        bar.update()
+    bar.close()
+    rows = []
+    for pi, samples in pending:
+        res = [(t, s, f if isinstance(f, sandbox.Result) else f.result()) for t, s, f in samples]
+        rows.append({"task_id": problems[pi].task_id, "n": len(res),
+                     "c": sum(r.status == "passed" for _, _, r in res),
+                     "samples": [_sample_row(s, r, t) for t, s, r in res]})
+    pool.shutdown()
+    info = {"model": tag, "checkpoint": str(ckpt), "step": int(step), "stage": stage, "mode": mode,
+            "n": args.n, "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+            "max_tokens": args.max_tokens, "seed": args.seed}
+    return rows, info
+
+
+def main(args) -> int:
+    t0 = time.perf_counter()
+    reference = args.canonical or args.stubs
+    if not reference and not args.model:
+        print(f"error: evals {args.task} needs --model PATH|TAG (or --canonical / --stubs to check "
+              "the harness without a model)", file=sys.stderr)
+        return 2
+    if args.n < 1 or any(k < 1 for k in args.k):
+        print("error: --n and --k must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        problems = tasks.load_task(args.task, args.data, args.limit)
+        rows, info = run_reference(args, problems) if reference else run_model(args, problems)
+    except (tasks.TaskError, ModelError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    ks = [k for k in args.k if k <= min(r["n"] for r in rows)]
+    scores = mean_pass_at_k([(r["n"], r["c"]) for r in rows], ks)
+    statuses = Counter(s["status"] for r in rows for s in r["samples"])
+    iso = sandbox.isolation()
+    summary = {"eval": args.task, **info, "problems": len(rows), "solved": sum(r["c"] > 0 for r in rows),
+               **scores, "k": ks, "statuses": dict(statuses), "data": args.data or "default",
+               "limit": args.limit, "timeout_s": args.timeout, "memory_mb": args.memory_mb,
+               "isolation": iso, "seconds": round(time.perf_counter() - t0, 1)}
+    dest = out_dir(args, "reference" if reference else info["model"])
+    dest.mkdir(parents=True, exist_ok=True)
+    name = args.task + (f"_{info['mode']}" if reference else f"_step{info['step']}")
+    with open(dest / f"{name}.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    (dest / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"{'eval':<14} {'model':<16} {'mode':<10} {'n':>4} {'solved':>9} "
+          + " ".join(f"{k:>9}" for k in scores))
+    print(f"{args.task:<14} {str(info['model'])[:16]:<16} {info['mode']:<10} {info['n']:>4} "
+          f"{summary['solved']:>4}/{len(rows):<4} " + " ".join(f"{v:>9.4f}" for v in scores.values()))
+    print(f"isolation: {iso['name']} (network blocked: {iso['network_blocked']}, read-only fs: "
+          f"{iso['readonly_fs']}, cgroups: {','.join(iso['cgroups']) or 'none'}); statuses "
+          f"{dict(statuses)}; {summary['seconds']} s; wrote {dest / (name + '.json')}")
+    return 0
+
+
+def add_arguments(p) -> None:
+    a = p.add_argument
+    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--data", help="local JSONL[.gz] in the upstream format (offline source for hub datasets)")
+    a("--mode", choices=("auto", "completion", "chat"), default="auto",
+      help="prompting: auto = chat for sft/dpo checkpoints, else completion")
+    a("--n", type=int, default=1, help="samples per problem (default 1)")
+    a("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="pass@k values (those <= n)")
+    a("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    a("--top-k", type=int, default=0)
+    a("--top-p", type=float, default=1.0)
+    a("--max-tokens", type=int, default=512, help="new tokens per sample (default 512)")
+    a("--batch", type=int, default=0, help="sample rows per generate call (default: n)")
+    a("--seed", type=int, default=0)
+    a("--limit", type=int, help="only the first N problems (quick runs)")
+    a("--timeout", type=float, default=10.0, help="seconds per program (default 10)")
+    a("--memory-mb", type=int, default=2048, help="address-space limit per program (default 2048)")
+    a("--workers", type=int, default=0, help="programs run in parallel (default: core count)")
+    a("--canonical", action="store_true", help="run the reference solutions (no model): all must pass")
+    a("--stubs", action="store_true", help="run `pass` stubs (no model): all must fail")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
+    a("--quiet", action="store_true", help="no progress bar")

@@ -1,0 +1,162 @@
+"""The `nanocode` command: model selection, headless -p (text and JSON), the plain REPL driven
+by a scripted console, and --help without jax."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from agent import cli, model
+from agent.loop import Agent
+from agent.repl import run_repl
+from agent.sessions import list_sessions, load_session
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    """A tiny random checkpoint with its tokenizer, saved the way `train` saves one."""
+    from nanocode.checkpoint import save
+    from nanocode.tokenizer import train_tokenizer
+    from agent.prompt import PROMPT
+    from tiny_models import random_params, tiny
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = train_tokenizer(iter([PROMPT] * 3 + ["def f(x):\n    return x\n"] * 20), 400)
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=1024)
+    d = tmp_path_factory.mktemp("ckpt") / "checkpoints"
+    save(d, 1, random_params(cfg), config=cfg, tokenizer=tok)
+    return d
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XLA_FLAGS", "")  # the test process imported jax already: leave it be
+    p = tmp_path / "proj"
+    p.mkdir()
+    (p / "a.py").write_text("x = 1\n")
+    return p
+
+
+def test_help_imports_no_jax():
+    code = ("import sys\nfrom agent import cli\n"
+            "for argv in (['--help'], ['--version']):\n"
+            "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
+            "heavy = {'jax', 'numpy', 'textual', 'prompt_toolkit'} & set(sys.modules)\n"
+            "assert not heavy, heavy\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_flags_parse():
+    a = cli.parse_args(["--yes", "--temperature", "0.7", "--max-tokens", "9", "-p", "hi",
+                        "--output-format", "json", "--resume", "ab12", "--cwd", "/tmp"])
+    assert (a.mode, a.temperature, a.max_tokens, a.prompt, a.output_format, a.resume) == \
+        ("auto", 0.7, 9, "hi", "json", "ab12")
+    assert cli.parse_args(["--mode", "plan"]).mode == "plan"
+    assert cli.parse_args(["--mode", "edits"]).mode == "accept-edits"  # the old name
+    a = cli.parse_args([])
+    assert a.mode == "ask" and not a.mode_given  # settings files decide, else ask
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--continue", "--resume", "x"])
+
+
+def test_missing_default_model_says_how_to_train(proj, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(model, "default_model_dir", lambda: tmp_path / "nope")
+    assert cli.main(["-p", "hi", "--cwd", str(proj)]) == 2
+    err = capsys.readouterr().err
+    assert "no default model" in err and "train speedrun" in err and "train sft" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_checkpoint_is_one_line(proj, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["-p", "hi", "--model", str(empty), "--cwd", str(proj)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no checkpoint for") and len(err.strip().splitlines()) == 1
+    bad = tmp_path / "bad" / "checkpoints" / "5"  # a step folder with nothing loadable in it
+    bad.mkdir(parents=True)
+    assert cli.main(["-p", "hi", "--model", str(bad.parent), "--cwd", str(proj)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot load the model") and len(err.strip().splitlines()) == 1
+    assert cli.main(["-p", "hi", "--model", "no-such-tag", "--cwd", str(proj)]) == 2
+    assert "no checkpoint for 'no-such-tag'" in capsys.readouterr().err
+
+
+def test_model_tag_resolves_under_runs(proj, tmp_path):
+    run = tmp_path / "home" / "runs" / "mytag" / "checkpoints"
+    (run / "10").mkdir(parents=True)
+    assert model.resolve_model("mytag") == run
+
+
+def test_headless_json(ckpt, proj, capsys):
+    rc = cli.main(["-p", "what is x?", "--model", str(ckpt), "--cwd", str(proj),
+                   "--output-format", "json", "--max-tokens", "24", "--temperature", "1"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    data = json.loads(out)
+    assert set(data) >= {"answer", "tool_calls", "files_changed", "steps", "stop_reason"}
+    assert data["stop_reason"] in ("done", "max_tokens", "rejected", "repeat", "step_limit")
+    # the session was saved and renders
+    [path] = list_sessions(proj)
+    messages, meta = load_session(path)
+    assert meta["id"] == data["session"] and messages[1]["content"] == "what is x?"
+    from nanocode.checkpoint import load_tokenizer
+    load_tokenizer(ckpt).render_conversation({"messages": messages})
+    # --continue picks it up
+    rc = cli.main(["-p", "and y?", "--model", str(ckpt), "--cwd", str(proj), "--continue",
+                   "--max-tokens", "8"])
+    assert rc == 0
+    messages, _ = load_session(path)
+    assert [m["content"] for m in messages if m["role"] == "user"] == ["what is x?", "and y?"]
+    rc = cli.main(["-p", "and z?", "--model", str(ckpt), "--cwd", str(proj), "--resume",
+                   data["session"], "--max-tokens", "4"])
+    assert rc == 0 and len(list_sessions(proj)) == 1
+    assert [m["content"] for m in load_session(path)[0] if m["role"] == "user"][-1] == "and z?"
+    assert cli.main(["-p", "x", "--model", str(ckpt), "--cwd", str(proj), "--resume", "nope"]) == 2
+
+
+def test_headless_subprocess_text(ckpt, proj):
+    """The real entry point in a fresh process: exit 0, the answer alone on stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the CLI sets its own
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--model", str(ckpt),
+                        "--cwd", str(proj), "--max-tokens", "8"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env={**env, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+class FakeConsole:
+    def __init__(self, lines):
+        self.lines, self.out = list(lines), []
+
+    def ask(self, prompt):
+        self.out.append(prompt)
+        if not self.lines:
+            raise EOFError
+        return self.lines.pop(0)
+
+    def write(self, text):
+        self.out.append(text)
+
+    def dim(self, text):
+        self.out.append(text + "\n")
+
+
+def test_repl_slash_commands_and_a_turn(ckpt, proj):
+    from agent.model import load_engine
+    engine = load_engine(ckpt)
+    agent = Agent(engine, proj, max_tokens=8)
+    con = FakeConsole(["/help", "/mode plan", "hello", "/diff", "/undo", "/mode nope", "/clear",
+                       "/quit"])
+    assert run_repl(agent, "tiny", console=con) == 0
+    text = "".join(con.out)
+    assert "/undo" in text and "mode: plan" in text and "unknown mode" in text
+    assert "new conversation" in text and agent.messages == []

@@ -1,0 +1,195 @@
+"""`train synth`: rollouts are real (replayable tool results), render, follow the schema and the
+style, keep held-out names/phrasings/families out of training data, and every family's hidden
+check fails before and passes after its oracle. One task per family plus two small `main` runs
+keep the file under a minute."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+
+import pytest
+
+from nanocode.tokenizer import train_tokenizer
+from tools.dispatch import TOOL_ARGS, run_tool
+from train import synth
+from train.synth_projects import HELDOUT_WORDS
+from train.synth_tasks import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task, shows_flaw
+from train.synth_text import fragments
+
+TIMING = re.compile(r"\d+\.\d+s")
+
+
+def mask(text: str) -> str:
+    return TIMING.sub("Xs", text)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("synth-projects"))
+
+
+@pytest.fixture(scope="module")
+def oracle_runs(base):
+    """family -> (task, check before, conversation, check after), one task each."""
+    runs = {}
+    for i, family in enumerate(FAMILIES):
+        task = make_task(family, 7 + i, heldout=family in EVAL_ONLY_FAMILIES or i % 2 == 0, base=base)
+        before = task.check(task.root, "")
+        conv = task.rollout()
+        runs[family] = (task, before, conv, task.check(task.root, conv["messages"][-1]["content"]))
+    return runs
+
+
+def run_main(out, base, n=12, seed=3):
+    p = argparse.ArgumentParser()
+    synth.add_synth_args(p)
+    args = p.parse_args(["--out", str(out), "--n", str(n), "--seed", str(seed), "--workers", "2",
+                         "--n-eval", str(len(FAMILIES)), "--pref-ratio", "1", "--code-ratio", "0.2",
+                         "--val-fraction", "0.2", "--workdir", base])
+    assert synth.main(args) == 0
+    return {name: open(os.path.join(out, name)).read() for name in sorted(os.listdir(out))}
+
+
+@pytest.fixture(scope="module")
+def main_out(tmp_path_factory, base):
+    return run_main(tmp_path_factory.mktemp("out1"), base)
+
+
+def rows(text):
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def all_convs(main_out, oracle_runs):
+    convs = [r for name in ("train.jsonl", "val.jsonl") for r in rows(main_out[name])]
+    for name in ("preference_train.jsonl", "preference_val.jsonl"):
+        for pair in rows(main_out[name]):
+            convs += [pair["chosen"], pair["rejected"]]
+    return convs + [c for _, _, c, _ in oracle_runs.values()]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(main_out, oracle_runs):
+    texts = [m["content"] for c in all_convs(main_out, oracle_runs) for m in c["messages"]]
+    return train_tokenizer(iter(texts), 512)
+
+
+def test_families_split():
+    assert set(TRAIN_FAMILIES) | set(EVAL_ONLY_FAMILIES) == set(FAMILIES)
+    assert not set(TRAIN_FAMILIES) & set(EVAL_ONLY_FAMILIES) and len(EVAL_ONLY_FAMILIES) >= 2
+    assert synth.TRAIN_FAMILIES == TRAIN_FAMILIES and synth.make_task is make_task
+
+
+def test_check_fails_before_and_passes_after_oracle(oracle_runs):
+    for family, (task, before, conv, after) in oracle_runs.items():
+        assert not before, family
+        assert after, (family, conv["messages"][-1]["content"])
+
+
+def test_schema_and_style(main_out, oracle_runs):
+    for conv in all_convs(main_out, oracle_runs):
+        msgs = conv["messages"]
+        assert msgs[0]["role"] == "system" and msgs[1]["role"] == "user"
+        assert msgs[-1]["role"] == "assistant" and "tool_call" not in msgs[-1]
+        for a, b in zip(msgs, msgs[1:]):
+            if a.get("tool_call"):
+                assert b["role"] == "tool_result"
+            if b["role"] == "tool_result":
+                assert a.get("tool_call")
+        for m in msgs:
+            if m.get("tool_call"):
+                name, args = m["tool_call"]["name"], m["tool_call"]["args"]
+                required, optional = TOOL_ARGS[name]
+                assert set(required) <= set(args) <= set(required) | set(optional)
+
+
+def test_oracle_style(main_out, oracle_runs):
+    chosen = [c for name in ("train.jsonl", "val.jsonl") for c in rows(main_out[name])]
+    chosen += [p["chosen"] for name in ("preference_train.jsonl", "preference_val.jsonl") for p in rows(main_out[name])]
+    chosen += [c for _, _, c, _ in oracle_runs.values()]
+    for conv in chosen:
+        for m in conv["messages"]:
+            if m["role"] == "assistant":
+                assert not m["content"][:1].isupper(), m["content"]
+                assert "anything else" not in m["content"].lower()
+                assert "great question" not in m["content"].lower()
+
+
+def test_renders(tokenizer, main_out, oracle_runs):
+    for conv in all_convs(main_out, oracle_runs):
+        ids, loss_mask = tokenizer.render_conversation(conv)
+        assert len(ids) == len(loss_mask) and sum(loss_mask) > 0
+
+
+def test_tool_results_are_real(oracle_runs, base):
+    """Replaying every call on a freshly built copy of the project gives the same results."""
+    for family, (task, _, conv, _) in oracle_runs.items():
+        fresh = make_task(family, task.seed, task.heldout, base=base)
+        assert fresh.prompt == task.prompt and fresh.root == task.root
+        msgs = conv["messages"]
+        for a, b in zip(msgs, msgs[1:]):
+            if a.get("tool_call"):
+                tc = a["tool_call"]
+                if b["content"] == "rejected by user":
+                    continue
+                got = run_tool(fresh.root, tc["name"], tc["args"])
+                assert mask(got) == mask(b["content"]), (family, tc)
+
+
+def test_rejected_results_are_real(main_out, base):
+    pairs = rows(main_out["preference_train.jsonl"]) + rows(main_out["preference_val.jsonl"])
+    for pair in pairs[:3]:
+        seed, i = map(int, pair["id"].split("-"))
+        fresh = make_task(pair["family"], seed * 10**6 + i, False, base=base)
+        msgs = pair["rejected"]["messages"]
+        for a, b in zip(msgs, msgs[1:]):
+            if a.get("tool_call") and b["content"] != "rejected by user":
+                assert mask(run_tool(fresh.root, a["tool_call"]["name"], a["tool_call"]["args"])) == mask(b["content"])
+
+
+def test_preference_pairs_show_flaw(main_out):
+    pairs = rows(main_out["preference_train.jsonl"]) + rows(main_out["preference_val.jsonl"])
+    assert pairs
+    for pair in pairs:
+        assert pair["chosen"] != pair["rejected"]
+        assert shows_flaw(pair["flaw"], pair["chosen"], pair["rejected"]), pair["flaw"]
+
+
+def test_each_flaw_kind(base):
+    task = make_task("fix_bug", 11, base=base)
+    chosen = task.rollout()
+    for flaw in task.flaws:
+        rejected = make_task("fix_bug", 11, base=base).rollout(flaw)
+        assert shows_flaw(flaw, chosen, rejected), flaw
+    assert not shows_flaw("repeat", chosen, chosen)
+
+
+def test_heldout_and_eval_only_stay_out_of_training(main_out):
+    train_text = "".join(main_out[n] for n in ("train.jsonl", "val.jsonl", "preference_train.jsonl",
+                                               "preference_val.jsonl"))
+    low = train_text.lower().replace("`", "")
+    for word in HELDOUT_WORDS:
+        assert word not in low, word
+    for frag in fragments():
+        assert frag.lower() not in low, frag
+    fams = {r["family"] for n in ("train.jsonl", "val.jsonl") for r in rows(main_out[n])}
+    assert not fams & set(EVAL_ONLY_FAMILIES)
+    evals = rows(main_out["eval_tasks.jsonl"])
+    assert {e["family"] for e in evals} == set(FAMILIES)
+    for e in evals:
+        assert e["heldout"] and any(w in e["project"] for w in HELDOUT_WORDS)
+
+
+def test_eval_prompts_use_heldout_phrasings(oracle_runs):
+    frags = [f.lower() for f in fragments()]
+    for family in EVAL_ONLY_FAMILIES:
+        task = oracle_runs[family][0]
+        assert any(f in task.prompt.lower().replace("`", "") for f in frags), task.prompt
+
+
+def test_deterministic_by_seed(main_out, tmp_path, base):
+    again = run_main(tmp_path / "out2", base)
+    assert sorted(again) == sorted(main_out)
+    for name in main_out:
+        assert mask(again[name]) == mask(main_out[name]), name

@@ -1,0 +1,164 @@
+"""`train synth`: offline agentic rollouts (SFT conversations, preference pairs, eval tasks).
+
+Trade-offs: every rollout builds a real throwaway project on disk and runs the real tools (pytest
+and git included), so data is exact but costs ~0.5-1 s per conversation; worker processes
+parallelise it. Projects live at a fixed path (/tmp/nanocode-synth/<seed>/<name>, wiped before
+use and removed after) so the working directory in prompts and tool output is the same on every
+run: two runs with the same seed write identical files, except timings that tools print
+(pytest's "in 0.03s"). Two concurrent runs with the same seeds would collide on those paths.
+Held-out words and phrasings (synth_projects.HELDOUT_WORDS, synth_text.HELDOUT_PHRASES) and the
+EVAL_ONLY_FAMILIES never reach train/val data; eval_tasks.jsonl uses only them. No heavy imports
+at module level: the CLI imports this module.
+
+Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "messages"} per line),
+preference_train.jsonl / preference_val.jsonl ({"id", "family", "flaw", "chosen", "rejected"}),
+eval_tasks.jsonl ({"id", "family", "seed", "heldout", "project", "prompt", "check"}; rebuild with
+make_task(family, seed, heldout=True)) and stats.json (counts).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+
+from train.synth_tasks import (
+    BASE, EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, Task, make_task, shows_flaw)
+
+__all__ = ["add_synth_args", "main", "make_task", "Task", "FAMILIES", "TRAIN_FAMILIES",
+           "EVAL_ONLY_FAMILIES", "shows_flaw", "generate_one", "is_val"]
+
+ATTEMPTS, ATTEMPT_STRIDE = 4, 10**11  # project seeds of retries: cseed + k * stride (< EVAL_SEED0)
+EVAL_SEED0 = 10**12  # eval task seeds start here, far from training seeds (seed * 10**6 + i)
+
+
+def add_synth_args(p: argparse.ArgumentParser) -> None:
+    from nanocode.common import nanocode_home
+    p.add_argument("--out", metavar="DIR", default=str(nanocode_home() / "synth"),
+                   help="output directory (default: $NANOCODE_HOME/synth)")
+    p.add_argument("--n", type=int, default=2000, help="conversations to generate (default: 2000)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--families", default=",".join(TRAIN_FAMILIES),
+                   help="comma-separated task families (default: all training families)")
+    p.add_argument("--code-ratio", type=float, default=0.15,
+                   help="share of tool-free code-writing conversations from the stdlib (default: 0.15)")
+    p.add_argument("--pref-ratio", type=float, default=0.5,
+                   help="share of task conversations that also get a rejected rollout (default: 0.5)")
+    p.add_argument("--val-fraction", type=float, default=0.05, help="validation share (default: 0.05)")
+    p.add_argument("--n-eval", type=int, default=100, help="held-out eval tasks to write (default: 100)")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                   help="worker processes (default: min(8, cpus))")
+    p.add_argument("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
+
+
+def is_val(cid: str, fraction: float) -> bool:
+    h = int.from_bytes(hashlib.sha1(cid.encode()).digest()[:8], "big")
+    return h / 2**64 < fraction
+
+
+def generate_one(job: tuple) -> tuple[dict, dict | None]:
+    """One conversation (and maybe its preference pair) for index i of a run."""
+    from agent.prompt import system_prompt
+    from train.synth_projects import HELDOUT_WORDS
+    from train.synth_text import code_conversation
+    seed, i, families, code_ratio, pref_ratio, base = job
+    rng = random.Random(f"synth:{seed}:{i}")
+    cseed, cid = seed * 10**6 + i, f"{seed}-{i}"
+    if rng.random() < code_ratio:
+        system = system_prompt(os.path.join(base, str(cseed), "scratch"))
+        conv = code_conversation(rng, system, HELDOUT_WORDS)
+        return {"id": cid, "family": "code", "messages": conv["messages"]}, None
+    family = rng.choice(families)
+    for attempt in range(ATTEMPTS):  # a rare project where the family cannot apply: next project
+        aseed = cseed + attempt * ATTEMPT_STRIDE
+        try:
+            chosen = make_task(family, aseed, False, base).rollout()
+            pair = None
+            if rng.random() < pref_ratio:
+                flaws = make_task(family, aseed, False, base).flaws
+                for flaw in rng.sample(flaws, len(flaws)):
+                    rejected = make_task(family, aseed, False, base).rollout(flaw)
+                    if shows_flaw(flaw, chosen, rejected):
+                        pair = {"id": cid, "family": family, "flaw": flaw, "chosen": chosen,
+                                "rejected": rejected}
+                        break
+            return {"id": cid, "family": family, "messages": chosen["messages"]}, pair
+        except Exception:  # noqa: BLE001 - retried with another project, re-raised at the end
+            if attempt == ATTEMPTS - 1:
+                raise
+        finally:
+            shutil.rmtree(os.path.join(base, str(aseed)), ignore_errors=True)
+
+
+def eval_task_record(family: str, seed: int, base: str) -> dict:
+    task = make_task(family, seed, True, base)
+    shutil.rmtree(os.path.join(base, str(seed)), ignore_errors=True)
+    return {"id": f"eval-{family}-{seed}", "family": family, "seed": seed, "heldout": True,
+            "project": task.project.name, "prompt": task.prompt, "check": task.desc}
+
+
+def _write(path: str, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def main(args) -> int:
+    from tqdm import tqdm
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    bad = [f for f in families if f not in TRAIN_FAMILIES]
+    if bad:
+        print(f"error: not a training family: {', '.join(bad)} (choose from {', '.join(TRAIN_FAMILIES)}; "
+              f"eval-only: {', '.join(EVAL_ONLY_FAMILIES)})")
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir) for i in range(args.n)]
+    t0 = time.time()
+    results = []
+    bar = tqdm(total=args.n, unit="conv", dynamic_ncols=True, desc="synth")
+    if args.workers > 1:
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(args.workers) as pool:
+            for res in pool.imap(generate_one, jobs):
+                results.append(res)
+                bar.update()
+    else:
+        for job in jobs:
+            results.append(generate_one(job))
+            bar.update()
+    bar.close()
+    out = {"train": [], "val": [], "preference_train": [], "preference_val": []}
+    stats = {"seed": args.seed, "n": args.n, "families": families, "train": {}, "val": {},
+             "preference_train": {}, "preference_val": {}, "flaws": {}, "eval_tasks": {}}
+    for conv, pair in results:
+        split = "val" if is_val(conv["id"], args.val_fraction) else "train"
+        out[split].append(conv)
+        stats[split][conv["family"]] = stats[split].get(conv["family"], 0) + 1
+        if pair:
+            out["preference_" + split].append(pair)
+            stats["preference_" + split][pair["family"]] = stats["preference_" + split].get(pair["family"], 0) + 1
+            stats["flaws"][pair["flaw"]] = stats["flaws"].get(pair["flaw"], 0) + 1
+    for name, rows in out.items():
+        _write(os.path.join(args.out, name + ".jsonl"), rows)
+    all_families = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
+    evals = [eval_task_record(all_families[j % len(all_families)], EVAL_SEED0 + j, args.workdir)
+             for j in range(args.n_eval)]
+    for e in evals:
+        stats["eval_tasks"][e["family"]] = stats["eval_tasks"].get(e["family"], 0) + 1
+    _write(os.path.join(args.out, "eval_tasks.jsonl"), evals)
+    with open(os.path.join(args.out, "stats.json"), "w") as f:
+        json.dump(stats, f, indent=1, sort_keys=True)
+    dt = time.time() - t0
+    print(f"wrote {len(out['train'])} train, {len(out['val'])} val conversations, "
+          f"{len(out['preference_train']) + len(out['preference_val'])} preference pairs, {len(evals)} eval tasks "
+          f"to {args.out} in {dt:.1f}s ({args.n / max(dt, 1e-9):.2f} conv/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(prog="train synth", description=__doc__.split("\n")[0])
+    add_synth_args(ap)
+    raise SystemExit(main(ap.parse_args()))
