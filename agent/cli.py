@@ -9,7 +9,6 @@ prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI when agent/tui.py
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 MODES = ("ask", "accept-edits", "auto", "plan")  # tools/permissions.MODES (not imported: light)
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pathlib import Path
 
-    from agent.model import ModelError, load_engine, resolve_model
+    from agent.model import ModelError, resolve_model
 
     root = Path(args.cwd).expanduser()
     if not root.is_dir():
@@ -117,38 +116,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         store = SessionStore(root, meta.get("id") or path.stem.rsplit("-", 1)[-1], path)
 
-    # XLA:CPU's legacy runtime decodes ~1.2x faster (docs/BENCHMARKS.md "Inference engine");
-    # must be set before jax is imported, and never over the user's own flags.
-    if "XLA_FLAGS" not in os.environ:
-        os.environ["XLA_FLAGS"] = "--xla_cpu_use_thunk_runtime=false"
-    from nanocode.common import enable_compilation_cache
-    enable_compilation_cache()
+    if args.prompt is None and not args.plain:  # the TUI loads the model in a worker
+        from agent import tui
+        return tui.run(tui.Loader(args, root, model_dir, messages, meta, store), args)
+    from agent.model import build_agent
     try:
-        engine = load_engine(model_dir)
+        agent = build_agent(args, root, model_dir, messages, meta, store)
     except ModelError as e:
         _err(str(e))
         return e.code
-
-    from agent.loop import Agent
-    from tools.permissions import SettingsError
-    try:
-        agent = Agent(engine, root, mode=args.mode if args.mode_given else None, messages=messages, meta=meta,
-                      temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      max_tokens=args.max_tokens, max_steps=args.max_steps)
-    except SettingsError as e:
-        _err(f"error: {e}")
-        return 2
-    agent.meta["model"] = str(model_dir)
-    agent.store = store or SessionStore(root, agent.meta["id"])
-
     if args.prompt is not None:
         from agent.headless import run_headless
         return run_headless(agent, args.prompt, args.output_format)
-    if not args.plain:
-        import importlib.util
-        if importlib.util.find_spec("agent.tui") is not None:  # written separately
-            from agent import tui
-            return tui.run(agent, args)
     from agent.repl import run_repl
     return run_repl(agent, model_name=str(model_dir))
 

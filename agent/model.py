@@ -55,3 +55,24 @@ def load_engine(path, dtype=None, max_len: int | None = None):
         raise ModelError(f"error: the checkpoint at {path} has no tokenizer; save it with one "
                          "(nanocode.checkpoint.save(..., tokenizer=...))")
     return engine
+
+
+def build_agent(args, root, model_dir, messages=None, meta=None, store=None):
+    """The Agent for the CLI's flags (imports jax: the inference runtime flag is set first). Every
+    failure is a one-line ModelError; the TUI calls this on its loader thread."""
+    from nanocode.common import enable_compilation_cache, use_inference_runtime
+    use_inference_runtime()
+    enable_compilation_cache()
+    engine = load_engine(model_dir)
+    from agent.loop import Agent
+    from agent.sessions import SessionStore
+    from tools.permissions import SettingsError
+    try:
+        agent = Agent(engine, root, mode=args.mode if args.mode_given else None, messages=messages,
+                      meta=meta, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                      max_tokens=args.max_tokens, max_steps=args.max_steps)
+    except SettingsError as e:
+        raise ModelError(f"error: {e}", 2) from None
+    agent.meta["model"] = str(model_dir)
+    agent.store = store or SessionStore(root, agent.meta["id"])
+    return agent

@@ -18,10 +18,8 @@ from pathlib import Path
 
 def main(args) -> int:
     from nanocode.common import enable_compilation_cache, nanocode_home
-    from evals.codegen import ModelError, out_dir, resolve_model
+    from evals.codegen import ModelError, load_model, out_dir
     enable_compilation_cache()
-    from nanocode.checkpoint import latest_step, load_params
-    from nanocode.tokenizer import Tokenizer
     from train.base import make_evaluator
     from train.loader import data_sources
     from train.loop import make_mesh
@@ -29,19 +27,12 @@ def main(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        ckpt, tag = resolve_model(args.model)
-        step = args.step if args.step is not None else latest_step(ckpt)
-        if step is None:
-            raise ModelError(f"no complete checkpoint in {ckpt}; train one with `train base`")
-        params, cfg, tok_dict, _ = load_params(ckpt, step)
-        if not tok_dict:
-            raise ModelError(f"checkpoint {ckpt}/{step} has no tokenizer saved with it")
+        params, cfg, tok, _, ckpt, tag, step = load_model(args.model, args.step)
         data = Path(args.data).expanduser() if args.data else nanocode_home() / "data"
         sources, _ = data_sources(data, 0.5)
     except (ModelError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    tok = Tokenizer.from_dict(tok_dict)
     seq_len = min(args.seq_len or cfg.sequence_len, cfg.sequence_len)
     evaluate = make_evaluator(cfg, tok, sources, args.rows, seq_len, args.batches, make_mesh())
     scores = evaluate(params, step)

@@ -39,6 +39,20 @@ def resolve_model(model: str) -> tuple[Path, str]:
         raise ModelError(str(e)) from None
 
 
+def load_model(model: str, step: int | None = None):
+    """(params, cfg, tokenizer, metadata, checkpoint dir, run tag, step) of --model/--step."""
+    from nanocode.checkpoint import latest_step, load_params
+    from nanocode.tokenizer import Tokenizer
+    ckpt, tag = resolve_model(model)
+    step = step if step is not None else latest_step(ckpt)
+    if step is None:
+        raise ModelError(f"no complete checkpoint in {ckpt}; train one with `train base`")
+    params, cfg, tok_dict, meta = load_params(ckpt, step)
+    if not tok_dict:
+        raise ModelError(f"checkpoint {ckpt}/{step} has no tokenizer saved with it")
+    return params, cfg, Tokenizer.from_dict(tok_dict), meta, ckpt, tag, step
+
+
 def out_dir(args, tag: str) -> Path:
     from nanocode.common import nanocode_home
     return Path(args.out).expanduser() if args.out else nanocode_home() / "evals" / tag
@@ -79,18 +93,9 @@ def run_model(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
     """Sample args.n completions per problem and execute them."""
     from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
-    from nanocode.checkpoint import latest_step, load_params
     from nanocode.engine import Engine
-    from nanocode.tokenizer import Tokenizer
 
-    ckpt, tag = resolve_model(args.model)
-    step = args.step if args.step is not None else latest_step(ckpt)
-    if step is None:
-        raise ModelError(f"no complete checkpoint in {ckpt}; train one with `train base`")
-    params, cfg, tok_dict, meta = load_params(ckpt, step)
-    if not tok_dict:
-        raise ModelError(f"checkpoint {ckpt}/{step} has no tokenizer saved with it")
-    tok = Tokenizer.from_dict(tok_dict)
+    params, cfg, tok, meta, ckpt, tag, step = load_model(args.model, args.step)
     engine = Engine(params, cfg, tok)
     stage = (meta or {}).get("stage", "base")
     mode = args.mode if args.mode != "auto" else ("chat" if stage in ("sft", "dpo") else "completion")

@@ -1,0 +1,563 @@
+"""`nanocode`: the full-screen face of the loop (Textual). Only renders agent/loop.Agent events.
+
+Layout: the transcript (user messages, the assistant's prose streamed as it is written, one card
+per tool call: a Collapsible titled like `Edit src/app.py` holding the result, and for Edit a
+highlighted diff of the change; status notes dimmed), an approval prompt when the policy asks
+(y yes / n no / a always for this session), a status line (model, mode, context used/total,
+tokens/s of the last reply, what is going on) and the input (Enter submits, up/down history).
+
+Threads: the model loads on a loader thread (`run` takes a ready Agent or a zero-argument loader
+returning one, e.g. `Loader`), so the input works at once; prompts typed meanwhile wait for it.
+Each turn runs `Agent.run_turn` on a worker thread; events come back with `post_message` (thread
+safe, non-blocking, in order); `approve` blocks the worker on a threading.Event until the user
+answers. Ctrl-C sets the turn's cancel Event (stops generation or a running command); when idle
+it clears the input, and twice within 2 s quits (as does /quit or Ctrl-Q).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Button, Collapsible, Input, Static
+
+HELP = """\
+/help            this help
+/undo            restore the files the last turn changed (Edit or Bash)
+/diff            show what the last turn changed
+/clear           start a new conversation
+/compact         drop old tool outputs (automatic when the context fills)
+/mode [MODE]     show or set the permission mode: ask, accept-edits, auto, plan
+/model           the model in use
+/memory          the project memory file (NANOCODE.md or AGENTS.md) in use
+/resume          list saved sessions of this project
+/quit            leave (also Ctrl-C twice, Ctrl-Q)
+keys: Enter sends, up/down history, Ctrl-C stops the running turn"""
+
+
+# ---- loading ----------------------------------------------------------------------------------
+class LoadError(Exception):
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class Loader:
+    """Builds the Agent as cli.main does for the other faces, but on the TUI's loader thread
+    (jax is imported there). Failures are LoadError with the CLI's one-line message and code."""
+
+    def __init__(self, args, root, model_dir, messages=None, meta=None, store=None):
+        self.args, self.root, self.model_dir = args, root, Path(model_dir)
+        self.messages, self.meta, self.store = messages, meta, store
+        d = self.model_dir
+        self.name = d.parent.name if d.name == "checkpoints" else d.name
+
+    def __call__(self):
+        from agent.model import ModelError, build_agent
+        try:
+            return build_agent(self.args, self.root, self.model_dir, self.messages, self.meta,
+                               self.store)
+        except ModelError as e:
+            raise LoadError(str(e), e.code) from None
+
+
+# ---- rendering helpers ------------------------------------------------------------------------
+def call_title(name: str, args: dict) -> str:
+    first = lambda v: str(v).splitlines()[0] if str(v).strip() else ""  # noqa: E731
+    if name in ("Read", "Edit") and "file_path" in args:
+        return f"{name} {args['file_path']}"
+    if name == "Grep":
+        return f"Grep {args.get('pattern', '')!r} {args.get('path', '')}".rstrip()
+    if name == "Bash":
+        cmd = first(args.get("command", ""))
+        return f"Bash {cmd[:80]}" + ("…" if len(cmd) > 80 else "")
+    from agent.headless import format_call
+    return format_call(name, args, width=90)
+
+
+def edit_diff(args: dict) -> str:
+    """Unified diff of an Edit call (old_string -> new_string; a new file when there is none)."""
+    path = str(args.get("file_path", "?"))
+    old = str(args.get("old_string") or "").splitlines()
+    new = str(args.get("new_string", "")).splitlines()
+    lines = difflib.unified_diff(old, new, f"a/{path}" if old else "/dev/null", f"b/{path}",
+                                 lineterm="", n=2)
+    return "\n".join(lines)
+
+
+def diff_view(diff: str) -> Syntax:
+    return Syntax(diff, "diff", theme="ansi_dark", background_color="default", word_wrap=True)
+
+
+def summary(result: str) -> str:
+    from agent.headless import summarize
+    return summarize(result, width=60)
+
+
+# ---- widgets ----------------------------------------------------------------------------------
+class Reply(Static):
+    """The assistant's prose, grown piece by piece."""
+
+    def __init__(self):
+        super().__init__("", classes="assistant")
+        self.text = ""
+
+    def add(self, piece: str) -> None:
+        self.text += piece
+        self.update(Text(self.text))
+
+
+class ToolCard(Collapsible):
+    """One tool call: the header, for Edit the diff, and the result (collapsed, except Edit)."""
+
+    def __init__(self, tool: str, args: dict):
+        self.tool, self.args, self.header = tool, args, call_title(tool, args)
+        kids = [Static(diff_view(edit_diff(args)), classes="diff")] if tool == "Edit" else []
+        self.result = Static(Text("running…", style="dim"), classes="result")
+        self.result_text = None
+        super().__init__(*kids, self.result, title=Text(self.header), collapsed=tool != "Edit",
+                         classes="tool")
+
+    def set_result(self, result: str) -> None:
+        self.result_text = result
+        self.result.update(Text(result))
+        self.title = Text(f"{self.header}  ⎯ {summary(result)}")  # Text: no markup
+        if result.startswith("error:") or result == "rejected by user":
+            self.add_class("failed")
+
+
+class HistoryInput(Input):
+    BINDINGS = [Binding("up", "history(-1)", show=False), Binding("down", "history(1)", show=False)]
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.history: list[str] = []
+        self.pos, self.draft = 0, ""
+
+    def remember(self, text: str) -> None:
+        if not self.history or self.history[-1] != text:
+            self.history.append(text)
+        self.pos = len(self.history)
+
+    def action_history(self, step: int) -> None:
+        if not self.history:
+            return
+        if self.pos == len(self.history):
+            self.draft = self.value
+        self.pos = max(0, min(len(self.history), self.pos + step))
+        self.value = self.history[self.pos] if self.pos < len(self.history) else self.draft
+        self.cursor_position = len(self.value)
+
+
+class ApprovalPanel(Vertical, can_focus=True):
+    BINDINGS = [Binding("y", "answer('yes')", "yes"), Binding("n", "answer('no')", "no"),
+                Binding("a", "answer('always')", "always")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="approval-text")
+        with Horizontal(id="approval-buttons"):
+            yield Button(Text("[y]es"), id="yes", variant="success")
+            yield Button(Text("[n]o"), id="no", variant="error")
+            yield Button(Text("[a]lways for this session"), id="always")
+
+    def action_answer(self, answer: str) -> None:
+        self.app.answer_approval(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.app.answer_approval(event.button.id)
+
+
+# ---- messages from the worker threads ---------------------------------------------------------
+class Approval:
+    def __init__(self, name, args, reason):
+        self.name, self.args, self.reason = name, args, reason
+        self.answer, self.done = "no", threading.Event()
+
+
+class Call(Message):
+    """Run `fn(*args)` on the UI thread; posted from worker threads (post_message is thread
+    safe and, unlike call_from_thread, does not wait)."""
+
+    def __init__(self, fn, *args):
+        super().__init__()
+        self.fn, self.args = fn, args
+
+
+# ---- the app ----------------------------------------------------------------------------------
+class NanocodeApp(App):
+    TITLE = "nanocode"
+    CSS = """
+    #transcript { height: 1fr; padding: 0 1; }
+    .user { color: $accent; text-style: bold; margin-top: 1; }
+    .assistant { margin-top: 1; }
+    .tool { margin: 0 0 0 2; padding: 0; border: none; }
+    .tool.failed CollapsibleTitle { color: $error; }
+    #approval { display: none; height: auto; border: round $warning; padding: 0 1; }
+    #approval.show { display: block; }
+    #approval-buttons { height: auto; }
+    #approval-buttons Button { margin-right: 1; }
+    #status { height: 1; background: $panel; padding: 0 1; }
+    """
+    BINDINGS = [Binding("ctrl+c", "interrupt", "stop / quit", priority=True, show=False)]
+
+    def __init__(self, agent=None, loader=None, model_name: str = "", root=None):
+        super().__init__()
+        self.agent, self.loader = agent, loader
+        self.model_name = model_name or (agent.meta.get("model", "") if agent else "")
+        self.root = root or getattr(agent or loader, "root", None) or os.getcwd()
+        self.pending: list[str] = []  # prompts waiting for the model or for the running turn
+        self.running = False
+        self.cancel = threading.Event()
+        self.asking: Approval | None = None
+        self.tps: float | None = None
+        self.load_error: str | None = None
+        self.exit_code = 0
+        self.turns = 0  # finished turns (tests wait on it)
+        self._reply: Reply | None = None
+        self._cards: dict[int, ToolCard] = {}
+        self._last_note = ""
+        self._ctrl_c_at = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(id="transcript")
+        yield ApprovalPanel(id="approval")
+        yield Static(id="status")
+        yield HistoryInput(id="prompt", placeholder="ask nanocode… (/help for commands)")
+
+    def on_mount(self) -> None:
+        from nanocode import __version__
+        self.note(f"nanocode {__version__} in {self.root}. /help for commands; Ctrl-C stops a "
+                  "turn, twice quits")
+        if self.agent is None and self.loader is not None:
+            self.query_one(HistoryInput).placeholder = "loading model… (type away: prompts wait)"
+            threading.Thread(target=self._load, daemon=True, name="nanocode-load").start()
+        elif self.agent is not None:
+            self._model_ready()
+        self.query_one(HistoryInput).focus()
+        self.refresh_status()
+        self.set_interval(0.5, self.refresh_status)
+
+    # ---- transcript ---------------------------------------------------------------------------
+    def add(self, widget) -> None:
+        t = self.query_one("#transcript", VerticalScroll)
+        t.mount(widget)
+        self.call_after_refresh(t.scroll_end, animate=False)
+
+    def note(self, text: str, style: str = "dim") -> None:
+        self._last_note = text
+        self.add(Static(Text(text, style=style), classes="note"))
+
+    def transcript_text(self) -> str:
+        """Plain text of the transcript (for tests and debugging)."""
+        out = []
+        for w in self.query_one("#transcript").query(Static):
+            if isinstance(w.content, (str, Text)):
+                out.append(str(w.content))
+        for c in self.query(ToolCard):
+            out.append(c.header + "\n" + (c.result_text or ""))
+        return "\n".join(out)
+
+    def refresh_status(self) -> None:
+        a, parts = self.agent, [self.model_name or "nanocode"]
+        if a is None:
+            parts.append(self.load_error and "model failed to load" or "loading model…")
+        else:
+            parts += [f"mode {a.mode}", f"context {len(a.session.ids):,}/{a.engine.max_len:,}",
+                      f"{self.tps:.1f} tok/s" if self.tps else "– tok/s"]
+            parts.append("waiting for your approval" if self.asking else
+                         "working… (Ctrl-C stops)" if self.running else "ready")
+        self.query_one("#status", Static).update(Text(" │ ".join(parts)))
+
+    # ---- loading ------------------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            self.later(self.loaded, self.loader(), None, 0)
+        except LoadError as e:
+            self.later(self.loaded, None, str(e), e.code)
+        except Exception as e:  # noqa: BLE001 - shown in the transcript, not a traceback
+            self.later(self.loaded, None, f"error: cannot load the model: {e}", 1)
+
+    def loaded(self, agent, error, code) -> None:
+        if error:
+            self.load_error, self.exit_code = error, code
+            self.note(error + "\n(/quit to leave)", style="bold red")
+        else:
+            self.agent = agent
+            self.model_name = self.model_name or agent.meta.get("model", "")
+            self._model_ready()
+        self.refresh_status()
+
+    def _model_ready(self) -> None:
+        self.query_one(HistoryInput).placeholder = "ask nanocode… (/help for commands)"
+        a = self.agent
+        if a.messages:
+            self.note(f"continuing session {a.meta.get('id')} "
+                      f"({sum(m['role'] == 'user' for m in a.messages)} earlier requests)")
+        self._next()
+
+    # ---- input ------------------------------------------------------------------------------
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        event.input.value = ""
+        if not text:
+            return
+        event.input.remember(text)
+        if text.startswith("/"):
+            self.slash(text)
+            return
+        self.add(Static(Text("> " + text), classes="user"))
+        self.pending.append(text)
+        if self.load_error:
+            self.pending.clear()
+            self.note("no model: " + self.load_error)
+        elif self.agent is None:
+            self.note("waiting for the model to load…")
+        elif self.running:
+            self.note("queued: runs after the current turn")
+        self._next()
+
+    def _next(self) -> None:
+        if self.agent is None or self.running or not self.pending:
+            return
+        text = self.pending.pop(0)
+        self.running, self.cancel = True, threading.Event()
+        self._reply, self._cards = None, {}
+        threading.Thread(target=self._turn, args=(self.agent, text, self.cancel), daemon=True,
+                         name="nanocode-turn").start()
+        self.refresh_status()
+
+    # ---- the worker thread --------------------------------------------------------------------
+    def _turn(self, agent, text: str, cancel: threading.Event) -> None:
+        mark = [time.perf_counter()]  # when the last reply started: turn start or last result
+
+        def on_event(ev):
+            if ev.kind == "tool_result":
+                mark[0] = time.perf_counter()
+            self.later(self.agent_event, ev)
+
+        tps, error = None, None
+        try:
+            agent.run_turn(text, approve=lambda n, a, d: self._approve(n, a, d, cancel),
+                           on_event=on_event, cancel=cancel)
+            n, dt = agent.session.stats.get("generated", 0), time.perf_counter() - mark[0]
+            tps = n / dt if n and dt > 0 else None
+        except Exception as e:  # noqa: BLE001 - the session survives a crashed turn
+            error = f"error: the turn crashed: {type(e).__name__}: {e}"
+        self.later(self.turn_done, tps, error)
+
+    def _approve(self, name, args, decision, cancel) -> str:
+        box = Approval(name, args, decision.reason)
+        self.later(self.ask_approval, box)
+        while not box.done.wait(0.05):
+            if cancel.is_set():
+                return "no"
+        return box.answer
+
+    # ---- events from the worker ---------------------------------------------------------------
+    def later(self, fn, *args) -> None:
+        self.post_message(Call(fn, *args))
+
+    def on_call(self, msg: Call) -> None:
+        msg.fn(*msg.args)
+
+    def agent_event(self, ev) -> None:
+        if ev.kind == "text":
+            if self._reply is None:
+                self._reply = Reply()
+                self.add(self._reply)
+            self._reply.add(ev["text"])
+            self.call_after_refresh(self.query_one("#transcript").scroll_end, animate=False)
+            return
+        self._reply = None
+        if ev.kind == "tool_call":
+            card = self._cards[ev["step"]] = ToolCard(ev["name"], ev["args"])
+            self.add(card)
+        elif ev.kind == "tool_result":
+            card = self._cards.get(ev["step"])
+            if card is not None:
+                card.set_result(ev["result"])
+        elif ev.kind == "approval":
+            said = {"yes": "allowed once", "always": "allowed for this session",
+                    "no": "rejected"}.get(ev["answer"], ev["answer"])
+            self.note(f"{ev['name']}: {said}")
+        elif ev.kind == "status":
+            self.note(f"[{ev['text']}]")
+        elif ev.kind == "turn_end" and ev["stop_reason"] == "cancelled" \
+                and self._last_note != "[cancelled]":
+            self.note("[cancelled]")
+        self.refresh_status()
+
+    def ask_approval(self, box: Approval) -> None:
+        self.asking = box
+        if self.cancel.is_set() or not self.running:
+            box.done.set()
+            self.asking = None
+            return
+        head = Text.assemble((f"{box.name} ", "bold"), "needs approval: ", (box.reason, "italic"))
+        if box.name == "Edit":
+            body = Group(head, Text(f"file: {box.args.get('file_path')}"),
+                         diff_view(edit_diff(box.args)))
+        elif box.name == "Bash":
+            body = Group(head, Syntax(str(box.args.get("command", "")), "bash",
+                                      background_color="default", word_wrap=True))
+        else:
+            body = Group(head, Text(call_title(box.name, box.args)))
+        self.query_one("#approval-text", Static).update(body)
+        panel = self.query_one(ApprovalPanel)
+        panel.add_class("show")
+        panel.focus()
+        self.refresh_status()
+
+    def answer_approval(self, answer: str) -> None:
+        box, self.asking = self.asking, None
+        self.query_one(ApprovalPanel).remove_class("show")
+        self.query_one(HistoryInput).focus()
+        if box is not None:
+            box.answer = answer
+            box.done.set()
+        self.refresh_status()
+
+    def turn_done(self, tps, error) -> None:
+        self.running, self._reply = False, None
+        if self.asking is not None:
+            self.answer_approval("no")
+        if tps:
+            self.tps = tps
+        if error:
+            self.note(error, style="bold red")
+        self.turns += 1
+        self.refresh_status()
+        self._next()
+
+    # ---- keys ---------------------------------------------------------------------------------
+    def action_interrupt(self) -> None:
+        if self.running:
+            self.cancel.set()
+            self.pending.clear()
+            if self.asking is not None:
+                self.answer_approval("no")
+            self.note("stopping…")
+            self._ctrl_c_at = 0.0
+            return
+        prompt = self.query_one(HistoryInput)
+        if prompt.value:
+            prompt.value = ""
+            return
+        now = time.monotonic()
+        if now - self._ctrl_c_at < 2.0:
+            self.shutdown()
+        else:
+            self._ctrl_c_at = now
+            self.note("press Ctrl-C again to quit")
+
+    async def action_quit(self) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        self.cancel.set()
+        if self.asking is not None:
+            self.answer_approval("no")
+        self.exit(return_code=self.exit_code)
+
+    # ---- slash commands -----------------------------------------------------------------------
+    def slash(self, text: str) -> None:
+        cmd, _, rest = text.partition(" ")
+        rest, a = rest.strip(), self.agent
+        if cmd in ("/quit", "/exit", "/q"):
+            self.shutdown()
+        elif cmd == "/help":
+            self.note(HELP, style="")
+        elif cmd == "/memory":
+            from agent.prompt import read_memory
+            mem = read_memory(self.root)
+            self.note(f"{mem[0]} (in the system prompt of new conversations):\n{mem[1]}" if mem
+                      else "no NANOCODE.md or AGENTS.md at the project root", style="")
+        elif cmd == "/model":
+            path = a.meta.get("model", "(in-memory engine)") if a else ""
+            if a is None:
+                self.note(f"model {self.model_name}: " + (self.load_error or "loading…"))
+            else:
+                c = a.engine.cfg
+                self.note(f"model {self.model_name or path}: {path}\n{c.n_layer} layers, width "
+                          f"{c.n_embd}, vocab {c.vocab_size}, context {a.engine.max_len} tokens; "
+                          f"temperature {a.temperature}, max {a.max_tokens} tokens per reply",
+                          style="")
+        elif cmd == "/resume":
+            self.list_sessions()
+        elif a is None:
+            self.note("the model is still loading; try again in a moment" if not self.load_error
+                      else "no model: " + self.load_error)
+        elif cmd == "/mode":
+            if rest:
+                try:
+                    a.set_mode(rest)
+                except ValueError as e:
+                    self.note(str(e))
+                    return
+            self.note(f"mode: {a.mode}")
+        elif cmd in ("/undo", "/diff", "/clear") and self.running:
+            self.note(f"a turn is running: Ctrl-C stops it, then {cmd}")
+        elif cmd in ("/undo", "/diff"):
+            from tools.undo import UndoError
+            try:
+                if cmd == "/undo":
+                    paths = a.undo()
+                    self.note(f"restored: {', '.join(paths)}" if paths else "nothing to undo")
+                else:
+                    d = a.diff()
+                    self.add(Static(diff_view(d), classes="diff") if d else
+                             Static(Text("the last turn changed nothing", style="dim")))
+            except UndoError as e:
+                self.note(str(e))
+        elif cmd == "/clear":
+            a.clear()
+            self.query_one("#transcript").remove_children()
+            self.note("new conversation")
+        elif cmd == "/compact":
+            self.note("/compact is not supported yet: the loop drops old tool outputs (then old "
+                      "turns) by itself when the context fills; /clear starts afresh")
+        else:
+            self.note(f"unknown command {cmd}; /help lists them")
+        self.refresh_status()
+
+    def list_sessions(self) -> None:
+        from agent.sessions import list_sessions, load_session
+        found = list_sessions(self.root)[-10:]
+        if not found:
+            self.note("no saved sessions in this project yet")
+            return
+        lines = []
+        for p in reversed(found):
+            try:
+                msgs, _ = load_session(p)
+            except (OSError, ValueError):
+                continue
+            first = next((m["content"] for m in msgs if m["role"] == "user"), "")
+            lines.append(f"{p.stem.rsplit('-', 1)[-1]}  {p.stem[:15]}  "
+                         f"{first.splitlines()[0][:60] if first else '(empty)'}")
+        self.note("saved sessions, newest first (continue one with `nanocode --resume ID`):\n"
+                  + "\n".join(lines))
+
+
+def run(agent, args=None) -> int:
+    """The TUI on `agent`: a ready agent.loop.Agent, or a zero-argument callable returning one
+    (run on a loader thread; raise LoadError to fail with a message). Returns the exit status."""
+    ready = hasattr(agent, "run_turn")
+    name = getattr(agent, "name", "") if not ready else ""
+    if ready and agent.meta.get("model"):
+        d = Path(agent.meta["model"])
+        name = d.parent.name if d.name == "checkpoints" else d.name
+    app = NanocodeApp(agent=agent if ready else None, loader=None if ready else agent,
+                      model_name=name or str(getattr(args, "model", "") or ""))
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,309 @@
+"""The Textual TUI (agent/tui.py) driven by Textual's pilot, on a REAL tiny engine (random weights,
+real tokenizer, real tools in a temp git repo). The model is scripted through
+`Agent(extra_mask=...)` as in test_agent_loop.py; a `gate` can hold generation after a few
+tokens so a test knows a turn is still running while it types or presses Ctrl-C."""
+
+import asyncio
+import subprocess
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from agent.loop import REJECTED, Agent
+from agent.prompt import PROMPT
+from agent.sessions import SessionStore
+from agent.tui import ApprovalPanel, HistoryInput, NanocodeApp, Reply, ToolCard
+from nanocode.engine import Engine
+from nanocode.tokenizer import train_tokenizer
+from tiny_models import random_params, tiny
+
+TEXTS = [PROMPT] * 3 + ["def main():\n    return 1\n" * 20,
+                        "let me look. done: it returns 1. rejected by user error x = 2\n" * 5]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return train_tokenizer(iter(TEXTS), 400)
+
+
+@pytest.fixture(scope="module")
+def engine(tok):
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=1024)
+    return Engine(random_params(cfg), cfg, tok, buckets=(64, 256, 1024))
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "init"], check=True)
+    return root
+
+
+class Script:
+    """extra_mask allowing only the next scripted token (one list per generation). With `hold`
+    set, generation blocks after `hold` tokens of a reply until `gate` is set."""
+
+    def __init__(self, V, replies, hold=None):
+        self.V, self.replies, self.i, self.hold = V, replies, -1, hold
+        self.gate, self.held = threading.Event(), threading.Event()
+
+    def __call__(self, out):
+        if not out:
+            self.i += 1
+        if self.hold is not None and len(out) == self.hold:
+            self.held.set()
+            self.gate.wait(30)
+        seq = self.replies[min(self.i, len(self.replies) - 1)]
+        if len(out) >= len(seq):
+            return None
+        m = np.zeros(self.V, bool)
+        m[seq[len(out)]] = True
+        return m
+
+
+def call(tok, text, name, **args):
+    return tok.encode(text) + tok.encode_tool_call({"name": name, "args": args})
+
+
+def reply(tok, text):
+    return tok.encode(text) + [tok.encode_special("<|assistant_end|>")]
+
+
+def make(engine, repo, replies, hold=None, **kw):
+    script = Script(engine.cfg.vocab_size, replies, hold)
+    return Agent(engine, repo, extra_mask=script, **kw), script
+
+
+def drive(app, body, size=(100, 40)):
+    """Run `body(pilot)` inside app.run_test (a plain asyncio loop: no pytest plugin needed)."""
+    async def main():
+        async with app.run_test(size=size) as pilot:
+            await body(pilot)
+    asyncio.run(main())
+
+
+async def until(pilot, cond, timeout=30.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out waiting"
+        await pilot.pause(0.02)
+
+
+async def submit(pilot, text):
+    pilot.app.query_one(HistoryInput).value = text
+    await pilot.press("enter")
+
+
+def test_prompt_streams_text_and_history(engine, tok, repo):
+    agent, _ = make(engine, repo, [reply(tok, "let me look. done: it returns 1.")])
+    app = NanocodeApp(agent=agent, model_name="tiny")
+
+    async def body(pilot):
+        await submit(pilot, "what is x?")
+        await until(pilot, lambda: app.turns == 1)
+        replies = list(app.query(Reply))
+        assert [r.text for r in replies] == ["let me look. done: it returns 1."]
+        assert "> what is x?" in app.transcript_text()
+        status = str(app.query_one("#status").content)
+        assert "tiny" in status and "mode ask" in status and "tok/s" in status
+        assert f"context {len(agent.session.ids):,}/1,024" in status
+        inp = app.query_one(HistoryInput)  # up recalls the last prompt, down the draft
+        await pilot.press("d", "r", "up")
+        assert inp.value == "what is x?"
+        await pilot.press("down")
+        assert inp.value == "dr"
+    drive(app, body)
+    assert agent.messages[-1] == {"role": "assistant", "content": "let me look. done: it returns 1."}
+
+
+def test_edit_approved_with_y_then_undo(engine, tok, repo):
+    agent, _ = make(engine, repo, [call(tok, "fixing.", "Edit", file_path="a.py",
+                                        old_string="x = 1", new_string="x = 2"),
+                                   reply(tok, "done: x is 2.")], mode="ask")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "set x to 2")
+        panel = app.query_one(ApprovalPanel)
+        await until(pilot, lambda: panel.has_class("show"))
+        assert app.focused is panel
+        shown = app.query_one("#approval-text").content
+        text = "\n".join(str(r) if not hasattr(r, "code") else r.code for r in shown.renderables)
+        assert "Edit needs approval" in text and "a.py" in text and "+x = 2" in text
+        assert "waiting for your approval" in str(app.query_one("#status").content)
+        await pilot.press("y")
+        await until(pilot, lambda: app.turns == 1)
+        assert not panel.has_class("show")
+        assert (repo / "a.py").read_text() == "x = 2\n"
+        card = app.query_one(ToolCard)
+        assert card.header == "Edit a.py" and card.result_text.startswith("a.py")
+        diff = card.query_one(".diff").content
+        assert "-x = 1" in diff.code and "+x = 2" in diff.code
+        assert "Edit: allowed once" in app.transcript_text()
+        await submit(pilot, "/undo")
+        await pilot.pause()
+        assert (repo / "a.py").read_text() == "x = 1\n"
+        assert "restored: a.py" in app.transcript_text()
+    drive(app, body)
+
+
+def test_edit_rejected_with_n(engine, tok, repo):
+    agent, script = make(engine, repo, [call(tok, "", "Edit", file_path="a.py",
+                                             old_string="x = 1", new_string="x = 2"),
+                                        reply(tok, "never")], mode="ask")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "set x to 2")
+        await until(pilot, lambda: app.asking is not None)
+        await pilot.press("n")
+        await until(pilot, lambda: app.turns == 1)
+        assert app.query_one(ToolCard).result_text == REJECTED
+        assert "call rejected; your turn" in app.transcript_text()
+        assert app.focused is app.query_one(HistoryInput)
+    drive(app, body)
+    assert (repo / "a.py").read_text() == "x = 1\n" and script.i == 0
+
+
+def test_slash_commands(engine, tok, repo):
+    (repo / "NANOCODE.md").write_text("use tabs\n")
+    agent, _ = make(engine, repo, [reply(tok, "ok.")])
+    agent.store = SessionStore(repo, agent.meta["id"])
+    app = NanocodeApp(agent=agent, model_name="tiny")
+
+    async def body(pilot):
+        for cmd in ("/mode plan", "/help", "/memory", "/model", "/compact", "/resume", "/nope",
+                    "/mode nope"):
+            await submit(pilot, cmd)
+        await pilot.pause()
+        assert agent.mode == "plan" and "mode plan" in str(app.query_one("#status").content)
+        text = app.transcript_text()
+        for want in ("mode: plan", "/undo", "NANOCODE.md", "use tabs", "4 layers",
+                     "not supported yet", "no saved sessions", "unknown command /nope",
+                     "unknown mode 'nope'"):
+            assert want in text, want
+        await submit(pilot, "hello")  # a turn saves the session; /resume lists it
+        await until(pilot, lambda: app.turns == 1)
+        sid = agent.meta["id"]
+        await submit(pilot, "/resume")
+        await pilot.pause()
+        assert f"{sid}" in app.transcript_text() and "hello" in app.transcript_text()
+        await submit(pilot, "/clear")
+        await pilot.pause()
+        assert agent.messages == [] and agent.meta["id"] != sid
+        assert "> hello" not in app.transcript_text()
+        await submit(pilot, "/quit")
+        await until(pilot, lambda: not app.is_running)
+    drive(app, body)
+
+
+def test_ctrl_c_cancels_a_turn_and_input_stays_live(engine, tok, repo):
+    long = reply(tok, "let me look. " * 40)
+    agent, script = make(engine, repo, [long, reply(tok, "ok.")], hold=3, max_tokens=800)
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "go")
+        await until(pilot, script.held.is_set)  # the worker is blocked mid-reply
+        await until(pilot, lambda: app.query(Reply) and app.query_one(Reply).text)
+        assert app.running and "working" in str(app.query_one("#status").content)
+        await pilot.press("a", "b", "c")  # the UI is live while the turn runs
+        assert app.query_one(HistoryInput).value == "abc"
+        app.query_one(HistoryInput).value = ""
+        await pilot.press("ctrl+c")
+        assert app.cancel.is_set() and app.is_running
+        script.gate.set()
+        await until(pilot, lambda: app.turns == 1)
+        assert agent.meta["turns"][-1]["stop_reason"] == "cancelled"
+        assert "[cancelled]" in app.transcript_text()
+        assert len(app.query_one(Reply).text) < len("let me look. " * 40)
+        script.hold = None
+        await submit(pilot, "again")  # the session survives
+        await until(pilot, lambda: app.turns == 2)
+        assert app.query(Reply)[-1].text == "ok."
+        await pilot.press("ctrl+c")  # idle: twice quits
+        assert app.is_running
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: not app.is_running)
+    drive(app, body)
+    assert app.return_code == 0
+
+
+def test_prompt_waits_for_the_loading_model(engine, tok, repo):
+    agent, _ = make(engine, repo, [reply(tok, "ok.")])
+    go = threading.Event()
+
+    def loader():
+        go.wait(30)
+        return agent
+
+    app = NanocodeApp(loader=loader, model_name="tiny")
+
+    async def body(pilot):
+        inp = app.query_one(HistoryInput)
+        assert "loading model" in inp.placeholder
+        assert "loading model" in str(app.query_one("#status").content)
+        await submit(pilot, "hi")
+        await pilot.pause()
+        assert app.pending == ["hi"] and "waiting for the model" in app.transcript_text()
+        await submit(pilot, "/mode plan")
+        await pilot.pause()
+        assert "still loading" in app.transcript_text()
+        go.set()
+        await until(pilot, lambda: app.turns == 1)
+        assert app.agent is agent and app.query_one(Reply).text == "ok."
+        assert agent.messages[1]["content"] == "hi"
+    drive(app, body)
+
+
+def test_load_failure_is_shown(repo):
+    from agent.tui import LoadError
+
+    def loader():
+        raise LoadError("error: cannot load the model at /x: nope", 2)
+
+    app = NanocodeApp(loader=loader)
+
+    async def body(pilot):
+        await until(pilot, lambda: app.load_error is not None)
+        await submit(pilot, "hi")
+        await pilot.pause()
+        assert "cannot load the model" in app.transcript_text() and app.pending == []
+        await submit(pilot, "/quit")
+        await until(pilot, lambda: not app.is_running)
+    drive(app, body)
+    assert app.return_code == 2
+
+
+def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
+    """`nanocode` (no -p, no --plain) starts the TUI before loading the model; the Loader builds
+    the Agent as the other faces get it (mode, sampling flags, model path, session store)."""
+    from agent import cli, tui
+    from nanocode.checkpoint import save
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=256)
+    ckpt = tmp_path / "run" / "checkpoints"
+    save(ckpt, 1, random_params(cfg), config=cfg, tokenizer=tok)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    got = {}
+    monkeypatch.setattr(tui, "run", lambda loader, args: got.setdefault("loader", loader) and 7)
+    assert cli.main(["--model", str(ckpt), "--cwd", str(repo), "--mode", "plan",
+                     "--max-tokens", "9"]) == 7
+    loader = got["loader"]
+    assert isinstance(loader, tui.Loader) and loader.name == "run"
+    agent = loader()
+    assert isinstance(agent, Agent) and agent.mode == "plan" and agent.max_tokens == 9
+    assert agent.meta["model"] == str(loader.model_dir) and agent.store is not None
+    bad = tui.Loader(loader.args, repo, tmp_path / "nothing")
+    with pytest.raises(tui.LoadError, match="cannot load the model"):
+        bad()
