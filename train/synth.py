@@ -121,7 +121,10 @@ def main(args) -> int:
     bar = tqdm(total=args.n, unit="conv", dynamic_ncols=True, desc="synth")
     if args.workers > 1:
         import multiprocessing as mp
-        with mp.get_context("fork").Pool(args.workers) as pool:
+        import sys
+        # fork is fast, but unsafe once jax (multithreaded) is loaded in this process (tests)
+        ctx = mp.get_context("spawn" if "jax" in sys.modules else "fork")
+        with ctx.Pool(args.workers) as pool:
             for res in pool.imap(generate_one, jobs):
                 results.append(res)
                 bar.update()
