@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_train_base import losses
+
 from tiny_models import random_params, tiny
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -72,15 +74,6 @@ def run_cli(argv):
         return main(argv)
     except SystemExit as e:
         return e.code
-
-
-def losses(run_dir) -> dict[int, float]:
-    out = {}
-    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if set(row) == {"step", "loss"}:
-            out[row["step"]] = row["loss"]
-    return out
 
 
 # ---- packing --------------------------------------------------------------------------------------
