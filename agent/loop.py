@@ -430,16 +430,8 @@ class Agent:
         return b"".join(self.tok.id_to_bytes(t) for t in ids)
 
     def _piece(self, msg) -> list[int]:
-        """The ids one (non-first) message renders to (mirrors Tokenizer.render_conversation)."""
-        s, enc = self.tok.special_ids, self.tok.encode
-        if msg["role"] == "user":
-            return [s["<|user_start|>"], *enc(msg["content"]), s["<|user_end|>"]]
-        if msg["role"] == "tool_result":
-            return [s["<|tool_result_start|>"], *enc(msg["content"]), s["<|tool_result_end|>"]]
-        ids = [self._a_start, *enc(msg["content"])]
-        if msg.get("tool_call") is not None:
-            ids += self.tok.encode_tool_call(msg["tool_call"])
-        return ids + [self._a_end]
+        """The ids one (non-first) message renders to."""
+        return self.tok.render_message(msg)[0]
 
     def _flush(self, open_reply: bool) -> None:
         """Bring the session up to the conversation (+ an open <|assistant_start|>), compacting

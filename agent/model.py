@@ -3,7 +3,7 @@
 PATH: a checkpoint directory (step folders inside, as `train` writes them). TAG: a run name under
 $NANOCODE_HOME/runs/<tag>/checkpoints (`train base --run TAG` etc.). No --model: the package's
 `nanocode/default_model/` (a checkpoint directory shipped with a release; none exists yet).
-Resolving a model imports nothing heavy; loading it imports jax (set XLA_FLAGS first: cli.py).
+Resolving a model imports nothing heavy; loading it (build_agent) sets the inference runtime flag, then imports jax.
 Every failure is a ModelError whose message is one line; the CLI prints it, no traceback.
 """
 from __future__ import annotations

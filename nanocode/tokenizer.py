@@ -32,6 +32,8 @@ import numpy as np
 import rustbpe
 import tiktoken
 
+from tools.dispatch import INT_ARGS  # tool args parsed back as ints (one list)
+
 SPECIAL_TOKENS = [
     "<|bos|>",  # starts every document and every conversation
     "<|user_start|>",
@@ -55,7 +57,6 @@ MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # 256 byte tokens + 11 specials = 26
 TOKENIZER_FILE = "tokenizer.json"
 FORMAT = "nanocode-tokenizer/1"
 ROLES = ("system", "user", "assistant", "tool_result")
-INT_ARGS = frozenset({"offset", "limit", "-A", "-B"})  # tool args parsed back as ints
 
 
 def train_tokenizer(text_iterator: Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN) -> Tokenizer:
@@ -213,28 +214,34 @@ class Tokenizer:
         """
         ids: list[int] = [self.bos_id]
         mask: list[int] = [0]
-
-        def add(tokens: list[int], m: int) -> None:
-            ids.extend(tokens)
-            mask.extend([m] * len(tokens))
-
         for msg in _validated_messages(conv):
-            role, content = msg["role"], msg["content"]
-            if role == "user":
-                add([self._user[0], *self.encode(content), self._user[1]], 0)
-            elif role == "tool_result":
-                add([self._result[0], *self.encode(content), self._result[1]], 0)
-            else:  # assistant
-                add([self._assistant[0]], 0)
-                add(self.encode(content), 1)
-                if msg.get("tool_call") is not None:
-                    add(self.encode_tool_call(msg["tool_call"]), 1)
-                add([self._assistant[1]], 1)
+            i, m = self.render_message(msg)
+            ids += i
+            mask += m
         if max_tokens is not None:
             if max_tokens < 0:
                 raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
             ids, mask = ids[:max_tokens], mask[:max_tokens]
         return ids, mask
+
+    def render_message(self, msg: dict) -> tuple[list[int], list[int]]:
+        """(ids, mask) of one user / assistant / tool_result message as it sits in a conversation
+        (a system message is merged into the next user message by render_conversation). The agent
+        appends messages with this, so its history is the render, piece by piece."""
+        role, content = msg["role"], msg["content"]
+        if role == "user":
+            ids = [self._user[0], *self.encode(content), self._user[1]]
+            return ids, [0] * len(ids)
+        if role == "tool_result":
+            ids = [self._result[0], *self.encode(content), self._result[1]]
+            return ids, [0] * len(ids)
+        if role != "assistant":
+            raise ValueError(f"render_message: cannot render a {role!r} message on its own")
+        body = self.encode(content)
+        if msg.get("tool_call") is not None:
+            body += self.encode_tool_call(msg["tool_call"])
+        body.append(self._assistant[1])
+        return [self._assistant[0], *body], [0] + [1] * len(body)
 
     def render_for_completion(self, conv: dict) -> list[int]:
         """The prompt the engine continues: the conversation (ending in a user or tool_result

@@ -29,6 +29,8 @@ GOOD = [
     {"messages": [U, *call("Bash", "ok\n(exit code 1)", command="make test"), A]},
     {"messages": [U, *call("Bash", "rejected by user", command="rm -rf build"), U, A]},
     {"messages": [U, A], "meta": {"cwd": "/tmp/x", "model": "d20"}},
+    # Bash output is whatever the command printed, even when it starts like an error line
+    {"messages": [U, *call("Bash", "error: bad input\n(exit code 2)", command="./check.sh"), A]},
 ]
 
 BROKEN = {  # rule -> a conversation breaking it

@@ -88,20 +88,13 @@ def test_check_fails_before_and_passes_after_oracle(oracle_runs):
 
 
 def test_schema_and_style(main_out, oracle_runs):
+    """Every output passes the validator `train sft` filters its data with (schema, role order,
+    tool names and arguments, result formats), so no generated conversation is silently dropped."""
+    from train.conversations import validate
     for conv in all_convs(main_out, oracle_runs):
         msgs = conv["messages"]
         assert msgs[0]["role"] == "system" and msgs[1]["role"] == "user"
-        assert msgs[-1]["role"] == "assistant" and "tool_call" not in msgs[-1]
-        for a, b in zip(msgs, msgs[1:]):
-            if a.get("tool_call"):
-                assert b["role"] == "tool_result"
-            if b["role"] == "tool_result":
-                assert a.get("tool_call")
-        for m in msgs:
-            if m.get("tool_call"):
-                name, args = m["tool_call"]["name"], m["tool_call"]["args"]
-                required, optional = TOOL_ARGS[name]
-                assert set(required) <= set(args) <= set(required) | set(optional)
+        assert validate(conv) == [], (validate(conv), msgs[1]["content"])
 
 
 def test_oracle_style(main_out, oracle_runs):
@@ -117,9 +110,12 @@ def test_oracle_style(main_out, oracle_runs):
 
 
 def test_renders(tokenizer, main_out, oracle_runs):
+    """Supervised tokens are exactly the assistant messages' tokens."""
     for conv in all_convs(main_out, oracle_runs):
         ids, loss_mask = tokenizer.render_conversation(conv)
-        assert len(ids) == len(loss_mask) and sum(loss_mask) > 0
+        want = sum(len(tokenizer.render_message(m)[0]) - 1 for m in conv["messages"]
+                   if m["role"] == "assistant")  # all but <|assistant_start|>
+        assert len(ids) == len(loss_mask) and sum(loss_mask) == want
 
 
 def test_tool_results_are_real(oracle_runs, base):

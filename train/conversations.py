@@ -37,18 +37,12 @@ import re
 import sys
 from collections.abc import Iterable
 
-ROLES = ("system", "user", "assistant", "tool_result")
-HUB_KNOWN = ("smohammadi/nanocode-tulu-selfoss-evol", "smohammadi/nanocode-long-context",
-             "HuggingFaceTB/smol-smoltalk")
+from nanocode.tokenizer import ROLES
+from tools.dispatch import INT_ARGS, TOOL_ARGS, check_call
 
 _NUMBERED = re.compile(r"^\s*\d+→")
 _GREP_LINE = re.compile(r"^.+?(:\d+:|-\d+-)")
 _REJECTED = "rejected by user"
-
-
-def _tool_args():
-    from tools.dispatch import TOOL_ARGS  # light (stdlib only), but keep train --help free of it
-    return TOOL_ARGS
 
 
 # ---- normalisation -------------------------------------------------------------------------------
@@ -77,7 +71,7 @@ def _check_result(tool: str, content: str) -> str | None:
     """Why `content` does not look like `tool`'s result, or None if it does."""
     if content == _REJECTED:
         return None
-    if content.startswith("error: "):
+    if content.startswith("error: ") and tool != "Bash":  # Bash output is whatever the command printed
         return None if "\n" not in content else "an error result must be one line"
     lines = content.split("\n")
     if tool == "Read":
@@ -107,20 +101,13 @@ def _check_call(tc, where: str) -> list[str]:
         return [f"schema: {where}: tool_call args must be an object"]
     problems = []
     for k, v in args.items():
-        if isinstance(v, bool) or not isinstance(v, (str, int)):
-            problems.append(f"schema: {where}: argument {k!r} must be a string or an integer")
-    tools = _tool_args()
-    name = tc["name"]
-    if name not in tools:
-        return problems + [f"tool: {where}: unknown tool {name!r} (tools: {', '.join(tools)})"]
-    required, optional = tools[name]
-    for k in args:
-        if k not in required and k not in optional:
-            problems.append(f"tool: {where}: unknown argument {k!r} for {name} "
-                            f"(valid: {', '.join(required + optional)})")
-    for k in required:
-        if k not in args:
-            problems.append(f"tool: {where}: {name} is missing required argument {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, int) and k not in INT_ARGS):
+            kind = "a string or an integer" if k in INT_ARGS else "a string"
+            problems.append(f"schema: {where}: argument {k!r} must be {kind}")
+    err = check_call(tc["name"], args)  # the agent's own check: unknown tool / argument, missing
+    if err:
+        valid = f" (tools: {', '.join(TOOL_ARGS)})" if err == "error: unknown tool" else ""
+        problems.append(f"tool: {where}: {tc['name']}: {err.removeprefix('error: ')}{valid}")
     return problems
 
 

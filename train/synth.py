@@ -75,11 +75,10 @@ def generate_one(job: tuple) -> tuple[dict, dict | None]:
     for attempt in range(ATTEMPTS):  # a rare project where the family cannot apply: next project
         aseed = cseed + attempt * ATTEMPT_STRIDE
         try:
-            chosen = make_task(family, aseed, False, base).rollout()
-            pair = None
-            if rng.random() < pref_ratio:
-                flaws = make_task(family, aseed, False, base).flaws
-                for flaw in rng.sample(flaws, len(flaws)):
+            task = make_task(family, aseed, False, base)
+            chosen, pair = task.rollout(), None
+            if rng.random() < pref_ratio:  # each flawed replay needs the untouched project again
+                for flaw in rng.sample(task.flaws, len(task.flaws)):
                     rejected = make_task(family, aseed, False, base).rollout(flaw)
                     if shows_flaw(flaw, chosen, rejected):
                         pair = {"id": cid, "family": family, "flaw": flaw, "chosen": chosen,

@@ -251,7 +251,6 @@ class Project:
     functions: dict[str, Func]
     classes: dict[str, tuple[str, int, str]]  # name -> (file, line, docstring)
     tests: dict[str, str]              # function name -> test file
-    files: dict[str, str] = field(default_factory=dict)  # path -> initial content
     commits: list[str] = field(default_factory=list)      # subjects, oldest first
     memory: bool = False
     test_cmd: str = "python -m pytest -q"
@@ -385,12 +384,6 @@ def generate_project(rng: random.Random, base: str, heldout: bool = False) -> Pr
     if rng.random() < 0.5:
         p.write("README.md", p.read("README.md") + "\n## License\n\nMIT\n")
         commit_all(p, rng.choice(["readme: add license", "docs: license section"]), day + 2)
-    for dirpath, _, filenames in os.walk(root):
-        if ".git" in dirpath.split(os.sep):
-            continue
-        for fn in filenames:
-            rel = os.path.relpath(os.path.join(dirpath, fn), root)
-            p.files[rel] = p.read(rel)
     return p
 
 

@@ -12,6 +12,7 @@ functions; they depend on the installed Python version, so they are deterministi
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import random
 import re
@@ -149,18 +150,15 @@ CODE_PHRASES = ["write a function that {doc}", "write a python function that {do
                 "python: a function that {doc}"]
 CODE_INTROS = ["here's `{name}`:", "this does it:", "here is one way to write `{name}`:",
                "`{name}` below; it follows the standard library's version in `{module}`:"]
-_cache: dict[str, list[tuple[str, str, str]]] = {}
-
-
-def _stdlib_files() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _stdlib_files() -> tuple[str, ...]:
     d = os.path.dirname(os.__file__)
-    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".py") and not f.startswith("_"))
+    return tuple(sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".py") and not f.startswith("_")))
 
 
-def _functions(path: str, banned: list[str]) -> list[tuple[str, str, str]]:
+@functools.lru_cache(maxsize=None)
+def _functions(path: str, banned: tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(name, first docstring line, source) of the usable top-level functions of a file."""
-    if path in _cache:
-        return _cache[path]
     out = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -186,18 +184,19 @@ def _functions(path: str, banned: list[str]) -> list[tuple[str, str, str]]:
         if any(w in lower for w in banned) or "```" in code:
             continue
         out.append((node.name, first, code))
-    _cache[path] = out
     return out
 
 
 def code_conversation(rng: random.Random, system: str, banned: list[str]) -> dict:
     """A tool-free conversation: write a stdlib function from its docstring's first line."""
-    files = _stdlib_files()
+    files, banned = _stdlib_files(), tuple(banned)
     for _ in range(50):
         path = rng.choice(files)
         funcs = _functions(path, banned)
         if funcs:
             break
+    else:
+        raise RuntimeError(f"no usable documented functions found in {os.path.dirname(path)}")
     name, first, code = rng.choice(funcs)
     module = os.path.basename(path)[:-3]
     doc = first[0].lower() + first[1:] if first[1:2].islower() else first
