@@ -12,7 +12,7 @@ import re
 import pytest
 
 from nanocode.tokenizer import train_tokenizer
-from tools.dispatch import TOOL_ARGS, run_tool
+from tools.dispatch import run_tool
 from train import synth
 from train.synth_projects import HELDOUT_WORDS
 from train.synth_tasks import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task, shows_flaw
