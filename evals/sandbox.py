@@ -80,6 +80,21 @@ if mode == "ns":
         for o in f[5].split(","):
             flags |= OPT.get(o, 0)
         libc.mount(b"none", mp.encode(), None, flags, None)
+    # Hide the host's socket directories (docker, dbus, ssh-agent, X11 live there): a read-only
+    # mount still lets a program connect() to a socket file. The work dir, usually under /tmp,
+    # is carried over by a bind mount from an fd opened before /tmp is covered.
+    keep = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    for d in ("/tmp", "/var/tmp", "/run", "/dev/shm"):
+        if os.path.isdir(d) and not os.path.islink(d):
+            if libc.mount(b"tmpfs", d.encode(), b"tmpfs", OPT["nosuid"] | OPT["nodev"], b"size=16m") != 0:
+                print(f"sandbox: cannot cover {d}: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
+                sys.exit(97)
+    if not os.path.isdir(work):
+        os.makedirs(work)
+        if libc.mount(f"/proc/self/fd/{keep}".encode(), work.encode(), None, BIND, None) != 0:
+            print("sandbox: cannot restore the work dir: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
+            sys.exit(97)
+    os.close(keep)
     try:
         open(os.path.join("/", ".sandbox_probe"), "w").close()
         print("sandbox: / is still writable", file=sys.stderr)
@@ -286,7 +301,7 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
     groups = _make_cgroups(lim)
     boot = [sys.executable, "-I", "-c", _BOOT, work, mode, json.dumps(_rlimits(lim, mode)),
             json.dumps(groups), prog]
-    cmd = [_unshare(), "-rnmpf", "--kill-child", "--", *boot] if mode == "ns" else boot
+    cmd = [_unshare(), "-rnmpf", "--mount-proc", "--kill-child", "--", *boot] if mode == "ns" else boot
     out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
     t0 = time.perf_counter()
     timed_out = False
@@ -363,11 +378,15 @@ try:
     socket.create_connection(("127.0.0.1", 9), timeout=1); out["net"] = "open"
 except OSError as e:
     out["net"] = "refused" if isinstance(e, ConnectionRefusedError) else "unreachable"
-for path in ("/.nanocode_sbx_probe", "/tmp/.nanocode_sbx_probe"):
-    try:
-        open(path, "w").close(); os.remove(path); out["write_" + path] = True
-    except OSError:
-        out["write_" + path] = False
+try:
+    open("/.nanocode_sbx_probe", "w").close(); os.remove("/.nanocode_sbx_probe"); out["write_root"] = True
+except OSError:
+    out["write_root"] = False
+try:  # /tmp is a private tmpfs inside: this file must not show up on the host (checked there)
+    open("/tmp/" + os.environ["PROBE_NAME"], "w").close()
+except (OSError, KeyError):
+    pass
+out["procs"] = sum(1 for p in os.listdir("/proc") if p.isdigit())
 out["nproc"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
 print(json.dumps(out))
 """
@@ -385,11 +404,16 @@ def isolation(refresh: bool = False) -> dict:
             return _probe_cache
         info, note = None, ""
         if os.environ.get("NANOCODE_SANDBOX", "") != "plain" and _unshare():
-            r = run_program(_PROBE, Limits(timeout=20), mode="ns")
+            name = f".nanocode_sbx_probe_{os.getpid()}"
+            r = run_program(f"import os; os.environ['PROBE_NAME'] = {name!r}\n" + _PROBE,
+                            Limits(timeout=20), mode="ns")
+            leaked = os.path.exists(os.path.join("/tmp", name))
+            if leaked:
+                os.remove(os.path.join("/tmp", name))
             try:
                 p = json.loads(r.stdout.strip().splitlines()[-1])
-                ok = p["net"] == "unreachable" and not p["write_/.nanocode_sbx_probe"] \
-                    and not p["write_/tmp/.nanocode_sbx_probe"] and p["pid"] == 1
+                ok = (p["net"] == "unreachable" and not p["write_root"] and not leaked
+                      and p["pid"] == 1 and p["procs"] < 10)
                 if ok:
                     info = {"mode": "ns", "network_blocked": True, "readonly_fs": True,
                             "pid_namespace": True}

@@ -93,13 +93,18 @@ def test_stdin_is_eof():
 
 
 def test_writes_outside_the_temp_dir(tmp_path):
-    target = tmp_path / "pwned.txt"
-    r = sandbox.run_program(f"open({str(target)!r}, 'w').write('x')", FAST)
+    """Outside the work dir: /tmp is a private tmpfs (the host's /tmp is out of sight) and every
+    other mount is read-only (here: a file in your home directory, removed if it ever appears)."""
+    hidden = tmp_path / "pwned.txt"
+    readonly = Path.home() / f".nanocode-pwned-{os.getpid()}.txt"
+    rs = [sandbox.run_program(f"open({str(t)!r}, 'w').write('x')", FAST) for t in (hidden, readonly)]
     if not sandbox.isolation()["readonly_fs"]:
-        target.unlink(missing_ok=True)
+        hidden.unlink(missing_ok=True)
+        readonly.unlink(missing_ok=True)
         pytest.skip("no mount namespace here: rlimits alone cannot stop writes outside the temp dir")
-    assert r.status == "failed" and not target.exists()
-    assert "Read-only file system" in r.stderr or "Permission denied" in r.stderr
+    assert all(r.status == "failed" for r in rs) and not hidden.exists() and not readonly.exists()
+    assert "No such file or directory" in rs[0].stderr, rs[0].stderr
+    assert "Read-only file system" in rs[1].stderr or "Permission denied" in rs[1].stderr, rs[1].stderr
     # root inside the namespace cannot undo the read-only remount
     r = sandbox.run_program("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                             "assert libc.mount(b'none', b'/', None, 32 | 4096, None) != 0", FAST)
@@ -129,12 +134,34 @@ def test_network_is_blocked():
     assert r.status == "failed" and ("unreachable" in r.stderr or "refused" in r.stderr), r.stderr
 
 
+def test_host_unix_sockets_and_processes_are_hidden(tmp_path):
+    """A read-only mount still lets connect() reach a socket file (docker.sock, ssh-agent): the
+    sandbox covers /tmp, /run, /dev/shm with private tmpfs and mounts its own /proc."""
+    if sandbox.isolation()["mode"] != "ns":
+        pytest.skip("no namespaces here: host sockets and processes are visible (rlimits only)")
+    path = f"/tmp/nanocode-test-{os.getpid()}.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    try:
+        r = sandbox.run_program(
+            "import os, socket\n"
+            f"socket.socket(socket.AF_UNIX).connect({path!r})\n", FAST)
+        procs = sandbox.run_program(
+            "import os\nassert sum(p.isdigit() for p in os.listdir('/proc')) < 5, os.listdir('/proc')", FAST)
+    finally:
+        server.close()
+        os.remove(path)
+    assert r.status == "failed" and "FileNotFoundError" in r.stderr, r.stderr
+    assert procs.status == "passed", procs.stderr
+
+
 def test_run_many_parallel_keeps_order():
     codes = [f"import time\ntime.sleep(0.3)\nassert {i} % 2 == 0" for i in range(6)]
     t = time.perf_counter()
     rs = sandbox.run_many(codes, FAST, workers=3)
     assert [r.status for r in rs] == ["passed", "failed"] * 3
-    assert time.perf_counter() - t < 6 * 0.3 + 3  # some overlap even on a busy box
+    assert time.perf_counter() - t < 6 * 0.3  # serial would take 1.8 s plus start-up
     assert {r.isolation for r in rs} == {sandbox.isolation()["name"]}
 
 
