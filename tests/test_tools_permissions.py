@@ -327,3 +327,22 @@ def test_always_edit_and_outside_reads(env):
     assert p.always("Read", {"file_path": str(env / "home" / ".bashrc")}) == "Read(~/.bashrc)"  # not all of $HOME
     assert p.always("Frob", {}) == "" and p.always("Bash", None) == ""
     assert policy(env, mode="plan").always("Bash", {"command": "ls"}) == ""
+
+
+@pytest.mark.parametrize("command", ["/usr/bin/curl x", "command curl x", "\\curl x", '"curl" x',
+                                     "env curl x", "FOO=1 curl x", "git -C . push", "git --no-pager push"])
+def test_deny_rules_see_through_paths_quotes_and_wrappers(tmp_path, command):
+    p = Policy(root=tmp_path, mode="auto", deny=["Bash(curl*)", "Bash(git push*)"], home=tmp_path)
+    assert p.check("Bash", {"command": command}).action == "deny"
+    assert p.check("Bash", {"command": "git status"}).action == "allow"
+
+
+def test_edits_to_git_internals_always_ask(tmp_path):
+    p = Policy(root=tmp_path, mode="auto", allow=["Edit"], home=tmp_path)
+    for path in (".git/config", ".git/hooks/pre-commit"):
+        assert p.check("Edit", {"file_path": path, "new_string": "x"}).action == "ask"
+
+
+def test_always_makes_no_rule_an_ask_rule_would_outrank(tmp_path):
+    p = Policy(root=tmp_path, mode="ask", ask=["Bash(pytest*)"], home=tmp_path)
+    assert p.always("Bash", {"command": "pytest -q"}) == "" and p.session == []

@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from tools.dispatch import TOOL_ARGS
-from tools.shell import destructive, split_command
+from tools.shell import destructive, normalized, split_command
 from tools.workspace import is_inside, real_root, resolve
 
 MODES = ("ask", "accept-edits", "auto", "plan")
@@ -163,7 +163,7 @@ def _load_file(path: Path) -> dict:
 def default_user_file(home=None) -> Path:
     env = os.environ.get("NANOCODE_HOME")
     if env:
-        return Path(env) / "settings.json"
+        return Path(env).expanduser() / "settings.json"
     return Path(Path.home() if home is None else home) / ".config" / "nanocode" / "settings.json"
 
 
@@ -252,8 +252,9 @@ class Policy:
         """deny/ask: any sub-command or the whole text; allow: every sub-command (rules listed)."""
         rules = list(self._rules(kind, "Bash"))
         hit = lambda s, pat: pat is None or fnmatchcase(s, pat)  # noqa: E731
-        if kind != "allow":
-            return next(((src, t) for src, t, p in rules for s in segs + [full] if hit(s, p)), None)
+        if kind != "allow":  # the raw text and its normalised form (`env /usr/bin/curl` = `curl`)
+            seen = segs + [full] + [normalized(s) for s in segs]
+            return next(((src, t) for src, t, p in rules for s in seen if hit(s, p)), None)
         used = [next(((src, t) for src, t, p in rules if hit(s, p)), None) for s in segs]
         if not used or None in used:
             return None
@@ -295,8 +296,9 @@ class Policy:
             m = self._match_path(kind, name, str(full), rel)
             if m:
                 return Decision(action, f"{why}: {name} {shown}", m[1])
-        if name == "Edit" and (rel == ".nanocode" or rel.startswith(".nanocode/")):
-            return Decision("ask", f"changes nanocode settings ({rel})")
+        top = rel.split("/", 1)[0] if rel else None
+        if name == "Edit" and top in (".nanocode", ".git"):  # settings, hooks, git config: code runs
+            return Decision("ask", f"changes {'nanocode settings' if top == '.nanocode' else 'git internals'} ({rel})")
         m = self._match_path("allow", name, str(full), rel)
         if m:
             return Decision("allow", _ALLOWED[m[0]], m[1])
@@ -333,7 +335,10 @@ class Policy:
     def always(self, name, args) -> str:
         """Add and return the session rule(s) for "always allow this"; "" when none is made
         (destructive commands, hard denies, calls that are already allowed by default)."""
-        if name not in TOOLS or not isinstance(args, dict) or self.check(name, args).action == "deny":
+        if name not in TOOLS or not isinstance(args, dict):
+            return ""
+        d = self.check(name, args)
+        if d.action == "deny" or (d.action == "ask" and d.rule):  # an ask rule outranks any allow
             return ""
         rules: list[str] = []
         if name == "Bash":

@@ -155,6 +155,28 @@ def _unwrap(words: list[str]) -> tuple[list[str], str | None]:
     return words, sudo
 
 
+_GIT_GLOBAL_VALUE = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"}
+
+
+def normalized(seg: str) -> str:
+    """A sub-command as deny/ask rules should see it: quotes removed, wrappers (env, sudo,
+    command, timeout, VAR=x ...) stripped, the program's path and a leading backslash dropped,
+    git's global options (-C dir, -c k=v, --no-pager ...) removed: `env /usr/bin/curl x` and
+    `git -C . push` become `curl x` and `git push`."""
+    words, _ = _unwrap(_tokens(seg))
+    if not words:
+        return ""
+    words[0] = os.path.basename(words[0].lstrip("\\"))
+    if words[0] == "git":
+        rest = words[1:]
+        while rest and rest[0].startswith("-"):
+            opt = rest.pop(0)
+            if opt in _GIT_GLOBAL_VALUE and rest:
+                rest.pop(0)
+        words = ["git", *rest]
+    return " ".join(words)
+
+
 def _short(args) -> str:
     return "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
 

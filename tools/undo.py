@@ -52,13 +52,20 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 
 import git
 
+from tools.workspace import is_inside
+
 MAX_UNTRACKED_BYTES = 20 * 1024 * 1024
 EXCLUDE = [":(exclude,glob)**/.nanocode/**", ":(exclude,glob)**/.git/**"]
 NULL_SHA = "0" * 40
+# Our git calls never run the repo's fsmonitor or hooks (a model-written .git/config must not
+# turn a snapshot into command execution; edits under .git/ also always ask, permissions.py).
+_SAFE_CONFIG = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": "false",
+                "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": os.devnull}
 _IDENT = {"GIT_AUTHOR_NAME": "nanocode", "GIT_AUTHOR_EMAIL": "nanocode@localhost",
           "GIT_COMMITTER_NAME": "nanocode", "GIT_COMMITTER_EMAIL": "nanocode@localhost"}
 
@@ -108,7 +115,8 @@ class Checkpoints:
             self.shadow = True
             self.top = self.root
             if shadow_dir is None:
-                home = os.environ.get("NANOCODE_HOME") or os.path.expanduser("~/.cache/nanocode")
+                from nanocode.common import nanocode_home
+                home = nanocode_home()
                 key = hashlib.sha1(self.root.encode("utf-8", "surrogateescape")).hexdigest()[:16]
                 shadow_dir = os.path.join(home, "shadow", key)
             self.git_dir = os.path.realpath(os.fspath(shadow_dir))
@@ -122,13 +130,11 @@ class Checkpoints:
         self.meta_dir = os.path.join(self.git_dir, "nanocode")
         self.meta_path = os.path.join(self.meta_dir, "turns.json")
         self.g = git.Git(self.top)  # commands run at the work-tree top, so pathspecs are top-relative
-        self._umask = os.umask(0)
-        os.umask(self._umask)
 
     # ------------------------------------------------------------------ git plumbing
 
     def _env(self, index=None, ident=True):
-        env = {"GIT_DIR": self.git_dir, "GIT_WORK_TREE": self.top}
+        env = {"GIT_DIR": self.git_dir, "GIT_WORK_TREE": self.top, **_SAFE_CONFIG}
         if index:
             env["GIT_INDEX_FILE"] = index
         if ident:
@@ -300,8 +306,7 @@ class Checkpoints:
     # ------------------------------------------------------------------ undo
 
     def _inside(self, path):
-        real = os.path.realpath(path)
-        return real == self.top or real.startswith(self.top + os.sep)
+        return is_inside(self.top, os.path.realpath(path))
 
     def undo(self, turn=None) -> list[str]:
         """Restore the turn's changed paths to their "before" state; refuse if they moved on since."""
@@ -357,9 +362,7 @@ class Checkpoints:
     def _write(self, path, mode, sha, before):
         full = os.path.join(self.top, path)
         parent = os.path.dirname(full)
-        if not self._inside(parent):
-            raise UndoError(f"refusing to write {path}: its directory resolves outside {self.top}")
-        os.makedirs(parent, exist_ok=True)
+        os.makedirs(parent, exist_ok=True)  # _restore checked every existing parent already
         if not self._inside(parent):
             raise UndoError(f"refusing to write {path}: its directory resolves outside {self.top}")
         if os.path.isdir(full) and not os.path.islink(full):
@@ -378,17 +381,15 @@ class Checkpoints:
             perm = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else None
         except FileNotFoundError:
             perm = None
-        if perm is None:
-            perm = (0o777 if exe else 0o666) & ~self._umask
-        elif exe:
-            perm |= (perm & 0o444) >> 2
-        else:
-            perm &= ~0o111
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".nanocode-")
-        try:
+        if perm is not None:  # an existing file keeps its other bits; only x follows the snapshot
+            perm = perm | (perm & 0o444) >> 2 if exe else perm & ~0o111
+        tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{threading.get_ident()}.tmp")
+        try:  # a new file gets 0o777/0o666 minus the umask, applied by the kernel (thread-safe)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if exe else 0o666)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.chmod(tmp, perm)
+            if perm is not None:
+                os.chmod(tmp, perm)
             os.replace(tmp, full)
         except BaseException:
             if os.path.exists(tmp):
