@@ -195,6 +195,7 @@ PARITY = [
     {"pattern": "crlf$"},
     {"pattern": "x", "-A": 5},
     {"pattern": "nomatch"},
+    {"pattern": "[e&&d]"},  # a set operation to rg, three characters to Python: Python answers
 ]
 
 
@@ -222,3 +223,4 @@ def test_grep_rg_used_and_falls_back(proj):
     # rg has no lookbehind: the Python engine answers, with the same format
     assert grep_mod._rg_search("(?<=two )needle", [str(proj / "notes.md")], 0, 0) is None
     assert grep(proj, {"pattern": "(?<=two )needle"}) == "notes.md:2:two needle"
+    assert grep_mod._rg_search("[e&&d]", [str(proj / "notes.md")], 0, 0) is None

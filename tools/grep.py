@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -195,22 +196,33 @@ def _py_search(rx, reals):
     return found
 
 
+@functools.lru_cache(maxsize=1)
+def _rg_path() -> str | None:
+    return shutil.which("rg") or shutil.which("rg", path=os.path.dirname(sys.executable))
+
+
 def _rg_search(pattern, reals, before, after):
     """The same result as _py_search from ripgrep's --json output (linear-time regex, parallel), or
-    None when rg is missing or rejects the pattern (lookarounds, backreferences): Python then runs."""
-    rg = shutil.which("rg") or shutil.which("rg", path=os.path.dirname(sys.executable))
-    if rg is None or "[[:" in pattern:  # POSIX classes mean different things to the two engines
+    None when rg is missing or rejects the pattern (lookarounds, backreferences): Python then runs.
+    Patterns whose meaning differs between the engines go to Python too: POSIX classes `[[:`, and
+    `&&` `--` `~~` which rg reads as set operations inside a bracket."""
+    rg = _rg_path()
+    if rg is None or "[[:" in pattern or ("[" in pattern and any(op in pattern for op in ("&&", "--", "~~"))):
         return None
     found = {}
     flags = ["--json", "--no-config", "--no-ignore", "--hidden", "--text", "--crlf", "--no-messages",
              "-A", str(after), "-B", str(before), "-e", pattern, "--"]
+    deadline = time.monotonic() + MAX_SECONDS
     for i in range(0, len(reals), RG_BATCH):
         try:
             r = subprocess.run([rg, *flags, *reals[i:i + RG_BATCH]], capture_output=True,
-                               timeout=MAX_SECONDS)
+                               timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            found[TIMED_OUT] = True  # what was found so far, and say the search stopped
+            return found
         except (OSError, subprocess.SubprocessError):
             return None
-        if r.returncode not in (0, 1):
+        if r.returncode not in (0, 1) and not r.stdout:  # 2 with output: some file was unreadable
             return None
         for raw in r.stdout.splitlines():
             msg = json.loads(raw)
