@@ -103,6 +103,13 @@ def run_model(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
     batch = max(1, args.batch or args.n)
 
     pool = ThreadPoolExecutor(max_workers=args.workers or os.cpu_count() or 1)
+    try:
+        return _sample_and_run(args, problems, engine, tok, mode, stops, batch, pool, stage, ckpt, tag, step)
+    finally:
+        pool.shutdown(cancel_futures=True)  # an error or Ctrl-C leaves no queued programs
+
+
+def _sample_and_run(args, problems, engine, tok, mode, stops, batch, pool, stage, ckpt, tag, step):
     sandbox.isolation()
     pending = []  # (problem index, [(text, solution, future)])
     bar = _bar(len(problems), f"{args.task} sample+run", args.quiet)
@@ -137,7 +144,6 @@ def run_model(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
         rows.append({"task_id": problems[pi].task_id, "n": len(res),
                      "c": sum(r.status == "passed" for _, _, r in res),
                      "samples": [_sample_row(s, r, t) for t, s, r in res]})
-    pool.shutdown()
     info = {"model": tag, "checkpoint": str(ckpt), "step": int(step), "stage": stage, "mode": mode,
             "n": args.n, "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
             "max_tokens": args.max_tokens, "seed": args.seed}
@@ -153,6 +159,10 @@ def main(args) -> int:
         return 2
     if args.n < 1 or any(k < 1 for k in args.k):
         print("error: --n and --k must be >= 1", file=sys.stderr)
+        return 2
+    if args.n > 1 and args.temperature == 0 and not reference:
+        print(f"error: --n {args.n} at temperature 0 gives {args.n} identical greedy samples "
+              "(pass@k would equal pass@1); pass --temperature 0.8 or so", file=sys.stderr)
         return 2
     try:
         problems = tasks.load_task(args.task, args.data, args.limit)

@@ -78,14 +78,13 @@ def _from_hub(task: str) -> list[dict]:
     repo, config, split = HUB[task]
     fix = (f"the {task} dataset ({repo} on the Hugging Face hub) is not reachable from here; "
            f"download its {split} split as JSONL elsewhere and pass it with `--data FILE.jsonl`")
-    if not _hub_reachable():  # fail fast: the hub client retries for ~25 s; a cached copy works
-        import os
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
         import datasets
     except ImportError as e:
         raise TaskError(fix) from e
+    if not _hub_reachable():  # fail fast (the hub client retries for ~25 s); a cached copy works
+        datasets.config.HF_DATASETS_OFFLINE = True  # also when datasets was imported already
+        datasets.config.HF_HUB_OFFLINE = True
     try:
         ds = datasets.load_dataset(repo, config, split=split) if config else \
             datasets.load_dataset(repo, split=split)

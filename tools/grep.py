@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 
 from tools.files import SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
 from tools.workspace import PathOutside, display, is_inside, resolve
@@ -128,7 +129,9 @@ def _grep(root, args, allow_outside, use_rg):
     if err:
         return err
     try:
-        rx = re.compile(pattern)
+        with warnings.catch_warnings():  # e.g. "possible set intersection": the tool says nothing
+            warnings.simplefilter("ignore")
+            rx = re.compile(pattern)
     except (re.error, RecursionError, OverflowError) as e:
         return _err(f"invalid regex: {e}")
     try:
