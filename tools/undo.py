@@ -32,6 +32,10 @@ track empty directories: an empty directory that existed before the turn and got
 removed by undo. Modes are git's: only the exec bit is restored (other permission bits of an
 existing file are kept; new files get 0666/0777 minus umask). Submodules (gitlinks) are not
 restored. A file that becomes ignored stays in the private index until the user's index changes.
+Content goes through git's filters both ways (clean on snapshot, smudge on restore), so a file
+comes back as `git checkout` would write it: where git normalises line endings (a `text`/`eol`
+attribute, core.autocrlf) a file that had CRLF in the work tree under `* text=auto` comes back
+with LF (exact raw snapshots need hash-object --no-filters per file, or GIT_ATTR_SOURCE, git 2.40).
 Two processes snapshotting one repo at once: the second fails on git's index.lock (GitCommandError).
 Snapshots live in the user's object database (loose objects; gc reclaims them once the refs are
 deleted). Snapshot commits are made without hooks or signing as "nanocode". auto_commit() uses

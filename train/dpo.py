@@ -115,18 +115,19 @@ def assemble(pairs, refs, chunk, accum: int, bos: int):
             for k, v in out.items()}
 
 
-def make_logp(cfg):
-    """jitted (params, inputs (B, L), targets (B, L)) -> (B,) sum of target log-probs."""
-    import jax
-
+def seq_logp(params, cfg, x, y):
+    """(B,) sum of target log-probs of rows x (B, L) with targets y (-1 = not scored)."""
     from nanocode.gpt import cross_entropy, forward
+    logits, _ = forward(params, cfg, x)
+    return -cross_entropy(logits, y, reduction="none").sum(-1)
 
-    @jax.jit
-    def logp(params, x, y):
-        logits, _ = forward(params, cfg, x)
-        return -cross_entropy(logits, y, reduction="none").sum(-1)
 
-    return logp
+def make_logp(cfg):
+    """jitted (params, inputs (B, L), targets (B, L)) -> (B,) sum of target log-probs. Inputs are
+    host arrays, so every device computes the whole batch: fine for the one reference pass and
+    the small val set (the training step itself is sharded by the shared loop)."""
+    import jax
+    return jax.jit(lambda params, x, y: seq_logp(params, cfg, x, y))
 
 
 def sequence_logps(logp, params, pairs, bos: int, batch: int):
@@ -147,13 +148,10 @@ def ipo_train_loss(cfg, beta: float):
     """(params, micro-batch) -> (sum of weighted IPO losses, number of real pairs)."""
     import jax.numpy as jnp
 
-    from nanocode.gpt import cross_entropy, forward
-
     def loss(params, mb):
         x = jnp.concatenate([mb["chosen"], mb["rejected"]])
         y = jnp.concatenate([mb["chosen_targets"], mb["rejected_targets"]])
-        logits, _ = forward(params, cfg, x)
-        lp = -cross_entropy(logits, y, reduction="none").sum(-1)
+        lp = seq_logp(params, cfg, x, y)
         n = mb["chosen"].shape[0]
         per = ipo_loss(lp[:n], lp[n:], mb["ref_chosen"], mb["ref_rejected"], beta)
         return jnp.sum(per * mb["weight"]), jnp.sum(mb["weight"])

@@ -262,9 +262,8 @@ def print_samples(params, cfg, tokenizer, convs, max_new: int, log=print):
 def make_val_eval(cfg, packer: Packer | None, rows: int, mesh, max_rows: int):
     """val_loss(params) -> mean nats per supervised token over the held-out rows (fixed set)."""
     import jax
-    import jax.numpy as jnp
 
-    from nanocode.gpt import cross_entropy, forward
+    from train.base import next_token_loss
     from train.loop import batch_sharding
 
     if packer is None:
@@ -275,19 +274,18 @@ def make_val_eval(cfg, packer: Packer | None, rows: int, mesh, max_rows: int):
     T = packer.T
     while len(packed) % rows:  # pad to whole batches with unsupervised rows
         packed.append((np.full(T, packer.bos, np.int32), np.full(T, -1, np.int32)))
-    xs = np.stack([p[0] for p in packed]).reshape(-1, 1, rows, T)
-    ys = np.stack([p[1] for p in packed]).reshape(-1, 1, rows, T)
+    local = rows // jax.process_count()  # each process feeds its own slice of every batch
+    sl = slice(jax.process_index() * local, (jax.process_index() + 1) * local)
+    xs = np.stack([p[0] for p in packed]).reshape(-1, rows, T)[:, sl]
+    ys = np.stack([p[1] for p in packed]).reshape(-1, rows, T)[:, sl]
     sharding = batch_sharding(mesh)
-
-    @jax.jit
-    def nats(params, x, y):
-        logits, _ = forward(params, cfg, x[0])
-        return cross_entropy(logits, y[0], reduction="sum"), jnp.sum(y[0] != -1)
+    loss = next_token_loss(cfg)  # (sum of nats, supervised tokens)
+    nats = jax.jit(lambda params, x, y: loss(params, {"inputs": x[0], "targets": y[0]}))
 
     def val_loss(params):
         total = count = 0.0
         for x, y in zip(xs, ys):
-            xa, ya = (jax.make_array_from_process_local_data(sharding, a) for a in (x, y))
+            xa, ya = (jax.make_array_from_process_local_data(sharding, a[None]) for a in (x, y))
             s, n = nats(params, xa, ya)
             total, count = total + float(s), count + float(n)
         return total / max(count, 1.0)
