@@ -45,8 +45,8 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 
 STATUSES = ("passed", "failed", "timeout", "oom", "error")
 NOBODY = 65534
@@ -57,11 +57,16 @@ SETUP_FAILED = 97  # exit status of the bootstrap when the namespace set-up itse
 # then it sets the rlimits and execs a fresh interpreter on the program.
 _BOOT = r"""
 import ctypes, json, os, resource, sys
+SETUP_FAILED = @SETUP_FAILED@
 work, mode, lim, groups, prog = sys.argv[1:6]
 lim = json.loads(lim)
 for d in json.loads(groups):  # join the pids/memory cgroups first: everything later inherits them
-    with open(os.path.join(d, "cgroup.procs"), "w") as f:
-        f.write("0")
+    try:
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError as e:
+        print(f"sandbox: cannot join {d}: {e}", file=sys.stderr)
+        sys.exit(SETUP_FAILED)
 if mode == "ns":
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
@@ -70,7 +75,7 @@ if mode == "ns":
            "relatime": 1 << 21}
     if libc.mount(work.encode(), work.encode(), None, BIND, None) != 0:
         print("sandbox: bind mount failed: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-        sys.exit(97)
+        sys.exit(SETUP_FAILED)
     mounts = [line.split() for line in open("/proc/self/mountinfo")]
     for f in mounts:
         mp = f[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
@@ -88,22 +93,22 @@ if mode == "ns":
         if os.path.isdir(d) and not os.path.islink(d):
             if libc.mount(b"tmpfs", d.encode(), b"tmpfs", OPT["nosuid"] | OPT["nodev"], b"size=16m") != 0:
                 print(f"sandbox: cannot cover {d}: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-                sys.exit(97)
+                sys.exit(SETUP_FAILED)
     if not os.path.isdir(work):
         os.makedirs(work)
         if libc.mount(f"/proc/self/fd/{keep}".encode(), work.encode(), None, BIND, None) != 0:
             print("sandbox: cannot restore the work dir: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-            sys.exit(97)
+            sys.exit(SETUP_FAILED)
     os.close(keep)
     try:
         open(os.path.join("/", ".sandbox_probe"), "w").close()
         print("sandbox: / is still writable", file=sys.stderr)
-        sys.exit(97)
+        sys.exit(SETUP_FAILED)
     except OSError:
         pass
     if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS: lock the ro flags
         print("sandbox: nested unshare failed: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-        sys.exit(97)
+        sys.exit(SETUP_FAILED)
     os.chdir(work)  # the cwd still pointed below the bind mount, on the read-only "/"
 for name, value in lim.items():
     try:
@@ -112,6 +117,7 @@ for name, value in lim.items():
         pass
 os.execv(sys.executable, [sys.executable, "-I", prog])
 """
+_BOOT = _BOOT.replace("@SETUP_FAILED@", str(SETUP_FAILED))
 
 
 @dataclass
@@ -299,6 +305,9 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
         os.chown(prog, NOBODY, NOBODY)
         kw = dict(user=NOBODY, group=NOBODY, extra_groups=[])
     groups = _make_cgroups(lim)
+    if kw:  # the boot script joins the groups as nobody: it must be allowed to
+        for d in groups:
+            os.chown(os.path.join(d, "cgroup.procs"), NOBODY, NOBODY)
     boot = [sys.executable, "-I", "-c", _BOOT, work, mode, json.dumps(_rlimits(lim, mode)),
             json.dumps(groups), prog]
     cmd = [_unshare(), "-rnmpf", "--mount-proc", "--kill-child", "--", *boot] if mode == "ns" else boot
@@ -356,17 +365,12 @@ def run_many(codes: list[str], limits: Limits | None = None, workers: int | None
     out: list[Result | None] = [None] * len(codes)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_program, c, limits): i for i, c in enumerate(codes)}
-        for fut in _as_completed(futures):
+        for fut in as_completed(futures):
             i = futures[fut]
             out[i] = fut.result()
             if on_done:
                 on_done(i, out[i])
     return out  # type: ignore[return-value]
-
-
-def _as_completed(futures):
-    from concurrent.futures import as_completed
-    return as_completed(futures)
 
 
 # ---- the probe ----------------------------------------------------------------------------------
@@ -440,10 +444,6 @@ def isolation(refresh: bool = False) -> dict:
         info["note"] = note
         _probe_cache = info
         return info
-
-
-def result_dict(r: Result) -> dict:
-    return asdict(r)
 
 
 if __name__ == "__main__":  # python -m evals.sandbox: print what isolation works here
