@@ -176,12 +176,11 @@ def preference_metrics(policy, refs, beta: float) -> dict:
 def main(args) -> int:
     import jax
 
-    from nanocode import checkpoint
     from nanocode.common import enable_compilation_cache, nanocode_home
     from nanocode.config import flops_per_token
     from train import loop
     from train.loader import check_batch
-    from train.sft import (batch_geometry, load_sources, load_start, record, run_name_of,
+    from train.sft import (batch_geometry, load_sources, load_start, run_name_of,
                            sft_optimizer, split_val)
 
     if args.multihost:
@@ -254,13 +253,8 @@ def main(args) -> int:
     lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=int(per_step * 2 * mean_len),
                          flops_per_token=flops_per_token(cfg, int(mean_len)), log_every=args.log_every,
                          eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
-                         resume=args.resume, peak_flops=args.peak_flops,
+                         resume=args.resume, peak_flops=args.peak_flops, eval_at_start=True,
                          extra_metadata={"stage": "dpo", "from": str(ckpt_dir), "beta": args.beta})
-    if not (args.resume and checkpoint.latest_step(run_dir / "checkpoints") is not None):
-        ev = evaluate(params, 0)
-        if ev:
-            record(run_dir, {"step": 0, **ev})
-            print("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
     result = loop.run(lc, params=params, optimizer=optimizer, loss=ipo_train_loss(cfg, args.beta),
                       mesh=mesh, batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
     print("done: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)),

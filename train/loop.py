@@ -137,6 +137,7 @@ class LoopConfig:
     keep: int = 3
     resume: bool = False
     peak_flops: float | None = None  # per device; measured/looked up when None
+    eval_at_start: bool = False  # evaluate the starting params as step 0 (fine-tuning baselines)
     extra_metadata: dict = field(default_factory=dict)
 
 
@@ -206,6 +207,10 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     bar = tqdm(total=lc.total_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=jax.process_index() != 0)
     pending, t_last, step_last, last = [], time.perf_counter(), start, {}
+    if evaluate and lc.eval_at_start and start == 0:
+        last = evaluate(state[0], 0)
+        record({"step": 0, **last})
+        log("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
     with _StopFlag() as stop:
         for step in range(start, lc.total_steps):
             host_batch, loader_state = next(data)

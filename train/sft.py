@@ -29,7 +29,6 @@ Design:
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import random
 import sys
@@ -304,12 +303,6 @@ def sft_optimizer(cfg, params, steps: int, batch_tokens: int, lr_scale: float):
                            warmup_steps=0, warmdown_frac=1.0, final_lr_frac=0.0, **over)
 
 
-def record(run_dir: Path, row: dict) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "metrics.jsonl", "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
 def batch_geometry(args, T: int, n_dev: int, unit: str = "tokens"):
     """(rows per micro-batch, accum) from --device-batch and --total-batch (tokens for SFT)."""
     rows = args.device_batch * n_dev
@@ -383,14 +376,8 @@ def main(args) -> int:
     lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=rows * accum * T,
                          flops_per_token=flops_per_token(cfg, T), log_every=args.log_every,
                          eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
-                         resume=args.resume, peak_flops=args.peak_flops,
+                         resume=args.resume, peak_flops=args.peak_flops, eval_at_start=True,
                          extra_metadata={"stage": "sft", "from": str(ckpt_dir)})
-    from nanocode import checkpoint
-    if not (args.resume and checkpoint.latest_step(run_dir / "checkpoints") is not None):
-        ev = evaluate(params, 0)
-        if ev:
-            record(run_dir, {"step": 0, **ev})
-            print("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
     batches = sft_batches(packer, accum, rows, jax.process_index(), jax.process_count())
     result = loop.run(lc, params=params, optimizer=optimizer, loss=next_token_loss(cfg), mesh=mesh,
                       batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
