@@ -210,11 +210,14 @@ def main(args) -> int:
     val_rows = [row for rows, _ in load_sources(args.val) for row in rows] if args.val else []
     if not args.val:
         sources, val_rows = split_val(sources, args.val_pairs, args.seed)
-    train_pairs = []
+    unique, index = [], []  # SOURCE*K repeats pairs by index: each reference log-prob once
     for spec, (rows, times) in zip(args.data, sources):
-        kept = pairs_of(rows, spec)
+        new = pairs_of(rows, spec)
+        kept = list(range(len(unique), len(unique) + len(new)))
+        unique += new
         whole, frac = int(times), times - int(times)
-        train_pairs += kept * whole + random.Random(args.seed).sample(kept, round(frac * len(kept)))
+        index += kept * whole + random.Random(args.seed).sample(kept, round(frac * len(kept)))
+    train_pairs = [unique[i] for i in index]
     if not train_pairs:
         raise ValueError(f"no preference pair fits in {T + 1} tokens; raise --seq-len")
     val_pairs = pairs_of(val_rows, "val") if val_rows else []
@@ -228,7 +231,8 @@ def main(args) -> int:
     mesh = loop.make_mesh(args.mesh)
     ref_params = jax.device_put(params, loop.tree_shardings(params, mesh))
     logp = make_logp(cfg)
-    train_refs = sequence_logps(logp, ref_params, train_pairs, bos, max(P, 8))
+    unique_refs = sequence_logps(logp, ref_params, unique, bos, max(P, 8))
+    train_refs = [unique_refs[i] for i in index]
     val_refs = sequence_logps(logp, ref_params, val_pairs, bos, max(P, 8)) if val_pairs else []
     del ref_params
 
