@@ -58,7 +58,7 @@ SETUP_FAILED = 97  # exit status of the bootstrap when the namespace set-up itse
 _BOOT = r"""
 import ctypes, json, os, resource, sys
 SETUP_FAILED = @SETUP_FAILED@
-work, mode, lim, groups, prog = sys.argv[1:6]
+work, mode, lim, groups, prog, keep_ro = sys.argv[1:7]
 lim = json.loads(lim)
 for d in json.loads(groups):  # join the pids/memory cgroups first: everything later inherits them
     try:
@@ -86,20 +86,26 @@ if mode == "ns":
             flags |= OPT.get(o, 0)
         libc.mount(b"none", mp.encode(), None, flags, None)
     # Hide the host's socket directories (docker, dbus, ssh-agent, X11 live there): a read-only
-    # mount still lets a program connect() to a socket file. The work dir, usually under /tmp,
-    # is carried over by a bind mount from an fd opened before /tmp is covered.
-    keep = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
-    for d in ("/tmp", "/var/tmp", "/run", "/dev/shm"):
-        if os.path.isdir(d) and not os.path.islink(d):
-            if libc.mount(b"tmpfs", d.encode(), b"tmpfs", OPT["nosuid"] | OPT["nodev"], b"size=16m") != 0:
-                print(f"sandbox: cannot cover {d}: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-                sys.exit(SETUP_FAILED)
-    if not os.path.isdir(work):
-        os.makedirs(work)
-        if libc.mount(f"/proc/self/fd/{keep}".encode(), work.encode(), None, BIND, None) != 0:
-            print("sandbox: cannot restore the work dir: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
+    # mount still lets a program connect() to a socket file. What must stay visible below them
+    # (the work dir, and the interpreter's prefixes when a venv lives under /tmp) is carried over
+    # by bind mounts from fds opened before the directory is covered; the prefixes read-only.
+    covered = [d for d in ("/tmp", "/var/tmp", "/run", "/dev/shm") if os.path.isdir(d) and not os.path.islink(d)]
+    wanted = [(work, False)] + [(k, True) for k in json.loads(keep_ro)]
+    carried = [(p, ro, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p, ro in wanted
+               if any(p == d or p.startswith(d + "/") for d in covered)]
+    for d in covered:
+        if libc.mount(b"tmpfs", d.encode(), b"tmpfs", OPT["nosuid"] | OPT["nodev"], b"size=16m") != 0:
+            print(f"sandbox: cannot cover {d}: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
             sys.exit(SETUP_FAILED)
-    os.close(keep)
+    for p, ro, fd in carried:
+        os.makedirs(p, exist_ok=True)
+        ok = libc.mount(f"/proc/self/fd/{fd}".encode(), p.encode(), None, BIND, None) == 0
+        if ok and ro:
+            ok = libc.mount(b"none", p.encode(), None, REMOUNT | BIND | RDONLY, None) == 0
+        if not ok:
+            print(f"sandbox: cannot carry {p} over: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
+            sys.exit(SETUP_FAILED)
+        os.close(fd)
     try:
         open(os.path.join("/", ".sandbox_probe"), "w").close()
         print("sandbox: / is still writable", file=sys.stderr)
@@ -226,6 +232,13 @@ def _rmtree(path: str) -> None:
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
+def _interpreter_dirs() -> list[str]:
+    """Directories the program's interpreter needs (venv and base prefixes, the executable's)."""
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.realpath(sys.executable))}
+    return sorted(os.path.realpath(d) for d in dirs)
+
+
 def _make_cgroups(lim: Limits) -> list[str]:
     """Fresh cgroup v1 pids + memory groups (root only; [] where they can't be made): bound the
     process count and the total memory of everything the program starts, and list its processes
@@ -309,7 +322,7 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
         for d in groups:
             os.chown(os.path.join(d, "cgroup.procs"), NOBODY, NOBODY)
     boot = [sys.executable, "-I", "-c", _BOOT, work, mode, json.dumps(_rlimits(lim, mode)),
-            json.dumps(groups), prog]
+            json.dumps(groups), prog, json.dumps(_interpreter_dirs())]
     cmd = [_unshare(), "-rnmpf", "--mount-proc", "--kill-child", "--", *boot] if mode == "ns" else boot
     out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
     t0 = time.perf_counter()
