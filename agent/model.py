@@ -2,7 +2,8 @@
 
 PATH: a checkpoint directory (step folders inside, as `train` writes them). TAG: a run name under
 $NANOCODE_HOME/runs/<tag>/checkpoints (`train base --run TAG` etc.). No --model: the package's
-`nanocode/default_model/` (a checkpoint directory shipped with a release; none exists yet).
+`nanocode/default_model/`: the cpu speedrun's final checkpoint (bf16 params + tokenizer, ~15 MB,
+see its MODEL_CARD.md), shipped inside the package.
 Resolving a model imports nothing heavy; loading it (build_agent) sets the inference runtime flag, then imports jax.
 Every failure is a ModelError whose message is one line; the CLI prints it, no traceback.
 """
@@ -23,8 +24,8 @@ def default_model_dir() -> Path:
 
 
 NO_DEFAULT = (
-    "not yet: this nanocode has no default model (nothing at {path}); train one with "
-    "`train speedrun --preset cpu-d4` (data to agent-ready checkpoint in one command) or "
+    "error: this nanocode install has no default model (nothing at {path}); train one with "
+    "`train speedrun --preset cpu` (data to agent-ready checkpoint in one command) or "
     "`train base` then `train sft`, then run `nanocode --model <run tag or checkpoint dir>`"
 )
 

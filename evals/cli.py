@@ -14,41 +14,35 @@ EVALS = {
     "bpb": "bits per byte on held-out shards (tokenizer-independent loss)",
     "agent": "the agentic task suite: generated repo tasks run headless, scored by hidden checks",
     "core": "CORE (DCLM) of the base model; offline only a subset of its tasks",
-    "report": "collect the eval results of a model into one table",
+    "report": "a markdown report of a run: training curves (PNG) and a table of every eval found",
 }
 CODE_TASKS = ("humaneval", "mbpp", "humanevalplus", "mbppplus")
 
 
+MODULES = {**{t: "codegen" for t in CODE_TASKS}, "bpb": "bpb", "agent": "agent", "core": "core",
+           "report": "report"}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from evals import bpb, codegen  # stdlib-only at import time
+    import importlib
 
     p = argparse.ArgumentParser(prog="evals", description="Evaluate a nanocode checkpoint.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, text in EVALS.items():
         sp = sub.add_parser(name, help=text, description=text)
-        if name in CODE_TASKS:
-            codegen.add_arguments(sp)
-        elif name == "bpb":
-            bpb.add_arguments(sp)
+        importlib.import_module(f"evals.{MODULES[name]}").add_arguments(sp)  # stdlib-only at import
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    import importlib
+
     args = build_parser().parse_args(argv)
-    from nanocode.common import not_yet, use_inference_runtime
-
-    if args.command in CODE_TASKS:
+    if args.command != "report":  # the report only reads files and plots
+        from nanocode.common import use_inference_runtime
         use_inference_runtime()
-        from evals import codegen
-
-        args.task = args.command
-        return codegen.main(args)
-    if args.command == "bpb":
-        use_inference_runtime()
-        from evals import bpb
-
-        return bpb.main(args)
-    return not_yet(f"`evals {args.command}`", "evals --help")
+    args.task = args.command
+    return importlib.import_module(f"evals.{MODULES[args.command]}").main(args)
 
 
 if __name__ == "__main__":

@@ -68,9 +68,3 @@ def use_inference_runtime() -> None:
     Leaves XLA_FLAGS alone when the user set it; other backends ignore the flag."""
     if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ:
         os.environ["XLA_FLAGS"] = INFERENCE_XLA_FLAGS
-
-
-def not_yet(what: str, help_cmd: str) -> int:
-    """Say on stderr that `what` is not built yet and return the exit status (2) for it."""
-    print(f"not yet: {what} is built in a later issue; try `{help_cmd}`", file=sys.stderr)
-    return 2

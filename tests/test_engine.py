@@ -243,3 +243,17 @@ def test_engine_from_checkpoint_and_bf16(tmp_path):
     s.append(p)
     assert s.cache.k.dtype == jnp.bfloat16 and s.logits.dtype == jnp.float32
     assert len(list(s.generate(max_tokens=6))) == 6
+
+
+def test_bf16_stored_params_run_in_float32(tmp_path):
+    """The shipped default model stores bf16 params; a float32 config upcasts them once at load and
+    decodes exactly like a float32 engine over the same (bf16-rounded) weights."""
+    from nanocode.checkpoint import save
+    rounded = jax.tree.map(lambda x: x.astype(jnp.bfloat16), PARAMS)
+    save(tmp_path, 1, rounded, config=CFG)
+    engine = Engine.from_checkpoint(tmp_path, buckets=BUCKETS)
+    assert {x.dtype for x in jax.tree.leaves(engine.params)} == {jnp.dtype(jnp.float32)}
+    up = jax.tree.map(lambda x: x.astype(jnp.float32), rounded)
+    p = prompt_ids(20, seed=4)
+    assert engine.generate(p, max_tokens=8, stop=()) == Engine(up, CFG, buckets=BUCKETS).generate(
+        p, max_tokens=8, stop=())

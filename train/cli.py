@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_synth_args(stages["synth"])
     add_sft_args(stages["sft"])
     add_dpo_args(stages["dpo"])
+    from train.speedrun import add_speedrun_args  # light: no jax at import
+
+    add_speedrun_args(stages["speedrun"])
     imp = sub.add_parser(
         "import-nanochat",
         help="convert a nanochat (PyTorch) checkpoint into a nanocode checkpoint",
@@ -172,15 +175,12 @@ def add_dpo_args(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = {"data": "train.shards", "tokenizer": "train.tokenizer", "base": "train.base",
-            "synth": "train.synth", "sft": "train.sft", "dpo": "train.dpo", "import-nanochat": "train.import_nanochat"}
+            "synth": "train.synth", "sft": "train.sft", "dpo": "train.dpo", "import-nanochat": "train.import_nanochat",
+            "speedrun": "train.speedrun"}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command not in COMMANDS:
-        from nanocode.common import not_yet
-
-        return not_yet(f"`train {args.command}`", "train --help")
     import importlib
 
     try:

@@ -1,0 +1,416 @@
+"""`evals agent`: the agentic task suite. Held-out tasks from the synth generator (held-out names and
+phrasings; TRAIN_FAMILIES plus the EVAL_ONLY_FAMILIES never trained on), each run by the real agent
+loop headless in its own fresh temp git repo with a step limit, scored by the task's hidden check.
+
+Trade-offs and numbers:
+- Tasks: task i of family k (k = its index in TRAIN_FAMILIES + EVAL_ONLY_FAMILIES, F of them) has
+  seed EVAL_SEED0 + --seed + i * F + k, so with --seed 0 they are train synth's eval_tasks.jsonl,
+  and a family's tasks do not depend on which other families run. Jobs interleave the families,
+  so --limit keeps a mix. Each task is built under its own mkdtemp base (never the shared
+  /tmp/nanocode-synth), so parallel runs cannot collide; it is removed after scoring.
+- Headless as `nanocode -p`: Agent.run_turn with nobody to approve, mode auto (Edit and Bash run,
+  destructive commands are asked about and so rejected), a Policy with no settings files (the
+  user's own settings never change a score), no undo snapshots. user_rejects runs in mode ask
+  (Edit/Bash are refused, as the user does in that family); when the turn ends refused, the
+  task's follow-up is sent as a second turn. --max-steps counts tool calls per turn.
+- Scoring: resolved = task.check(root, final answer) on the final state; a check that raises (a
+  model's edit made pytest hang past its timeout) is a failure. user_rejects also needs the
+  refusal to have happened: its check alone passes any non-empty answer that changed nothing.
+  Each run asserts that the agent's system prompt equals task.system (train/inference identity).
+- Metrics beside the resolve rate (per family; trained, eval-only and all):
+  valid-tool-call rate = valid calls / tool-call attempts, where an attempt is every call the loop
+  counted as a step (TurnResult.tool_calls; a malformed call is there as name "?" with an `error:`
+  result) and valid = tools.dispatch.check_call accepts it (known tool, known argument names,
+  required ones present) and the tool did not answer `error: invalid argument` (wrong type);
+  first-call-correct rate = tasks whose first tool call has the oracle's first tool and target
+  (Read/Edit: the same file, relative to the root; Grep: the pattern contains the symbol of the
+  oracle's pattern, its longest word after escapes and def/class are removed; Bash: the same
+  program, `python -m X` as X) / tasks, a task with no call counting as wrong; the oracle's first
+  call is its policy run up to that call (no tool runs). recover_error's oracle starts with the
+  user's wrong path, so there the reference is that call. mean steps = tool calls per task;
+  edits applied = Edit calls that applied (result not `error:`) / Edit calls that ran (a refused
+  one is the user's decision, not a failed edit; user_rejects refuses every Edit).
+- Parallel across tasks: --workers spawned processes (spawn, since jax is threaded), each loading
+  the engine once; --workers 1 runs in-process. The oracle takes ~0.1 s (answer-only families) to
+  ~3 s (those that run pytest twice) per task on one core, most of it pytest: 5 tasks per family
+  (55) take 78 s with the oracle and 18 s doing nothing, 2 workers on a shared 2-core box.
+- Baselines (no model): --policy oracle replays task.rollout() and must resolve 100%; --policy
+  nothing answers "" with no tool calls and must resolve 0%.
+
+Outputs (under $NANOCODE_HOME/evals/<model tag>/, `reference/` for the baselines, or --out):
+agent_step<N>.json (or agent_oracle.json / agent_nothing.json) summary, the .jsonl of per-task
+records beside it and <name>_transcripts/<task id>.jsonl (one line: {"messages", "meta"}, the
+session file format).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+POLICIES = ("model", "oracle", "nothing")
+REFUSED = "rejected by user"
+
+_engine = None  # the worker's engine, loaded once per process by _init
+_load_error = None  # or why it could not be loaded: raised by run_task, so the parent says it
+
+
+# ---- tasks ------------------------------------------------------------------------------------
+
+def all_families() -> tuple[list[str], list[str]]:
+    from train.synth_tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES
+    return list(TRAIN_FAMILIES), list(EVAL_ONLY_FAMILIES)
+
+
+def task_jobs(families: list[str], per_family: int, seed: int = 0, limit: int | None = None):
+    """[(family, task seed)], the families interleaved; seeds as the docstring says."""
+    from train.synth import EVAL_SEED0
+    trained, eval_only = all_families()
+    order = trained + eval_only
+    jobs = [(f, EVAL_SEED0 + seed + i * len(order) + order.index(f))
+            for i in range(per_family) for f in families]
+    return jobs[:limit] if limit is not None else jobs
+
+
+class _FirstCall(Exception):
+    pass
+
+
+def oracle_first_call(task) -> dict | None:
+    """The oracle's first tool call {"name", "args"}: its policy up to that call, no tool run."""
+    from train.synth_tasks import Rollout
+
+    class Stop(Rollout):
+        def call(self, thought, name, args):
+            raise _FirstCall({"name": name, "args": dict(args)})
+        reject = call
+
+    try:
+        task.policy(Stop(task))
+    except _FirstCall as e:
+        return e.args[0]
+    return None
+
+
+# ---- metrics of one task -------------------------------------------------------------------------
+
+def _rel(root: str, path) -> str:
+    return os.path.normpath(os.path.relpath(os.path.join(root, str(path)), root))
+
+
+def _symbol(pattern: str) -> str:
+    words = [w for w in re.findall(r"\w+", re.sub(r"\\.", " ", pattern)) if w not in ("def", "class")]
+    return max(words, key=len, default="")
+
+
+def _program(command: str) -> str:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    if len(words) >= 3 and re.fullmatch(r"python3?", words[0]) and words[1] == "-m":
+        return words[2]
+    return words[0] if words else ""
+
+
+def same_target(call: dict, ref: dict, root: str) -> bool:
+    """Whether `call` uses the tool of `ref` (the oracle's) on the same target (docstring)."""
+    name, a, b = ref["name"], call.get("args") or {}, ref["args"]
+    if call.get("name") != name or not isinstance(a, dict):
+        return False
+    try:
+        if name in ("Read", "Edit"):
+            return _rel(root, a["file_path"]) == _rel(root, b["file_path"])
+        if name == "Grep":
+            return _symbol(b["pattern"]) in str(a["pattern"])
+        return _program(str(a["command"])) == _program(b["command"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def valid_call(call: dict) -> bool:
+    from tools.dispatch import check_call
+    return (check_call(call["name"], call["args"]) is None
+            and not str(call["result"]).startswith("error: invalid argument"))
+
+
+def oracle_calls(messages: list[dict]) -> list[dict]:
+    """[{"name", "args", "result"}] of a conversation written by the oracle (never compacted)."""
+    return [{"name": m["tool_call"]["name"], "args": m["tool_call"]["args"], "result": nxt["content"]}
+            for m, nxt in zip(messages, messages[1:])
+            if m["role"] == "assistant" and m.get("tool_call") and nxt["role"] == "tool_result"]
+
+
+def score(task, answer: str, calls: list[dict], ref: dict | None) -> dict:
+    """Resolution and the dense metrics of one finished task."""
+    try:
+        resolved = bool(task.check(task.root, answer))
+        check_error = None
+    except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout on a broken edit
+        resolved, check_error = False, f"{type(e).__name__}: {e}".splitlines()[0]
+    if task.followup is not None:  # user_rejects: the refusal must have happened
+        resolved = resolved and any(c["result"] == REFUSED for c in calls)
+    edits = [c for c in calls if c["name"] == "Edit" and c["result"] != REFUSED]
+    applied = [c for c in edits if not str(c["result"]).startswith("error")]
+    first = calls[0] if calls else None
+    return {"resolved": resolved, "steps": len(calls), "valid_calls": sum(map(valid_call, calls)),
+            "edit_calls": len(edits), "edits_applied": len(applied),
+            "first_call": first and {"name": first["name"], "args": first["args"]},
+            "oracle_first_call": ref,
+            "first_call_correct": bool(first and ref and same_target(first, ref, task.root)),
+            **({"check_error": check_error} if check_error else {})}
+
+
+# ---- running one task ------------------------------------------------------------------------------
+
+def _init(model: str | None, step: int | None) -> None:
+    """Per worker: the environment the tools expect, and the engine (policy model only)."""
+    global _engine, _load_error
+    from train.synth_tasks import setup_env
+    setup_env()
+    _engine = _load_error = None
+    if model is not None:
+        from nanocode.common import enable_compilation_cache, use_inference_runtime
+        use_inference_runtime()
+        enable_compilation_cache()
+        from evals.codegen import ModelError, load_model
+        from nanocode.engine import Engine
+        try:
+            params, cfg, tok, _, _, _, _ = load_model(model, step)
+        except ModelError as e:
+            _load_error = e
+            return
+        _engine = Engine(params, cfg, tok)
+
+
+def run_model(task, opts: dict) -> tuple[list[dict], dict, str, list[dict], list[str]]:
+    """The real loop, headless: (messages, meta, final answer, calls, stop reasons)."""
+    from agent.loop import Agent
+    from tools.permissions import Policy
+    mode = "ask" if task.followup is not None else "auto"
+    agent = Agent(_engine, task.root, policy=Policy(Path(os.path.realpath(task.root)), mode),
+                  temperature=opts["temperature"], seed=task.seed, max_tokens=opts["max_tokens"],
+                  max_steps=opts["max_steps"], checkpoints=False)
+    turns = [agent.run_turn(task.prompt, approve=None)]
+    if task.followup is not None and turns[0].stop_reason == "rejected":
+        turns.append(agent.run_turn(task.followup, approve=None))
+    calls = [c for t in turns for c in t.tool_calls]
+    return agent.messages, agent.meta, turns[-1].answer, calls, [t.stop_reason for t in turns]
+
+
+def run_task(job: tuple) -> dict:
+    """One task end to end in a fresh temp dir: build, run the policy, score, save the transcript."""
+    from train.synth_tasks import make_task
+    if _load_error is not None:
+        raise _load_error
+    family, seed, policy, opts, transcripts = job
+    tid = f"eval-{family}-{seed}"
+    rec = {"id": tid, "family": family, "seed": seed}
+    base = os.path.realpath(tempfile.mkdtemp(prefix="nanocode-evals-agent-"))
+    t0 = time.perf_counter()
+    try:
+        task = make_task(family, seed, heldout=True, base=base)
+        system, ref = task.system, oracle_first_call(task)
+        rec.update(prompt=task.prompt, check=task.desc)
+        meta = {"cwd": task.root}
+        if policy == "oracle":
+            messages = task.rollout()["messages"]
+            answer, calls, stops = messages[-1]["content"], oracle_calls(messages), ["done"]
+        elif policy == "nothing":
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt},
+                        {"role": "assistant", "content": ""}]
+            answer, calls, stops = "", [], ["done"]
+        else:
+            messages, meta, answer, calls, stops = run_model(task, opts)
+        rec.update(score(task, answer, calls, ref), answer=answer, stop_reasons=stops,
+                   system_prompt_ok=messages[0]["content"] == system)
+        with open(Path(transcripts) / f"{tid}.jsonl", "w", encoding="utf-8") as f:
+            f.write(json.dumps({"messages": messages, "meta": {**meta, "task": tid, "policy": policy}},
+                               ensure_ascii=False) + "\n")
+    except Exception as e:  # noqa: BLE001 - one broken task must not end the run; it is reported
+        rec.update(resolved=False, steps=0, valid_calls=0, edit_calls=0, edits_applied=0,
+                   first_call_correct=False, error=f"{type(e).__name__}: {e}".splitlines()[0])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    rec["seconds"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+def run_all(jobs: list[tuple], workers: int, model: str | None, step: int | None, on_done) -> list[dict]:
+    """Run the jobs in `workers` spawned processes (1: in this one); results in job order."""
+    if workers <= 1:
+        _init(model, step)
+        out = []
+        for job in jobs:
+            out.append(run_task(job))
+            on_done(out[-1])
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
+                             initargs=(model, step)) as pool:
+        futures = {pool.submit(run_task, job): i for i, job in enumerate(jobs)}
+        out = [None] * len(jobs)
+        for fut in as_completed(futures):
+            out[futures[fut]] = fut.result()
+            on_done(out[futures[fut]])
+    return out
+
+
+# ---- summary ----------------------------------------------------------------------------------------
+
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def metrics(records: list[dict]) -> dict:
+    n = len(records)
+    total = lambda key: sum(r[key] for r in records)  # noqa: E731
+    return {"tasks": n, "resolved": total("resolved"), "resolve_rate": _ratio(total("resolved"), n),
+            "valid_tool_call_rate": _ratio(total("valid_calls"), total("steps")),
+            "first_call_correct_rate": _ratio(total("first_call_correct"), n),
+            "mean_steps": _ratio(total("steps"), n),
+            "edits_applied_rate": _ratio(total("edits_applied"), total("edit_calls")),
+            "tool_calls": total("steps"), "edit_calls": total("edit_calls")}
+
+
+def summarize(records: list[dict]) -> dict:
+    trained, eval_only = all_families()
+    fams = [f for f in trained + eval_only if any(r["family"] == f for r in records)]
+    by = {f: metrics([r for r in records if r["family"] == f]) for f in fams}
+    group = lambda names: metrics([r for r in records if r["family"] in names])  # noqa: E731
+    return {"overall": metrics(records), "trained_families": group(trained),
+            "eval_only_families": group(eval_only), "families": by,
+            "errors": sum("error" in r for r in records),
+            "system_prompt_mismatches": sum(r.get("system_prompt_ok") is False for r in records)}
+
+
+def _fmt(v, pct: bool = True) -> str:
+    return "-" if v is None else (f"{100 * v:.1f}%" if pct else f"{v:.2f}")
+
+
+def print_table(summary: dict) -> None:
+    trained, eval_only = all_families()
+    print(f"{'family':<18} {'tasks':>5} {'resolved':>9} {'rate':>7} {'valid':>7} {'1st ok':>7} "
+          f"{'steps':>6} {'edits':>7}")
+
+    def row(name, m):
+        print(f"{name:<18} {m['tasks']:>5} {m['resolved']:>9} {_fmt(m['resolve_rate']):>7} "
+              f"{_fmt(m['valid_tool_call_rate']):>7} {_fmt(m['first_call_correct_rate']):>7} "
+              f"{_fmt(m['mean_steps'], False):>6} {_fmt(m['edits_applied_rate']):>7}")
+    for title, names, key in (("trained families", trained, "trained_families"),
+                              ("eval-only families", eval_only, "eval_only_families")):
+        shown = [f for f in names if f in summary["families"]]
+        if shown:
+            print(f"-- {title}")
+            for f in shown:
+                row(f, summary["families"][f])
+            row(f"= {title.split()[0]}", summary[key])
+    row("= all", summary["overall"])
+
+
+# ---- command ------------------------------------------------------------------------------------
+
+def main(args) -> int:
+    from tqdm import tqdm
+    from evals.codegen import ModelError, out_dir, resolve_model
+    t0 = time.perf_counter()
+    trained, eval_only = all_families()
+    families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families \
+        else trained + eval_only
+    bad = [f for f in families if f not in trained + eval_only]
+    if bad:
+        print(f"error: unknown task family {', '.join(bad)} (trained: {', '.join(trained)}; "
+              f"eval-only: {', '.join(eval_only)})", file=sys.stderr)
+        return 2
+    if args.per_family < 1 or args.max_steps < 1 or args.max_tokens < 1:
+        print("error: --per-family, --max-steps and --max-tokens must be >= 1", file=sys.stderr)
+        return 2
+    info: dict = {"policy": args.policy}
+    model = step = None
+    if args.policy == "model":
+        if not args.model:
+            print("error: evals agent needs --model PATH|TAG (or --policy oracle / nothing to check "
+                  "the harness without a model)", file=sys.stderr)
+            return 2
+        from nanocode.checkpoint import latest_step
+        try:
+            ckpt, tag = resolve_model(args.model)
+        except ModelError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        step = args.step if args.step is not None else latest_step(ckpt)
+        if step is None:
+            print(f"error: no complete checkpoint in {ckpt}; train one with `train base` and "
+                  "`train sft`", file=sys.stderr)
+            return 2
+        model = str(ckpt)
+        info.update(model=tag, checkpoint=model, step=int(step), temperature=args.temperature,
+                    max_tokens=args.max_tokens, max_steps=args.max_steps)
+        dest, name = out_dir(args, tag), f"agent_step{step}"
+    else:
+        info["model"] = args.policy
+        dest, name = out_dir(args, "reference"), f"agent_{args.policy}"
+    jobs = task_jobs(families, args.per_family, args.seed, args.limit)
+    transcripts = dest / f"{name}_transcripts"
+    transcripts.mkdir(parents=True, exist_ok=True)
+    opts = {"temperature": args.temperature, "max_tokens": args.max_tokens, "max_steps": args.max_steps}
+    workers = max(1, min(args.workers or min(2, os.cpu_count() or 1), len(jobs)))
+    bar = tqdm(total=len(jobs), desc=f"agent {args.policy}", unit="task", disable=args.quiet,
+               file=sys.stderr, dynamic_ncols=True)
+    solved = [0]
+
+    def on_done(rec):
+        solved[0] += rec["resolved"]
+        bar.update()
+        bar.set_postfix(resolved=f"{solved[0]}/{bar.n}")
+    try:
+        records = run_all([(f, s, args.policy, opts, str(transcripts)) for f, s in jobs], workers,
+                          model, step, on_done)
+    except ModelError as e:  # a worker could not load the checkpoint
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        bar.close()
+    summary = {"eval": "agent", **info, **summarize(records), "per_family": args.per_family,
+               "limit": args.limit, "seed": args.seed, "workers": workers,
+               "task_families": families, "seconds": round(time.perf_counter() - t0, 1)}
+    with open(dest / f"{name}.jsonl", "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    (dest / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print_table(summary)
+    for r in records:
+        if "error" in r:
+            print(f"warning: {r['id']} did not run: {r['error']}", file=sys.stderr)
+    if summary["system_prompt_mismatches"]:
+        print(f"warning: {summary['system_prompt_mismatches']} task(s) ran with a system prompt "
+              "other than the task's (train/inference mismatch)", file=sys.stderr)
+    print(f"{len(records)} tasks, {workers} worker(s), {summary['seconds']} s; "
+          f"wrote {dest / (name + '.json')}")
+    return 0
+
+
+def add_arguments(p) -> None:
+    a = p.add_argument
+    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--policy", choices=POLICIES, default="model",
+      help="model (default); oracle / nothing: the harness-validity baselines (no model)")
+    a("--families", help="comma-separated task families (default: every trained and eval-only one)")
+    a("--per-family", type=int, default=10, help="tasks per family (default 10)")
+    a("--limit", type=int, help="only the first N tasks (families interleaved)")
+    a("--max-steps", type=int, default=15, help="tool calls per user turn (default 15)")
+    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
+    a("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling seed = task seed")
+    a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
+    a("--workers", type=int, default=0, help="task processes, each loading the model once "
+      "(default min(2, cpus); 1 = in this process)")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, or reference/ for baselines)")
+    a("--quiet", action="store_true", help="no progress bar")

@@ -1,0 +1,193 @@
+"""`evals agent`: harness validity (every task's check fails on its initial repo, the oracle resolves
+100% and a do-nothing agent 0%), the model path scored through the real Agent loop (a tiny model
+scripted to replay the oracle resolves with every metric at 100%), and a tiny random model run
+end to end through the CLI writing valid JSON with all the metrics."""
+import json
+import warnings
+
+import pytest
+
+import evals.agent as ea
+from agent.prompt import PROMPT
+from train.synth_tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
+
+FAMILIES = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
+METRICS = ("tasks", "resolved", "resolve_rate", "valid_tool_call_rate", "first_call_correct_rate",
+           "mean_steps", "edits_applied_rate", "tool_calls", "edit_calls")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from nanocode.tokenizer import train_tokenizer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return train_tokenizer(iter([PROMPT] * 3 + ["def f(x):\n    return x + 1\n" * 30]), 1024)
+
+
+def test_task_seeds_match_eval_tasks_and_interleave():
+    from train.synth import EVAL_SEED0
+    jobs = ea.task_jobs(FAMILIES, 2)
+    assert [s for _, s in jobs] == [EVAL_SEED0 + j for j in range(2 * len(FAMILIES))]
+    assert [f for f, _ in jobs[:len(FAMILIES)]] == FAMILIES
+    assert ea.task_jobs(["explain"], 2) == [f for f in jobs if f[0] == "explain"]
+    assert ea.task_jobs(FAMILIES, 2, seed=5, limit=3)[0][1] == EVAL_SEED0 + 5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checks_fail_on_the_initial_repo(tmp_path, family):
+    for _, seed in ea.task_jobs([family], 2):
+        task = make_task(family, seed, heldout=True, base=str(tmp_path))
+        assert not task.check(task.root, ""), (family, seed)
+        assert not ea.score(task, "", [], ea.oracle_first_call(task))["resolved"]
+
+
+def test_user_rejects_needs_the_refusal(tmp_path):
+    seed = ea.task_jobs(["user_rejects"], 1)[0][1]
+    task = make_task("user_rejects", seed, heldout=True, base=str(tmp_path))
+    answer = "i would have run the tests."
+    assert task.check(task.root, answer)  # the check alone passes an answer that changed nothing
+    assert not ea.score(task, answer, [], None)["resolved"]
+
+
+def test_first_call_targets():
+    root = "/p"
+    ref = {"name": "Grep", "args": {"pattern": "def foo_bar\\("}}
+    assert ea.same_target({"name": "Grep", "args": {"pattern": "foo_bar"}}, ref, root)
+    assert not ea.same_target({"name": "Grep", "args": {"pattern": "foo"}}, ref, root)
+    assert ea.same_target({"name": "Grep", "args": {"pattern": "\\bFoo\\b"}},
+                          {"name": "Grep", "args": {"pattern": "class Foo"}}, root)
+    read = {"name": "Read", "args": {"file_path": "pkg/a.py"}}
+    assert ea.same_target({"name": "Read", "args": {"file_path": "/p/./pkg/a.py"}}, read, root)
+    assert not ea.same_target({"name": "Edit", "args": {"file_path": "pkg/a.py"}}, read, root)
+    bash = {"name": "Bash", "args": {"command": "python -m pytest -q"}}
+    assert ea.same_target({"name": "Bash", "args": {"command": "pytest tests/test_a.py"}}, bash, root)
+    assert not ea.same_target({"name": "Bash", "args": {"command": "ls tests"}}, bash, root)
+    assert not ea.same_target({"name": "?", "args": {}}, bash, root)
+
+
+def test_valid_calls():
+    ok = {"name": "Read", "args": {"file_path": "a.py"}, "result": "    1→x"}
+    assert ea.valid_call(ok) and ea.valid_call({**ok, "result": "error: file not found"})
+    assert not ea.valid_call({"name": "?", "args": {}, "result": "error: unterminated tool call"})
+    assert not ea.valid_call({**ok, "args": {"path": "a.py"}})  # unknown and missing argument
+    assert not ea.valid_call({**ok, "args": {"file_path": "a.py", "offset": "x"},
+                              "result": "error: invalid argument offset: expected an integer"})
+
+
+def _run(args, capsys):
+    from evals import cli
+    status = cli.main(["agent", "--quiet", *args])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    return out
+
+
+@pytest.mark.parametrize("policy,rate", [("oracle", 1.0), ("nothing", 0.0)])
+def test_baselines(tmp_path, capsys, policy, rate):
+    """One task per family, two worker processes (the pool path)."""
+    out = _run(["--policy", policy, "--per-family", "1", "--workers", "2", "--out", str(tmp_path)],
+               capsys)
+    s = json.loads((tmp_path / f"agent_{policy}.json").read_text())
+    assert s["errors"] == 0 and s["system_prompt_mismatches"] == 0
+    assert s["overall"]["tasks"] == len(FAMILIES) and s["overall"]["resolve_rate"] == rate
+    assert s["eval_only_families"]["tasks"] == len(EVAL_ONLY_FAMILIES)
+    if policy == "oracle":
+        assert s["overall"]["valid_tool_call_rate"] == s["overall"]["first_call_correct_rate"] == 1.0
+        assert s["overall"]["edits_applied_rate"] == 1.0
+    rows = [json.loads(x) for x in (tmp_path / f"agent_{policy}.jsonl").read_text().splitlines()]
+    assert len(rows) == len(FAMILIES)
+    assert len(list((tmp_path / f"agent_{policy}_transcripts").glob("*.jsonl"))) == len(FAMILIES)
+    assert "eval-only families" in out and "= all" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy,rate", [("oracle", 1.0), ("nothing", 0.0)])
+def test_baselines_sweep(tmp_path, capsys, policy, rate):
+    _run(["--policy", policy, "--per-family", "5", "--out", str(tmp_path)], capsys)
+    s = json.loads((tmp_path / f"agent_{policy}.json").read_text())
+    assert s["errors"] == 0 and s["overall"]["tasks"] == 5 * len(FAMILIES)
+    assert all(m["resolve_rate"] == rate for m in s["families"].values())
+
+
+@pytest.fixture(scope="module")
+def engine(tok):
+    from nanocode.engine import Engine
+    from tiny_models import random_params, tiny
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=8192)
+    return Engine(random_params(cfg), cfg, tok, buckets=(256, 1024, 4096))
+
+
+@pytest.mark.parametrize("family", ["find_definition", "fix_bug", "user_rejects", "rename_symbol"])
+def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeypatch, family):
+    """--policy model through the real Agent, the tiny model forced to write the oracle's messages."""
+    import agent.loop
+    from test_agent_loop import Script
+    seed = ea.task_jobs([family], 1)[0][1]
+    oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()
+    replies = [tok.encode(m["content"]) + (tok.encode_tool_call(m["tool_call"]) if m.get("tool_call")
+                                           else [tok.encode_special("<|assistant_end|>")])
+               for m in oracle["messages"] if m["role"] == "assistant"]
+    script = Script(tok, replies)
+    script.V = engine.cfg.vocab_size
+
+    class Scripted(agent.loop.Agent):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, extra_mask=script, **kw)
+            script.agent = self
+    monkeypatch.setattr(agent.loop, "Agent", Scripted)
+    monkeypatch.setattr(ea, "_engine", engine)
+    (tmp_path / "t").mkdir()
+    opts = {"temperature": 0.0, "max_tokens": 1024, "max_steps": 15}
+    rec = ea.run_task((family, seed, "model", opts, str(tmp_path / "t")))
+    assert "error" not in rec, rec["error"]
+    assert rec["resolved"] and rec["system_prompt_ok"] and rec["first_call_correct"], rec
+    assert rec["valid_calls"] == rec["steps"] == sum(1 for m in oracle["messages"] if m.get("tool_call"))
+    assert rec["edits_applied"] == rec["edit_calls"]
+    if family == "user_rejects":
+        assert rec["stop_reasons"] == ["rejected", "done"]
+    conv = json.loads((tmp_path / "t" / f"{rec['id']}.jsonl").read_text())
+    assert [m["role"] for m in conv["messages"]] == [m["role"] for m in oracle["messages"]]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tok, tmp_path_factory):
+    from nanocode.checkpoint import save
+    from tiny_models import random_params, tiny
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=2048)
+    run = tmp_path_factory.mktemp("evals_agent") / "runs" / "tinyagent"
+    save(run / "checkpoints", 2, random_params(cfg), config=cfg, tokenizer=tok,
+         metadata={"step": 2, "stage": "sft"})
+    return run
+
+
+def test_tiny_random_model_end_to_end(tiny_run, tmp_path, capsys):
+    _run(["--model", str(tiny_run), "--limit", "2", "--max-steps", "2", "--max-tokens", "12",
+          "--workers", "1", "--out", str(tmp_path)], capsys)
+    s = json.loads((tmp_path / "agent_step2.json").read_text())
+    assert (s["model"], s["step"], s["policy"]) == ("tinyagent", 2, "model")
+    assert s["errors"] == 0 and s["system_prompt_mismatches"] == 0
+    for group in ("overall", "trained_families", "eval_only_families"):
+        assert set(METRICS) <= set(s[group])
+    assert s["overall"]["tasks"] == 2 and list(s["families"]) == FAMILIES[:2]
+    for r in map(json.loads, (tmp_path / "agent_step2.jsonl").read_text().splitlines()):
+        assert r["steps"] <= 2 and 0 <= r["valid_calls"] <= r["steps"]
+
+
+def test_missing_model_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    from evals import cli
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path))
+    assert cli.main(["agent", "--model", "nope", "--limit", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "nope" in err and len(err.splitlines()) == 1
+
+
+def test_checkpoint_without_tokenizer_is_a_one_line_error(tmp_path, capsys):
+    from evals import cli
+    from nanocode.checkpoint import save
+    from tiny_models import random_params, tiny
+    cfg = tiny()
+    save(tmp_path / "ckpt", 1, random_params(cfg), config=cfg, metadata={"step": 1})
+    assert cli.main(["agent", "--model", str(tmp_path / "ckpt"), "--limit", "1", "--workers", "1",
+                     "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "tokenizer" in err and len(err.splitlines()) == 1

@@ -1,0 +1,85 @@
+"""`train speedrun`: the stage plan of every preset, skipping done stages, resuming after a failure,
+and --resume passed to a training stage that has a checkpoint. The real stages run (data and
+tokenizer on a tiny source tree); the long ones are exercised by the cpu preset run itself."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from train import speedrun
+from train.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("preset", sorted(speedrun.PRESETS))
+def test_dry_run_plans_every_stage(preset, tmp_path, capsys):
+    assert main(["speedrun", "--preset", preset, "--run-dir", str(tmp_path / "r"), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines][:1] == ["data"]
+    assert {ln.split(":")[0] for ln in lines} == set(speedrun.STAGES)
+    assert not (tmp_path / "r").exists()  # a dry run writes nothing
+    for stage in ("base", "sft", "dpo"):
+        assert "--resume" not in next(ln for ln in lines if ln.startswith(stage + ":"))
+
+
+def test_dry_run_imports_no_jax(tmp_path):
+    code = ("import sys; from train.cli import main; "
+            f"main(['speedrun', '--preset', 'cpu', '--run-dir', {str(tmp_path)!r}, '--dry-run']); "
+            "assert 'jax' not in sys.modules and 'numpy' not in sys.modules, 'heavy import'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, capture_output=True)
+
+
+def test_training_stage_resumes_from_its_checkpoint(tmp_path):
+    p = speedrun.PRESETS["cpu"]
+    (tmp_path / "sft" / "checkpoints" / "200").mkdir(parents=True)
+    assert "--resume" in speedrun.stage_commands("sft", p, tmp_path)[0]
+    assert "--resume" not in speedrun.stage_commands("base", p, tmp_path)[0]
+    assert "--multihost" in speedrun.stage_commands("base", p, tmp_path, multihost=True)[0]
+
+
+@pytest.fixture
+def tiny_preset(tmp_path, monkeypatch):
+    """A preset whose data stage reads a small tree, so data + tokenizer run for real in seconds."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"mod{i}.py").write_text(f'"""module {i}"""\n\ndef f{i}(x):\n    return x * {i} + len("abc")\n' * 5)
+    for i in range(6):
+        (src / f"notes{i}.md").write_text(f"note {i}: a tiny corpus for the speedrun test\n" * 50)
+    p = dict(speedrun.PRESETS["cpu"], data=[["data", "local", "--src", str(src), "--docs-per-shard", "16"]],
+             tokenizer=["--vocab-size", "300", "--max-chars", "20000"])
+    monkeypatch.setitem(speedrun.PRESETS, "cpu", p)
+    return p
+
+
+def test_stages_skip_when_done_and_a_failed_stage_reruns_on_resume(tiny_preset, tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["speedrun", "--preset", "cpu", "--run-dir", str(run), "--only", "data,tokenizer"]
+    assert main(argv) == 0
+    assert (run / "data.done").exists() and (run / "tokenizer" / "tokenizer.json").exists()
+    done = json.loads((run / "tokenizer.done").read_text())
+    assert "tokenizer" in done["commands"][0] and done["seconds"] >= 0
+    assert "--vocab-size 300" in (run / "logs" / "tokenizer.log").read_text()
+
+    assert main(argv) == 2  # the run dir exists: refuse to mix runs without --resume
+    assert "--resume" in capsys.readouterr().err
+
+    stamp = (run / "tokenizer" / "tokenizer.json").stat().st_mtime_ns
+    assert main(argv + ["--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "data: done already" in out and "tokenizer: done already" in out
+    assert (run / "tokenizer" / "tokenizer.json").stat().st_mtime_ns == stamp  # not redone
+
+    # base fails (a total batch that does not divide): no .done, and --resume tries it again
+    tiny_preset["base"] = ["--preset", "cpu-d2", "--steps", "1", "--device-batch", "2", "--total-batch", "5"]
+    assert main(["speedrun", "--preset", "cpu", "--run-dir", str(run), "--only", "data,base", "--resume"]) != 0
+    assert not (run / "base.done").exists()
+    assert "failed" in capsys.readouterr().err
+
+
+def test_unknown_stage_is_a_clear_error(tmp_path, capsys):
+    assert main(["speedrun", "--preset", "cpu", "--run-dir", str(tmp_path), "--only", "data,nope"]) == 2
+    assert "unknown stage(s) nope" in capsys.readouterr().err
