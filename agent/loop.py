@@ -22,8 +22,9 @@ a reply cut by `max_tokens`, a request that does not fit the context.
 
 Context. Before new tokens go in, they plus `reserve` slots for the reply must fit; if not,
 old tool outputs are replaced by `[output dropped to save context]` (oldest first, never the
-newest message), then the oldest whole turns are dropped (never the system prompt or the current
-request); the Session is rebuilt and a status event says what was dropped.
+newest message, never one shorter than the marker), then the oldest whole turns are dropped
+(never the system prompt or the current request); the Session is rebuilt and a status event
+says what was dropped. `compact()` (/compact) drops old outputs the same way on request.
 
 Undo. The first Edit or Bash of a turn takes a tools.undo.Checkpoints snapshot (begin); the turn's
 end records its changes (end). Turns that only read cost nothing. `undo()` / `diff()` act on the
@@ -185,6 +186,26 @@ class Agent:
         if ck is None:
             raise UndoError("diff is not available here (no snapshots could be taken)")
         return ck.diff()
+
+    def compact(self, keep: int = 1) -> int:
+        """/compact: replace every tool output but the newest `keep` by the DROPPED marker now
+        (what a full context does by itself, oldest first; the system prompt and the requests
+        are never touched) and return the tokens freed. Trade-off: the session is rebuilt from
+        the render right away (one prefill of what is left, ~17k tok/s on the CPU d4 model)
+        so the context count is true at once; call it between turns, not during one."""
+        olds = self._droppable(len(self.messages))
+        drop = olds[:max(0, len(olds) - keep)]
+        if not drop:
+            return 0
+        before = len(self.rendered_ids())
+        for i in drop:
+            self.messages[i] = {"role": "tool_result", "content": DROPPED}
+        self._dirty = True
+        try:
+            self._flush(open_reply=False)
+        except ContextFull:  # still too long (an oversized request): the next turn says so
+            pass
+        return before - len(self.rendered_ids())
 
     def rendered_ids(self) -> list[int]:
         """The canonical render of the conversation (what the session holds, when not open)."""
@@ -467,14 +488,18 @@ class Agent:
                 self._emit("status", text=f"context full: dropped {what}",
                            dropped_outputs=outputs, dropped_turns=turns)
 
+    def _droppable(self, end: int) -> list[int]:
+        """Indices of the tool outputs in messages[:end] that the marker would shorten."""
+        short = len(self.tok.encode(DROPPED))
+        return [i for i, m in enumerate(self.messages[:end]) if m["role"] == "tool_result"
+                and m["content"] != DROPPED and len(self.tok.encode(m["content"])) > short]
+
     def _drop_until_fit(self, extra: int, limit: int) -> list[int]:
         while True:
             ids = self.rendered_ids()
             if len(ids) + extra <= limit:
                 return ids
-            last = len(self.messages) - 1
-            idx = next((i for i, m in enumerate(self.messages[:last])
-                        if m["role"] == "tool_result" and m["content"] != DROPPED), None)
+            idx = next(iter(self._droppable(len(self.messages) - 1)), None)
             if idx is not None:
                 self.messages[idx] = {"role": "tool_result", "content": DROPPED}
                 self._dropped[0] += 1

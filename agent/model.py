@@ -19,8 +19,8 @@ class ModelError(Exception):
 
 
 def default_model_dir() -> Path:
-    import nanocode
-    return Path(nanocode.__file__).resolve().parent / "default_model"
+    from nanocode.common import DEFAULT_MODEL
+    return DEFAULT_MODEL
 
 
 NO_DEFAULT = (

@@ -4,7 +4,8 @@ plain input() otherwise, so it can be driven through a pipe).
 The reply streams as it is written; tool calls and a short summary of each result are shown
 dimmed; a call that needs approval asks `[y]es / [n]o / [a]lways`. Ctrl-C during a turn stops
 generation or the running command (the conversation survives); at the prompt it clears the line;
-Ctrl-D or /quit leaves. Slash commands: /help /undo /diff /clear /mode [MODE] /session /quit.
+Ctrl-D or /quit leaves. Slash commands: /help /undo /diff /clear /compact /mode [MODE] /session
+/quit.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ HELP = """\
 /undo            restore the files the last turn changed (Edit or Bash)
 /diff            show what the last turn changed
 /clear           start a new conversation
+/compact         drop old tool outputs now (automatic when the context fills)
 /mode [MODE]     show or set the permission mode: ask, accept-edits, auto, plan
 /session         this session's id and file (continue later with --resume ID)
 /quit            leave (also Ctrl-D)"""
@@ -154,6 +156,10 @@ def slash(agent, text: str, con) -> bool:
     elif cmd == "/clear":
         agent.clear()
         con.write("new conversation\n")
+    elif cmd == "/compact":
+        freed = agent.compact()
+        con.write(f"compacted: old tool outputs dropped, {freed:,} tokens freed\n" if freed else
+                  "nothing to compact: no old tool output is longer than its marker\n")
     elif cmd == "/mode":
         if rest:
             try:

@@ -11,7 +11,8 @@ returning one, e.g. `Loader`), so the input works at once; prompts typed meanwhi
 Each turn runs `Agent.run_turn` on a worker thread; events come back with `post_message` (thread
 safe, non-blocking, in order); `approve` blocks the worker on a threading.Event until the user
 answers. Ctrl-C sets the turn's cancel Event (stops generation or a running command); when idle
-it clears the input, and twice within 2 s quits (as does /quit or Ctrl-Q).
+it clears the input, and twice within 2 s quits (as does /quit or Ctrl-Q). /compact also runs on
+a worker (it rebuilds the KV cache: a prefill). A resumed session is replayed into the transcript.
 """
 from __future__ import annotations
 
@@ -276,7 +277,8 @@ class NanocodeApp(App):
                       f"{self.tps:.1f} tok/s" if self.tps else "– tok/s"]
             parts.append("waiting for your approval" if self.asking else
                          "working… (Ctrl-C stops)" if self.running else "ready")
-        self.query_one("#status", Static).update(Text(" │ ".join(parts)))
+        for status in self.query("#status"):  # none left while the app shuts down
+            status.update(Text(" │ ".join(parts)))
 
     # ---- loading ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -303,7 +305,26 @@ class NanocodeApp(App):
         if a.messages:
             self.note(f"continuing session {a.meta.get('id')} "
                       f"({sum(m['role'] == 'user' for m in a.messages)} earlier requests)")
+            self.replay(a.messages)
         self._next()
+
+    def replay(self, messages) -> None:
+        """Show a resumed conversation as it looked: requests, replies, cards with results."""
+        card = None
+        for m in messages:
+            if m["role"] == "user":
+                self.add(Static(Text("> " + m["content"]), classes="user"))
+            elif m["role"] == "assistant":
+                if m["content"]:
+                    reply = Reply()
+                    reply.add(m["content"])
+                    self.add(reply)
+                if m.get("tool_call"):
+                    card = ToolCard(m["tool_call"]["name"], m["tool_call"]["args"])
+                    self.add(card)
+            elif m["role"] == "tool_result" and card is not None:
+                card.set_result(m["content"])
+                card = None
 
     # ---- input ------------------------------------------------------------------------------
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -505,7 +526,7 @@ class NanocodeApp(App):
                     self.note(str(e))
                     return
             self.note(f"mode: {a.mode}")
-        elif cmd in ("/undo", "/diff", "/clear") and self.running:
+        elif cmd in ("/undo", "/diff", "/clear", "/compact") and self.running:
             self.note(f"a turn is running: Ctrl-C stops it, then {cmd}")
         elif cmd in ("/undo", "/diff"):
             from tools.undo import UndoError
@@ -523,12 +544,26 @@ class NanocodeApp(App):
             a.clear()
             self.query_one("#transcript").remove_children()
             self.note("new conversation")
-        elif cmd == "/compact":
-            self.note("/compact is not supported yet: the loop drops old tool outputs (then old "
-                      "turns) by itself when the context fills; /clear starts afresh")
+        elif cmd == "/compact":  # rebuilding the cache is a prefill: off the UI thread
+            self.running = True
+            threading.Thread(target=self._compact, args=(a,), daemon=True).start()
         else:
             self.note(f"unknown command {cmd}; /help lists them")
         self.refresh_status()
+
+    def _compact(self, agent) -> None:  # on a worker thread
+        try:
+            self.later(self.compacted, agent.compact(), None)
+        except Exception as e:  # noqa: BLE001 - shown, the session goes on
+            self.later(self.compacted, 0, f"error: /compact failed: {type(e).__name__}: {e}")
+
+    def compacted(self, freed: int, error: str | None) -> None:
+        self.running = False
+        done = f"compacted: old tool outputs dropped, {freed:,} tokens freed" if freed else \
+            "nothing to compact: no old tool output is longer than its marker"
+        self.note(error or done)
+        self.refresh_status()
+        self._next()
 
     def list_sessions(self) -> None:
         from agent.sessions import list_sessions, load_session

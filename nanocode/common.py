@@ -34,13 +34,16 @@ def enable_compilation_cache(
     return cache_dir
 
 
+DEFAULT_MODEL = Path(__file__).resolve().parent / "default_model"  # shipped: `--model/--from default`
+
+
 def find_checkpoints(spec: str, home: Path | None = None) -> tuple[Path, str]:
     """--model / --from PATH|TAG -> (directory holding step folders, run tag). PATH may be that
     directory, a run directory (with checkpoints/) or one step folder; a TAG is a run name under
-    $NANOCODE_HOME/runs. Raises FileNotFoundError saying where it looked and what runs exist."""
+    $NANOCODE_HOME/runs, or `default`: the model shipped in the package. Raises FileNotFoundError saying where it looked and what runs exist."""
     home = Path(home) if home else nanocode_home()
     runs, p = home / "runs", Path(spec).expanduser()
-    candidates = []
+    candidates = [DEFAULT_MODEL] if spec == "default" else []
     if p.is_dir():
         if p.name.isdigit():  # a step folder
             candidates.append(p.parent)

@@ -228,6 +228,41 @@ def test_context_drops_old_output_then_turns(engine, tok, repo):
     assert res.answer == "fine" and all(script.identity)
 
 
+def test_compact_drops_old_outputs_now(engine, tok, repo):
+    rd = call(tok, "", "Read", file_path="big.py", limit="20")
+    agent, script = make(engine, repo, [rd, reply(tok, "ok")] * 2 + [reply(tok, "fine")])
+    assert agent.compact() == 0  # nothing to drop yet
+    agent.run_turn("read it")
+    agent.run_turn("again")
+    n = len(agent.session.ids)
+    freed = agent.compact()
+    outs = [m["content"] for m in agent.messages if m["role"] == "tool_result"]
+    assert outs[0] == DROPPED and outs[1].startswith("    1→value_0")  # the newest one stays
+    assert freed > 0 and len(agent.session.ids) == n - freed
+    assert agent.session.ids == agent.rendered_ids()  # rebuilt now, not at the next turn
+    assert agent.messages[0]["role"] == "system"
+    assert [m["content"] for m in agent.messages if m["role"] == "user"] == ["read it", "again"]
+    assert agent.compact() == 0
+    assert agent.run_turn("third").answer == "fine" and all(script.identity)
+    agent.messages.append({"role": "tool_result", "content": "ok"})  # shorter than the marker
+    agent.compact(keep=0)
+    assert agent.messages[-1]["content"] == "ok" and agent.messages[7]["content"] == DROPPED
+
+
+def test_repl_compact(engine, tok, repo):
+    from agent.repl import slash
+    rd = call(tok, "", "Read", file_path="big.py", limit="20")
+    agent, _ = make(engine, repo, [rd, reply(tok, "ok")] * 2)
+    out = []
+    con = type("Con", (), {"write": lambda self, text: out.append(text)})()
+    slash(agent, "/compact", con)
+    agent.run_turn("read it")
+    agent.run_turn("again")
+    slash(agent, "/compact", con)
+    assert out[0].startswith("nothing to compact") and "tokens freed" in out[1]
+    assert slash(agent, "/help", con) is False and "/compact" in out[-1]
+
+
 def test_undo_restores_an_edit(engine, tok, repo):
     agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", old_string="x = 1",
                                         new_string="x = 2"), reply(tok, "done")],

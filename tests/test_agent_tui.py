@@ -12,9 +12,9 @@ import warnings
 import numpy as np
 import pytest
 
-from agent.loop import REJECTED, Agent
+from agent.loop import DROPPED, REJECTED, Agent
 from agent.prompt import PROMPT
-from agent.sessions import SessionStore
+from agent.sessions import SessionStore, find_session, load_session
 from agent.tui import ApprovalPanel, HistoryInput, NanocodeApp, Reply, ToolCard
 from nanocode.engine import Engine
 from nanocode.tokenizer import train_tokenizer
@@ -176,6 +176,104 @@ def test_edit_rejected_with_n(engine, tok, repo):
     assert (repo / "a.py").read_text() == "x = 1\n" and script.i == 0
 
 
+def approval_text(app):
+    shown = app.query_one("#approval-text").content
+    return "\n".join(r.code if hasattr(r, "code") else str(r) for r in shown.renderables)
+
+
+def test_read_card_then_edit_and_diff(engine, tok, repo):
+    agent, _ = make(engine, repo, [call(tok, "let me look.", "Read", file_path="a.py"),
+                                   call(tok, "", "Edit", file_path="a.py", old_string="x = 1",
+                                        new_string="x = 2"),
+                                   reply(tok, "done: x is 2.")], mode="accept-edits")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "set x to 2")
+        await until(pilot, lambda: app.turns == 1)
+        read, edit = app.query(ToolCard)
+        assert read.header == "Read a.py" and read.collapsed  # output collapsed under its title
+        assert read.result_text.startswith("    1→x = 1") and "1→x = 1" in str(read.title)
+        assert not edit.collapsed and "+x = 2" in edit.query_one(".diff").content.code
+        assert agent.messages[3]["content"] == read.result_text  # the model got the Read
+        await submit(pilot, "/diff")  # the turn's diff, from the undo snapshot
+        await pilot.pause()
+        shown = app.query_one("#transcript").children[-1].content.code
+        assert "a/a.py" in shown and "-x = 1" in shown and "+x = 2" in shown
+    drive(app, body)
+
+
+def test_bash_rejected_with_n(engine, tok, repo):
+    agent, script = make(engine, repo, [call(tok, "", "Bash", command="rm a.py"),
+                                        reply(tok, "never")], mode="accept-edits")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "delete a.py")
+        await until(pilot, lambda: app.asking is not None)
+        assert "Bash needs approval" in approval_text(app) and "rm a.py" in approval_text(app)
+        await pilot.press("n")
+        await until(pilot, lambda: app.turns == 1)
+        card = app.query_one(ToolCard)
+        assert card.header == "Bash rm a.py" and card.result_text == REJECTED
+        assert card.has_class("failed") and REJECTED in str(card.title)
+        assert "Bash: rejected" in app.transcript_text()
+    drive(app, body)
+    assert agent.messages[-1] == {"role": "tool_result", "content": REJECTED}  # the model's view
+    assert (repo / "a.py").exists() and script.i == 0
+    assert agent.meta["approvals"][-1]["answer"] == "no"
+
+
+def test_resumed_session_shows_history_and_continues(engine, tok, repo):
+    first, _ = make(engine, repo, [call(tok, "let me look.", "Read", file_path="a.py"),
+                                   reply(tok, "x is 1.")])
+    first.store = SessionStore(repo, first.meta["id"])
+    first.run_turn("what is x?")
+    path = find_session(repo)
+    messages, meta = load_session(path)
+    agent, _ = make(engine, repo, [reply(tok, "still 1.")], messages=messages, meta=meta,
+                    store=SessionStore(repo, meta["id"], path))
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        text = app.transcript_text()
+        assert f"continuing session {meta['id']} (1 earlier requests)" in text
+        assert "> what is x?" in text
+        assert [r.text for r in app.query(Reply)] == ["let me look.", "x is 1."]
+        card = app.query_one(ToolCard)
+        assert card.header == "Read a.py" and card.result_text.startswith("    1→x = 1")
+        await submit(pilot, "and now?")
+        await until(pilot, lambda: app.turns == 1)
+        assert app.query(Reply)[-1].text == "still 1."
+    drive(app, body)
+    assert [m["role"] for m in agent.messages] == ["system", "user", "assistant", "tool_result",
+                                                   "assistant", "user", "assistant"]
+    assert agent.messages[:5] == messages and agent.session.ids == agent.rendered_ids()
+    assert load_session(path)[0] == agent.messages  # the same file goes on
+
+
+def test_compact_drops_old_outputs(engine, tok, repo):
+    (repo / "b.py").write_text("def main():\n    return 1\n" * 3)
+    rd = call(tok, "", "Read", file_path="b.py")
+    agent, _ = make(engine, repo, [rd, reply(tok, "ok."), rd, reply(tok, "ok.")])
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        for i, text in enumerate(("read b", "again")):
+            await submit(pilot, text)
+            await until(pilot, lambda: app.turns == i + 1)
+        n = len(agent.session.ids)
+        await submit(pilot, "/compact")
+        await until(pilot, lambda: "compacted" in app.transcript_text())
+        freed = n - len(agent.session.ids)
+        assert freed > 0 and f"{freed:,} tokens freed" in app.transcript_text()
+        outs = [m["content"] for m in agent.messages if m["role"] == "tool_result"]
+        assert outs[0] == DROPPED and outs[1] != DROPPED
+        app.refresh_status()
+        assert f"context {len(agent.session.ids):,}/" in str(app.query_one("#status").content)
+    drive(app, body)
+
+
 def test_slash_commands(engine, tok, repo):
     (repo / "NANOCODE.md").write_text("use tabs\n")
     agent, _ = make(engine, repo, [reply(tok, "ok.")])
@@ -188,10 +286,10 @@ def test_slash_commands(engine, tok, repo):
             await submit(pilot, cmd)
         await pilot.pause()
         assert agent.mode == "plan" and "mode plan" in str(app.query_one("#status").content)
+        await until(pilot, lambda: "nothing to compact" in app.transcript_text())
         text = app.transcript_text()
         for want in ("mode: plan", "/undo", "NANOCODE.md", "use tabs", "4 layers",
-                     "not supported yet", "no saved sessions", "unknown command /nope",
-                     "unknown mode 'nope'"):
+                     "no saved sessions", "unknown command /nope", "unknown mode 'nope'"):
             assert want in text, want
         await submit(pilot, "hello")  # a turn saves the session; /resume lists it
         await until(pilot, lambda: app.turns == 1)
