@@ -319,7 +319,7 @@ def print_table(summary: dict) -> None:
 
 def main(args) -> int:
     from tqdm import tqdm
-    from evals.codegen import ModelError, out_dir, resolve_model
+    from evals.codegen import ModelError, out_dir, resolve_model, write_results
     t0 = time.perf_counter()
     trained, eval_only = all_families()
     families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families \
@@ -381,10 +381,7 @@ def main(args) -> int:
     summary = {"eval": "agent", **info, **summarize(records), "per_family": args.per_family,
                "limit": args.limit, "seed": args.seed, "workers": workers,
                "task_families": families, "seconds": round(time.perf_counter() - t0, 1)}
-    with open(dest / f"{name}.jsonl", "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    (dest / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_results(dest, name, records, summary)
     print_table(summary)
     for r in records:
         if "error" in r:

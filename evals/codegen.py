@@ -58,6 +58,18 @@ def out_dir(args, tag: str) -> Path:
     return Path(args.out).expanduser() if args.out else nanocode_home() / "evals" / tag
 
 
+def write_results(dest: Path, name: str, records: list[dict], summary: dict) -> Path:
+    """<dest>/<name>.jsonl (one record per problem/task) and <name>.json (the summary that reports
+    and model cards read); returns the summary's path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with open(dest / f"{name}.jsonl", "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    path = dest / f"{name}.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return path
+
+
 def _bar(total: int, desc: str, quiet: bool):
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="problem", disable=quiet, file=sys.stderr,
@@ -179,12 +191,8 @@ def main(args) -> int:
                "limit": args.limit, "timeout_s": args.timeout, "memory_mb": args.memory_mb,
                "isolation": iso, "seconds": round(time.perf_counter() - t0, 1)}
     dest = out_dir(args, "reference" if reference else info["model"])
-    dest.mkdir(parents=True, exist_ok=True)
     name = args.task + (f"_{info['mode']}" if reference else f"_step{info['step']}")
-    with open(dest / f"{name}.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    (dest / f"{name}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_results(dest, name, rows, summary)
     print(f"{'eval':<14} {'model':<16} {'mode':<10} {'n':>4} {'solved':>9} "
           + " ".join(f"{k:>9}" for k in scores))
     print(f"{args.task:<14} {str(info['model'])[:16]:<16} {info['mode']:<10} {info['n']:>4} "

@@ -333,7 +333,7 @@ def summarize(tasks: list[Task], examples: list[Example], losses, matches):
 # ---- the command ------------------------------------------------------------------------------
 def main(args) -> int:
     from nanocode.common import enable_compilation_cache
-    from evals.codegen import ModelError, load_model, out_dir
+    from evals.codegen import ModelError, load_model, out_dir, write_results
     t0 = time.perf_counter()
     if args.limit is not None and args.limit < 1:
         print("error: --limit must be >= 1", file=sys.stderr)
@@ -365,12 +365,7 @@ def main(args) -> int:
                "sequences": len(rows), "batch_tokens": args.batch_tokens,
                "seconds": round(time.perf_counter() - t0, 1)}
     dest = out_dir(args, tag)
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"core_step{step}.json"
-    with open(dest / f"core_step{step}.jsonl", "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    path.write_text(json.dumps(summary, indent=1) + "\n")
+    path = write_results(dest, f"core_step{step}", records, summary)
     print(f"{'task':<34} {'type':<18} {'shots':>5} {'n':>6} {'accuracy':>9} {'centered':>9}")
     for label, r in per_task.items():
         print(f"{label:<34} {r['type']:<18} {r['num_fewshot']:>5} {r['examples']:>6} "

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import warnings
 from typing import Any
@@ -85,6 +86,13 @@ def _incomplete_reason(step_dir: epath.Path) -> str | None:
     return None
 
 
+def _path(ckpt_dir) -> epath.Path:
+    """orbax refuses relative paths, and only when it writes (after a whole interval of training):
+    make local paths absolute up front. URIs (gs://...) pass through."""
+    text = str(ckpt_dir)
+    return epath.Path(text if "://" in text else os.path.abspath(os.path.expanduser(text)))
+
+
 def _scan(directory: epath.Path) -> list[int]:
     """Complete steps in `directory`, ascending; warns about each incomplete one."""
     steps = []
@@ -106,12 +114,12 @@ def _scan(directory: epath.Path) -> list[int]:
 
 def all_steps(ckpt_dir) -> list[int]:
     """Steps with a complete checkpoint in `ckpt_dir`, ascending ([] if there is no directory)."""
-    return _scan(epath.Path(ckpt_dir))
+    return _scan(_path(ckpt_dir))
 
 
 def latest_step(ckpt_dir) -> int | None:
     """The newest complete step in `ckpt_dir`, or None if there is none (or no directory)."""
-    steps = _scan(epath.Path(ckpt_dir))
+    steps = _scan(_path(ckpt_dir))
     return steps[-1] if steps else None
 
 
@@ -166,7 +174,7 @@ def save(ckpt_dir, step: int, params, *, config, opt_state=None, loader_state=No
     object with `to_dict()` or a dict, `loader_state`/`metadata` JSON-able dicts (numpy scalars ok).
     """
     step = int(step)
-    directory = epath.Path(ckpt_dir)
+    directory = _path(ckpt_dir)
     step_dir = directory / str(step)
     if step_dir.exists():
         reason = _incomplete_reason(step_dir)
@@ -296,7 +304,7 @@ def _read_step(directory: epath.Path, step: int, params_like, opt_state_like, lo
 
 
 def _read(ckpt_dir, step, **kw) -> dict:
-    directory = epath.Path(ckpt_dir)
+    directory = _path(ckpt_dir)
     if not directory.is_dir():
         raise CheckpointError(f"no checkpoint found in {directory} (no such directory); "
                               f"{_NO_CKPT_FIX}")

@@ -101,6 +101,15 @@ def test_round_trip_is_bit_exact(tmp_path, params):
     assert ck.restore(tmp_path, load_opt_state=False)["opt_state"] is None
 
 
+def test_relative_directory_saves_with_optimizer_state(tmp_path, params, monkeypatch):
+    """orbax rejects relative paths only when it writes the opt_state item: a run with a relative
+    --run-dir died at its first checkpoint, after a whole save interval of training."""
+    monkeypatch.chdir(tmp_path)
+    path = ck.save("run/checkpoints", 3, params, config=CFG, opt_state=make_opt_state(params))
+    assert path == str(tmp_path / "run" / "checkpoints" / "3")
+    assert ck.latest_step("run/checkpoints") == 3 and ck.restore("run/checkpoints")["step"] == 3
+
+
 def test_optional_items_absent(tmp_path, params):
     save_simple(tmp_path, 0, params)
     r = ck.restore(tmp_path)

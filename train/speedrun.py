@@ -172,7 +172,7 @@ def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict) -> int:
 def main(args) -> int:
     from nanocode.common import nanocode_home
     p = PRESETS[args.preset]
-    run = Path(args.run_dir).expanduser() if args.run_dir else nanocode_home() / "speedrun" / args.preset
+    run = (Path(args.run_dir).expanduser() if args.run_dir else nanocode_home() / "speedrun" / args.preset).resolve()
     stages = STAGES
     if args.only:
         stages = tuple(s.strip() for s in args.only.split(","))
