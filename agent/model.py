@@ -2,8 +2,8 @@
 
 PATH: a checkpoint directory (step folders inside, as `train` writes them). TAG: a run name under
 $NANOCODE_HOME/runs/<tag>/checkpoints (`train base --run TAG` etc.). No --model: the package's
-`nanocode/default_model/`: the cpu speedrun's final checkpoint (bf16 params + tokenizer, ~15 MB,
-see its MODEL_CARD.md), shipped inside the package.
+`nanocode/default_model/`: the cpu speedrun's final model (checkpoints/<step>: bf16 params +
+tokenizer, ~15 MB; MODEL_CARD.md; evals/), shipped inside the package.
 Resolving a model imports nothing heavy; loading it (build_agent) sets the inference runtime flag, then imports jax.
 Every failure is a ModelError whose message is one line; the CLI prints it, no traceback.
 """
@@ -35,9 +35,9 @@ def resolve_model(spec: str | None) -> Path:
     from nanocode.common import find_checkpoints
     if spec is None:
         path = default_model_dir()
-        if not path.is_dir():
+        if not (path / "checkpoints").is_dir():
             raise ModelError(NO_DEFAULT.format(path=path), code=2)
-        return path
+        spec = str(path)
     try:
         return find_checkpoints(spec)[0]
     except FileNotFoundError as e:

@@ -83,3 +83,16 @@ def test_stages_skip_when_done_and_a_failed_stage_reruns_on_resume(tiny_preset, 
 def test_unknown_stage_is_a_clear_error(tmp_path, capsys):
     assert main(["speedrun", "--preset", "cpu", "--run-dir", str(tmp_path), "--only", "data,nope"]) == 2
     assert "unknown stage(s) nope" in capsys.readouterr().err
+
+
+def test_eval_tables_read_what_the_evals_write(tmp_path):
+    """The model card's tables come from real `evals` outputs (the two no-model baselines here)."""
+    from evals.cli import main as evals_main
+    out = tmp_path / "evals"
+    assert evals_main(["agent", "--policy", "oracle", "--families", "find_definition,run_command",
+                       "--per-family", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    assert evals_main(["humaneval", "--canonical", "--limit", "3", "--quiet", "--out", str(out)]) == 0
+    text = "\n".join(speedrun.eval_tables(out))
+    assert "| find_definition | 1/1 (100%) | 100% | 100% |" in text
+    assert "| **all** | 2/2 (100%) |" in text
+    assert "| humaneval (n=1, temperature None) | pass@1 100.0% |" in text

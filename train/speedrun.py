@@ -17,8 +17,8 @@ Trade-offs:
   reference TPU v6e-8 runs of ../shared/spec/MODEL.md (see the README for flags and costs).
 
 Layout of a run (default $NANOCODE_HOME/speedrun/<preset>): data/ tokenizer/ base/ synth/ sft/ dpo/
-model/ (the exported bf16 params-only checkpoint with MODEL_CARD.md and evals/*.json) report/ and
-logs/<stage>.log.
+model/ (checkpoints/<step>: the exported bf16 params-only checkpoint; MODEL_CARD.md; evals/*.json)
+report/ and logs/<stage>.log. Ship a model by copying model/ to nanocode/default_model/.
 """
 from __future__ import annotations
 
@@ -52,12 +52,12 @@ PRESETS = {
         base=["--preset", "cpu-d4", "--steps", "300", "--total-batch", "16384", "--device-batch", "8",
               "--eval-every", "100", "--eval-batches", "4", "--save-every", "100"],
         synth=["--n", "2000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
-        sft=["--seq-len", "2048", "--device-batch", "4", "--steps", "600", "--lr-scale", "10",
+        sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "600", "--lr-scale", "10",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
         dpo=["--device-batch", "4", "--steps", "100", "--eval-every", "50", "--save-every", "100"],
         evals=[["bpb", "--batches", "4"],
                ["humaneval", "--n", "10", "--temperature", "0.8", "--max-tokens", "256"],
-               ["agent", "--per-family", "10", "--max-steps", "12"]],
+               ["agent", "--per-family", "10", "--max-steps", "12", "--max-tokens", "256"]],
         env={},
     ),
 }
@@ -197,6 +197,9 @@ def main(args) -> int:
         rc = run_stage(s, stage_commands(s, p, run, args.multihost), run, env)
         if rc:
             return rc
+    if args.only:
+        print(f"\nspeedrun {args.preset}: {', '.join(stages)} done in {(time.time() - t0) / 60:.1f} min")
+        return 0
     print(f"\nspeedrun {args.preset}: finished in {(time.time() - t0) / 60:.1f} min; model: "
           f"{run / 'model'}; report: {run / 'report' / 'report.md'}\n"
           f"try it: nanocode --model {run / 'model'}")
@@ -225,26 +228,54 @@ def export(src: str, dst: str) -> int:
     ckpt, _ = find_checkpoints(src)
     step = checkpoint.latest_step(ckpt)
     params, cfg, tok, meta = checkpoint.load_params(ckpt, step, dtype=jnp.bfloat16)
-    out = Path(dst)
+    out = Path(dst) / "checkpoints"  # a run directory, as `evals report` and `--model` expect
     if checkpoint.latest_step(out) is not None:
         raise ValueError(f"{out} already holds a checkpoint; delete it to export again")
     checkpoint.save(out, step, params, config=cfg, tokenizer=tok,
-                    metadata={**(meta or {}), "exported_from": str(ckpt / str(step)), "dtype": "bfloat16"})
+                    metadata={**(meta or {}), "stage": "export", "from": str(ckpt), "dtype": "bfloat16",
+                              "exported_from": str(ckpt / str(step))})
     size = sum(f.stat().st_size for f in (out / str(step)).rglob("*") if f.is_file())
     print(f"exported {ckpt / str(step)} -> {out / str(step)} (bf16 params + tokenizer, {size / 1e6:.1f} MB)")
     return 0
 
 
-def eval_rows(evals_dir: Path) -> list[tuple[str, dict]]:
-    """(eval name, its headline numbers) for every summary JSON an `evals` command wrote."""
-    rows = []
+def eval_tables(evals_dir: Path) -> list[str]:
+    """Markdown for the model card and the README: the agentic suite per family, then HumanEval
+    pass@k and bits per byte, read from the summary JSONs the `evals` commands wrote."""
+    found = {}
     for f in sorted(evals_dir.glob("*.json")):
         d = json.loads(f.read_text())
-        nums = {k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                and k not in ("step", "seconds", "limit", "timeout_s", "memory_mb", "rows", "seq_len",
-                              "batches", "seed")}
-        rows.append((d.get("eval", f.stem), nums))
-    return rows
+        found[d.get("eval", f.stem)] = d
+    pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"  # noqa: E731
+    lines = []
+    if "agent" in found:
+        a = found["agent"]
+        lines += ["| agentic suite (held-out tasks) | resolved | valid tool calls | first call right | mean steps |",
+                  "|---|---|---|---|---|"]
+        rows = [(f"{name}", m) for name, m in a["families"].items()]
+        rows += [("**trained families**", a["trained_families"]), ("**eval-only families**",
+                 a["eval_only_families"]), ("**all**", a["overall"])]
+        for name, m in rows:
+            lines.append(f"| {name} | {m['resolved']}/{m['tasks']} ({pct(m['resolve_rate'])}) | "
+                         f"{pct(m['valid_tool_call_rate'])} | {pct(m['first_call_correct_rate'])} | "
+                         f"{m['mean_steps'] or 0:.1f} |")
+        lines.append("")
+    other = []
+    for name in ("humaneval", "mbpp", "humanevalplus", "mbppplus"):
+        if name in found:
+            d = found[name]
+            ks = ", ".join(f"{k} {100 * d[k]:.1f}%" for k in d if k.startswith("pass@"))
+            other.append(f"| {name} (n={d.get('n')}, temperature {d.get('temperature')}) | {ks} |")
+    if "bpb" in found:
+        d = found["bpb"]
+        other.append(f"| bits per byte, held-out | code {d.get('bpb_code', 0):.3f}, text {d.get('bpb_text', 0):.3f} |")
+    if "core" in found:
+        d = found["core"]
+        key = "core" if "core" in d else "core_subset"
+        other.append(f"| {d.get('metric', key)} | {d.get(key, 0):.4f} |")
+    if other:
+        lines += ["| eval | result |", "|---|---|"] + other + [""]
+    return lines
 
 
 def write_card(run: str) -> int:
@@ -253,8 +284,7 @@ def write_card(run: str) -> int:
     from nanocode.config import GPTConfig, param_counts
     run_dir = Path(run)
     model = run_dir / "model"
-    step = latest_step(model)
-    _, cfg, tok, meta = load_params(model, step)
+    _, cfg, tok, meta = load_params(model / "checkpoints", latest_step(model / "checkpoints"))
     cfg = GPTConfig.from_dict(cfg) if isinstance(cfg, dict) else cfg
     counts = param_counts(cfg)
     lines = ["# nanocode default model", "",
@@ -273,11 +303,8 @@ def write_card(run: str) -> int:
             d = json.loads(f.read_text())
             cmds = "<br>".join(f"`{c}`" for c in d["commands"])
             lines.append(f"| {s} | {d['seconds'] / 60:.1f} | {cmds} |")
-    lines += ["", "## Evals", "", "Files in evals/ beside this card (JSON written by the `evals` commands).", "",
-              "| eval | numbers |", "|---|---|"]
-    for name, nums in eval_rows(model / "evals"):
-        shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in nums.items())
-        lines.append(f"| {name} | {shown} |")
+    lines += ["", "## Evals", "", "From the JSON files in evals/ beside this card, written by the `evals` "
+              "commands of the recipe.", ""] + eval_tables(model / "evals")
     (model / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {model / 'MODEL_CARD.md'}")
     return 0
