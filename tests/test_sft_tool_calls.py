@@ -1,12 +1,21 @@
 """Issue 6 acceptance on CPU: a tiny model SFT'd for a few hundred steps on `train synth` data emits
 well-formed tool calls (a known tool with known argument names, parsed from the raw model output:
 no grammar mask) for held-out prompts (held-out project names and phrasings) of the trained
-families. ~5 minutes on 2 cores (synth 500 conversations ~2 min, SFT 300 steps ~2.5 min): slow.
+families, scored on the first reply. ~6-7 minutes on 2 idle cores (synth 600 conversations
+~2.5 min, SFT 300 steps ~3 min): slow.
 
-Measured 2026-11-29 (depth 2, width 128, vocab 2048, rows of 1024, 300 steps x 4 rows, lr-scale 20):
-31/36 = 86% here (30/36 = 83% in an earlier run, val loss 1.89-2.02); 600 steps: 30/36 (overfit).
-The issue's target is 90%: not reached. The test asserts the floor this recipe does reach (75%),
-so a regression fails it; raise FLOOR as the recipe improves.
+Recipe: depth 2, width 128, vocab 2048, rows of 1024, 600 conversations of synth seed 3 (code
+share 0.1, the training phrasings of synth_text.PHRASES), 300 steps x 4 rows (~4 epochs),
+lr-scale 5. Measured 2026-11-29 on 72 prompts (8 per family): this test 64/72 = 89% (val loss
+1.01, 8.4 min on 2 busy cores); synth seed 2: 67/72 = 93% (val loss 1.49). Seed 2 with other
+settings: lr-scale 10: 65/72 (val 1.41); lr-scale 20: 64/72 (val 1.64); width 256 at lr-scale 20:
+54/72; seed 3 with 400 steps: 53/72 although its val loss fell to 0.78 (val loss measures the
+training phrasings, not the held-out ones); the old recipe (500 conversations, code share 0.15,
+the shorter phrasing list, lr-scale 20): 66/72, and 31-33/36 on 4 prompts per family. So the
+recipe sits at ~89-93%, around the issue's 90% target but not robustly above it; FLOOR (85%, 62/72)
+is set below the measured range so a regression fails the test but run-to-run noise should not.
+The failures left are held-out phrasings answered with prose only or with a run-on call (no
+<|tool_call_end|>).
 """
 import json
 import warnings
@@ -15,9 +24,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-N_CONVS, STEPS, SEQ, VOCAB = 500, 300, 1024, 2048
-PROMPTS_PER_FAMILY = 4
-FLOOR = 0.75  # measured 0.83-0.86; the issue's target 0.90 is not met yet
+N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE = 600, 0.1, 300, 1024, 2048, 5
+PROMPTS_PER_FAMILY = 8
+FLOOR = 0.85  # measured 0.89-0.93; the issue's target is 0.90
 
 
 def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
@@ -35,7 +44,8 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
     monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
     synth = tmp_path / "synth"
     assert main(["synth", "--n", str(N_CONVS), "--workers", "2", "--out", str(synth), "--n-eval", "0",
-                 "--seed", "2", "--workdir", str(tmp_path / "work")]) == 0
+                 "--seed", "3", "--code-ratio", str(CODE_RATIO),
+                 "--workdir", str(tmp_path / "work")]) == 0
     rows = [json.loads(line) for line in open(synth / "train.jsonl")]
     texts = [m["content"] for r in rows for m in r["messages"]]
     texts += [json.dumps(m["tool_call"]) for r in rows for m in r["messages"] if m.get("tool_call")]
@@ -50,7 +60,7 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
     run = tmp_path / "sft"
     assert main(["sft", "--from", str(base), "--data", str(synth / "train.jsonl"), "--val",
                  str(synth / "val.jsonl"), "--seq-len", str(SEQ), "--device-batch", "4", "--steps",
-                 str(STEPS), "--log-every", "50", "--eval-every", "1000", "--lr-scale", "20",
+                 str(STEPS), "--log-every", "50", "--eval-every", "1000", "--lr-scale", str(LR_SCALE),
                  "--sample-tokens", "0", "--run-dir", str(run)]) == 0
 
     engine = Engine.from_checkpoint(run / "checkpoints")
@@ -67,5 +77,5 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
             except ValueError:
                 pass
             total += 1
-    print(f"well-formed first tool calls: {good}/{total}")
+    print(f"well-formed first tool calls: {good}/{total} = {good / total:.0%}")
     assert good / total >= FLOOR

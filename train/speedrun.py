@@ -52,7 +52,7 @@ PRESETS = {
         base=["--preset", "cpu-d4", "--steps", "300", "--total-batch", "16384", "--device-batch", "8",
               "--eval-every", "100", "--eval-batches", "4", "--save-every", "100"],
         synth=["--n", "2000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
-        sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "600", "--lr-scale", "10",
+        sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "600", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
         dpo=["--device-batch", "4", "--steps", "100", "--eval-every", "50", "--save-every", "100"],
         evals=[["bpb", "--batches", "4"],

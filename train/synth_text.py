@@ -22,21 +22,34 @@ PHRASES = {
     "find_definition": [
         "where is `{fn}` defined?", "find the definition of {fn}", "where's {fn}?",
         "which file has `{fn}` in it? i need the line too", "locate `{fn}` for me",
-        "can you find where {fn} lives in this repo?", "find {fn}"],
+        "can you find where {fn} lives in this repo?", "find {fn}",
+        "where does `{fn}` live?", "show me where {fn} is defined", "in which module is `{fn}` defined?",
+        "which file and line define {fn}?", "i can't find {fn}. where is it?",
+        "where can i find the code for {fn}?"],
     "find_class": [
-        "where is the `{cls}` class defined?", "find class {cls}", "which file defines {cls}?"],
+        "where is the `{cls}` class defined?", "find class {cls}", "which file defines {cls}?",
+        "where's the {cls} class?", "locate class `{cls}`", "in which file is `{cls}` declared?"],
     "explain": [
         "what does `{fn}` do?", "explain {fn} briefly", "can you explain what `{fn}` in {file} does?",
-        "how does {fn} work?", "quick question: what is `{fn}` for?", "tell me what {fn} returns"],
+        "how does {fn} work?", "quick question: what is `{fn}` for?", "tell me what {fn} returns",
+        "describe what `{fn}` does", "what's the purpose of {fn}?", "summarize {fn} for me",
+        "i don't understand {fn}. what does it do?", "what is {fn} supposed to do?",
+        "help me understand `{fn}`", "read {fn} and tell me what it does"],
     "fix_bug": [
         "the tests are failing, can you fix it?", "`{test}` fails, please fix the bug",
         "something is wrong with `{fn}`, the tests catch it. fix it", "fix the failing test",
         "tests broke after the last commit. fix the code, not the tests",
-        "{fn} is returning the wrong thing, fix it"],
+        "{fn} is returning the wrong thing, fix it",
+        "a test is failing, please fix it", "pytest fails. find the bug and fix it",
+        "`{test}` is red, find the bug and fix it", "there's a bug in {fn}, please fix it",
+        "something broke and the suite fails. can you fix it?", "make the tests pass again"],
     "implement_stub": [
         "implement `{fn}` in {file}", "`{fn}` is just a stub, write it",
         "please write the body of {fn}; the docstring says what it should do",
-        "{fn} raises NotImplementedError, implement it so the tests pass", "implement {fn}"],
+        "{fn} raises NotImplementedError, implement it so the tests pass", "implement {fn}",
+        "write the missing body of `{fn}`", "{fn} isn't implemented yet, do it",
+        "finish the implementation of {fn}", "`{fn}` only raises NotImplementedError. implement it",
+        "code up {fn} from its docstring", "complete `{fn}` in {file}"],
     "rename_symbol": [
         "rename `{fn}` to `{new}` everywhere", "rename {fn} -> {new}, including the tests"],
     "add_parameter": [
@@ -44,30 +57,46 @@ PHRASES = {
         "give {fn} an optional {param} argument (default {default})"],
     "create_test": [
         "add a test file `{test}` for `{fn}`", "write tests for {fn} in {test}",
-        "create {test} with a couple of tests for `{fn}`"],
+        "create {test} with a couple of tests for `{fn}`",
+        "i need tests for {fn}; put them in {test}", "add some pytest tests for `{fn}` in `{test}`",
+        "cover {fn} with tests in {test}"],
     "create_module": [
         "add a module `{file}` with a function `{fn}` that does this: {doc}",
-        "create {file} containing {fn}(): {doc}", "new file {file}: a function `{fn}`. {doc}"],
+        "create {file} containing {fn}(): {doc}", "new file {file}: a function `{fn}`. {doc}",
+        "make a new module {file} with `{fn}`: {doc}", "write `{fn}` in a new file `{file}`. it should {doc}"],
     "run_tests": [
         "run the tests", "do the tests pass?", "run the test suite and tell me the result",
-        "can you run pytest?", "check whether the tests are green"],
+        "can you run pytest?", "check whether the tests are green",
+        "are the tests passing?", "run pytest and report back", "please run the tests",
+        "what does the test suite say?", "run the unit tests", "are all the tests green?"],
     "line_count": [
-        "how many lines is {file}?", "count the lines in `{file}`", "what's the line count of {file}"],
+        "how many lines is {file}?", "count the lines in `{file}`", "what's the line count of {file}",
+        "how long is {file}?", "number of lines in {file}?", "lines in `{file}`?"],
     "list_files": [
-        "what modules are in {pkg}?", "list the files in the {pkg} package", "show me what's in {pkg}/"],
+        "what modules are in {pkg}?", "list the files in the {pkg} package", "show me what's in {pkg}/",
+        "which modules does {pkg} have?", "what's inside {pkg}?", "list {pkg}'s modules",
+        "what python files are in {pkg}?"],
     "git_last": [
-        "what was the last commit?", "what did the latest commit do?", "show me the most recent commit"],
+        "what was the last commit?", "what did the latest commit do?", "show me the most recent commit",
+        "what's the latest commit?", "show the last commit", "what changed in the most recent commit?"],
     "git_changes": [
         "what have i changed since the last commit?", "what's uncommitted right now?",
-        "which files did i modify?", "git status?"],
+        "which files did i modify?", "git status?",
+        "show me my uncommitted changes", "is there anything uncommitted?", "what's modified in the repo?",
+        "did i change anything since the last commit?"],
     "git_count": [
-        "how many commits does this repo have?", "count the commits", "how long is the git history?"],
+        "how many commits does this repo have?", "count the commits", "how long is the git history?",
+        "how many commits are there?", "how many commits in the git log?"],
     "recover_path": [
-        "look at {wrong} and tell me what {fn} does", "what does {fn} in {wrong} do?"],
+        "look at {wrong} and tell me what {fn} does", "what does {fn} in {wrong} do?",
+        "read {wrong} and explain {fn}", "open {wrong}, what does {fn} do?"],
     "recover_cmd": [
-        "run the tests for {module}", "run the {module} tests", "do the tests in {module} pass?"],
-    "rejects_run": ["run the tests", "run the test suite", "can you run the tests?"],
-    "rejects_edit": ["implement `{fn}`", "fill in {fn}, it's a stub", "write the body of `{fn}`"],
+        "run the tests for {module}", "run the {module} tests", "do the tests in {module} pass?",
+        "run only the {module} tests", "just the tests of {module}, please"],
+    "rejects_run": ["run the tests", "run the test suite", "can you run the tests?",
+        "run pytest", "do the tests pass?"],
+    "rejects_edit": ["implement `{fn}`", "fill in {fn}, it's a stub", "write the body of `{fn}`",
+        "implement {fn}", "write {fn}, it's only a stub"],
 }
 
 # only eval tasks use these; each has a fragment no training phrasing contains
