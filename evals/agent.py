@@ -206,6 +206,7 @@ def run_model(task, opts: dict) -> tuple[list[dict], dict, str, list[dict], list
 
 def run_task(job: tuple) -> dict:
     """One task end to end in a fresh temp dir: build, run the policy, score, save the transcript."""
+    from train.synth import ATTEMPT_STRIDE, ATTEMPTS
     from train.synth_tasks import make_task
     if _load_error is not None:
         raise _load_error
@@ -215,7 +216,13 @@ def run_task(job: tuple) -> dict:
     base = os.path.realpath(tempfile.mkdtemp(prefix="nanocode-evals-agent-"))
     t0 = time.perf_counter()
     try:
-        task = make_task(family, seed, heldout=True, base=base)
+        for attempt in range(ATTEMPTS):  # as train synth does: a project the family cannot use
+            try:  # (no function with a parameter spec, ...) gives way to the next one
+                task = make_task(family, seed + attempt * ATTEMPT_STRIDE, heldout=True, base=base)
+                break
+            except Exception:  # noqa: BLE001 - re-raised (and reported) after the last attempt
+                if attempt == ATTEMPTS - 1:
+                    raise
         system, ref = task.system, oracle_first_call(task)
         rec.update(prompt=task.prompt, check=task.desc)
         meta = {"cwd": task.root}

@@ -41,6 +41,13 @@ def test_checks_fail_on_the_initial_repo(tmp_path, family):
         assert not ea.score(task, "", [], ea.oracle_first_call(task))["resolved"]
 
 
+def test_fix_bug_only_injects_bugs_a_test_catches(tmp_path):
+    """Seed 10**12 + 3 first drew a bug no test covered: the task was 'resolved' before the agent
+    ran, and the training rollout claimed a test failed after pytest passed."""
+    task = make_task("fix_bug", 10**12 + 3, heldout=True, base=str(tmp_path))
+    assert not task.check(task.root, "")
+
+
 def test_user_rejects_needs_the_refusal(tmp_path):
     seed = ea.task_jobs(["user_rejects"], 1)[0][1]
     task = make_task("user_rejects", seed, heldout=True, base=str(tmp_path))

@@ -12,7 +12,7 @@ Trade-offs:
   `--resume` from its newest checkpoint, so `--resume` after a kill redoes at most the steps since
   the last save. A stage whose inputs changed is not detected: delete its .done to redo it.
 - The cpu preset is sized for this kind of machine: ~1 hour on 2 cores (base ~15 min, synth ~8,
-  sft ~15, dpo ~5, evals ~15), depth 4, width 256, vocab 4096 (7.3M params, 14.7 MB in bf16).
+  sft ~15, dpo ~5, evals ~15; measured here: 2.3 h with other jobs sharing the cores), depth 4, width 256, vocab 4096 (7.3M params, 14.7 MB in bf16).
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; their expected times are the
   reference TPU v6e-8 runs of ../shared/spec/MODEL.md (see the README for flags and costs).
 
@@ -54,10 +54,10 @@ PRESETS = {
         synth=["--n", "2000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
         sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "600", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
-        dpo=["--device-batch", "4", "--steps", "100", "--eval-every", "50", "--save-every", "100"],
+        dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
         evals=[["bpb", "--batches", "4"],
                ["humaneval", "--n", "10", "--temperature", "0.8", "--max-tokens", "256"],
-               ["agent", "--per-family", "10", "--max-steps", "12", "--max-tokens", "256"]],
+               ["agent", "--per-family", "6", "--max-steps", "10", "--max-tokens", "256"]],
         env={},
     ),
 }

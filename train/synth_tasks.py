@@ -157,10 +157,17 @@ def explain_check(f: Func):
 
 
 def inject_bug(p: Project, f: Func, rng) -> tuple[str, str, str]:
-    """Commit a bug in f; returns (bad line as unique old_string, good line(s), what it did)."""
-    old, new, desc = rng.choice(f.spec["bugs"])
+    """Commit a bug in f that the test suite catches; returns (bad line as unique old_string, good
+    line(s), what it did). A bug no test trips (~1 project in 20) is undone and the next one
+    tried; ValueError when none trips a test (the caller moves on to another project)."""
     good_text = p.read(f.file)
-    replace_in_func(p, f, old, new)
+    for old, new, desc in rng.sample(f.spec["bugs"], len(f.spec["bugs"])):
+        replace_in_func(p, f, old, new)
+        if not run_tests(p.root):
+            break
+        p.write(f.file, good_text)
+    else:
+        raise ValueError(f"no bug in {f.name} fails a test")
     text = p.read(f.file)
     bad_line = next(ln for ln in f.source().replace(old, new, 1).split("\n") if new in ln)
     bad = unique_line(text, bad_line)
@@ -223,7 +230,7 @@ def explain(p: Project, rng, ph) -> dict:
 
 def fix_bug(p: Project, rng, ph, mangle: bool = False) -> dict:
     f = pick_func(p, rng, lambda f: bool(f.spec["bugs"]))
-    bad, good, desc = inject_bug(p, f, rng)
+    bad, good, desc = inject_bug(p, f, rng)  # ValueError: the synth retries another project
     prompt = ph("fix_bug", fn=f.name, test=f.test_name)
     wrongs = [bad.replace(op, op.strip(), 1) for op in (" / ", " + ", " - ", " == ", " != ", ", ", " < ", " > ")
               if op in bad.split("\n")[-1]]
