@@ -110,7 +110,7 @@ def run_model(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
     params, cfg, tok, meta, ckpt, tag, step = load_model(args.model, args.step)
     engine = Engine(params, cfg, tok)
     stage = (meta or {}).get("stage", "base")
-    mode = args.mode if args.mode != "auto" else ("chat" if stage in ("sft", "dpo") else "completion")
+    mode = args.mode if args.mode != "auto" else ("completion" if stage == "base" else "chat")
     stops = list(engine.stop_ids) + ([tok.bos_id] if mode == "completion" else [])
     batch = max(1, args.batch or args.n)
 
@@ -209,7 +209,7 @@ def add_arguments(p) -> None:
     a("--step", type=int, help="checkpoint step (default: the latest)")
     a("--data", help="local JSONL[.gz] in the upstream format (offline source for hub datasets)")
     a("--mode", choices=("auto", "completion", "chat"), default="auto",
-      help="prompting: auto = chat for sft/dpo checkpoints, else completion")
+      help="prompting: auto = completion for base checkpoints, else chat (sft, dpo, exported)")
     a("--n", type=int, default=1, help="samples per problem (default 1)")
     a("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="pass@k values (those <= n)")
     a("--temperature", type=float, default=0.0, help="0 = greedy (default)")

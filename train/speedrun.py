@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 STAGES = ("data", "tokenizer", "base", "synth", "sft", "dpo", "export", "evals", "report")
-TRAINING = ("base", "sft", "dpo")  # stages that checkpoint and can --resume
 
 # Flags that matter on TPU (overlap of collectives with compute; from MaxText's v6e recipes) and
 # GPU (latency-hiding scheduler). Set only when the variable is not already set by the user.
@@ -268,7 +267,8 @@ def eval_tables(evals_dir: Path) -> list[str]:
             other.append(f"| {name} (n={d.get('n')}, temperature {d.get('temperature')}) | {ks} |")
     if "bpb" in found:
         d = found["bpb"]
-        other.append(f"| bits per byte, held-out | code {d.get('bpb_code', 0):.3f}, text {d.get('bpb_text', 0):.3f} |")
+        shown = ", ".join(f"{k.removeprefix('bpb_')} {d[k]:.3f}" for k in ("bpb_code", "bpb_text") if k in d)
+        other.append(f"| bits per byte, held-out (rows of {d.get('seq_len')}) | {shown} |")
     if "core" in found:
         d = found["core"]
         key = "core" if "core" in d else "core_subset"
@@ -295,16 +295,25 @@ def write_card(run: str) -> int:
              f"bf16; exported from `{meta.get('exported_from', '?')}`.", "",
              "It is a toy: it knows the tool format and the shape of the synthetic tasks, not Python at "
              "large. Train a bigger one with `train speedrun --preset d12|d20|d24` (README).", "",
-             "## Recipe", "", f"    train speedrun --preset {run_dir.name}", "", "| stage | minutes | command |",
+             "## Recipe", "", f"    train speedrun --preset {run_dir.name}    # RUN = $NANOCODE_HOME/speedrun/"
+             f"{run_dir.name}", "", "| stage | minutes | command |",
              "|---|---|---|"]
     for s in STAGES:
         f = run_dir / f"{s}.done"
         if f.exists():
             d = json.loads(f.read_text())
-            cmds = "<br>".join(f"`{c}`" for c in d["commands"])
+            cmds = "<br>".join(f"`{c.replace(str(run_dir), '$RUN')}`" for c in d["commands"])
             lines.append(f"| {s} | {d['seconds'] / 60:.1f} | {cmds} |")
     lines += ["", "## Evals", "", "From the JSON files in evals/ beside this card, written by the `evals` "
               "commands of the recipe.", ""] + eval_tables(model / "evals")
+    base_val = [json.loads(ln) for ln in open(run_dir / "base" / "metrics.jsonl") if "val_bpb" in ln] \
+        if (run_dir / "base" / "metrics.jsonl").exists() else []
+    if base_val:
+        v = base_val[-1]
+        lines += [f"The base model before fine-tuning (step {v['step']}, rows of its 512-token context): val "
+                  + ", ".join(f"{k.removeprefix('val_')} {x:.3f}" for k, x in v.items() if k != "step"), ""]
+    if (run_dir / "NOTES.md").exists():  # what happened during this particular run
+        lines += ["## Run notes", "", (run_dir / "NOTES.md").read_text().strip(), ""]
     (model / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {model / 'MODEL_CARD.md'}")
     return 0
