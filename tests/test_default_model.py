@@ -1,0 +1,42 @@
+"""The shipped default model (nanocode/default_model, the cpu speedrun's final checkpoint): small
+enough to ship, loadable with its tokenizer, documented by its model card and eval JSONs, and what
+`nanocode` runs with no --model: headless on a generated task project, as a fresh install would."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from agent.model import default_model_dir, resolve_model
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_MB = 25
+
+
+def test_default_model_is_shipped_small_and_documented():
+    from nanocode.checkpoint import latest_step
+    path = default_model_dir()
+    assert resolve_model(None) == path / "checkpoints" and latest_step(path / "checkpoints") is not None
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    assert size < MAX_MB * 1e6, f"default model is {size / 1e6:.1f} MB"
+    card = (path / "MODEL_CARD.md").read_text()
+    assert "train speedrun --preset cpu" in card
+    evals = {json.loads(f.read_text())["eval"] for f in (path / "evals").glob("*.json")}
+    assert {"agent", "humaneval", "bpb"} <= evals
+
+
+def test_nanocode_runs_the_default_model_headless_on_a_task_project(tmp_path):
+    """`nanocode -p` with no --model, in a fresh process, on a held-out generated project."""
+    from train.synth import make_task
+    task = make_task("find_definition", 10**12 + 7, heldout=True, base=str(tmp_path / "tasks"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NANOCODE_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-m", "agent.cli", "-p", task.prompt, "--output-format",
+                          "json", "--max-steps", "6", "--max-tokens", "200"],
+                         cwd=task.root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert set(result) >= {"answer", "tool_calls", "files_changed", "steps", "stop_reason"}
+    assert result["steps"] >= 1 and all(c["name"] in ("Read", "Edit", "Grep", "Bash", "?")
+                                        for c in result["tool_calls"])
+    session, = (Path(task.root) / ".nanocode" / "sessions").glob("*.jsonl")
+    meta = json.loads(session.read_text())["meta"]
+    assert meta["model"] == str(default_model_dir() / "checkpoints")  # no --model: the shipped one
