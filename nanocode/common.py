@@ -43,7 +43,7 @@ def find_checkpoints(spec: str, home: Path | None = None) -> tuple[Path, str]:
     $NANOCODE_HOME/runs, or `default`: the model shipped in the package. Raises FileNotFoundError saying where it looked and what runs exist."""
     home = Path(home) if home else nanocode_home()
     runs, p = home / "runs", Path(spec).expanduser()
-    candidates = [DEFAULT_MODEL] if spec == "default" else []
+    candidates = [DEFAULT_MODEL / "checkpoints"] if spec == "default" else []
     if p.is_dir():
         if p.name.isdigit():  # a step folder
             candidates.append(p.parent)

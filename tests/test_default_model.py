@@ -14,8 +14,10 @@ MAX_MB = 25
 
 def test_default_model_is_shipped_small_and_documented():
     from nanocode.checkpoint import latest_step
+    from nanocode.common import find_checkpoints
     path = default_model_dir()
     assert resolve_model(None) == path / "checkpoints" and latest_step(path / "checkpoints") is not None
+    assert find_checkpoints("default")[0] == path / "checkpoints"  # `--model/--from default`
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     assert size < MAX_MB * 1e6, f"default model is {size / 1e6:.1f} MB"
     card = (path / "MODEL_CARD.md").read_text()
