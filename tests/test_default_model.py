@@ -42,3 +42,12 @@ def test_nanocode_runs_the_default_model_headless_on_a_task_project(tmp_path):
     session, = (Path(task.root) / ".nanocode" / "sessions").glob("*.jsonl")
     meta = json.loads(session.read_text())["meta"]
     assert meta["model"] == str(default_model_dir() / "checkpoints")  # no --model: the shipped one
+
+
+def test_the_default_model_fine_tunes_from_fp32_masters():
+    """`train sft --from default`: the shipped bf16 params come back as fp32 training masters."""
+    import jax
+    from train.sft import load_start
+    params, cfg, tok, ckpt = load_start("default")
+    assert ckpt == default_model_dir() / "checkpoints" and tok.vocab_size == cfg.vocab_size
+    assert {str(x.dtype) for x in jax.tree.leaves(params)} == {"float32"}

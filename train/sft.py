@@ -46,6 +46,19 @@ def run_name_of(spec: str) -> str:
     return find_checkpoints(spec)[1]
 
 
+def fp32_masters(params, cfg):
+    """Float params as training keeps them: fp32 masters, embedding tables in cfg.embed_dtype."""
+    import jax
+    import jax.numpy as jnp
+
+    def cast(path, x):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return x
+        embed = str(getattr(path[0], "key", "")) in ("wte", "value_embeds")
+        return x.astype(cfg.embed_dtype if embed else jnp.float32)
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len: int | None = None):
     """(params, cfg, tokenizer, ckpt_dir) of the --from checkpoint (its latest step)."""
     from nanocode import checkpoint
@@ -54,6 +67,7 @@ def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len:
 
     ckpt_dir, _ = find_checkpoints(spec)
     params, cfg, tok, _ = checkpoint.load_params(ckpt_dir)
+    params = fp32_masters(params, cfg)  # an exported bf16 model (the shipped default) trains in fp32
     if tok is not None:
         tokenizer = Tokenizer.from_dict(tok)
     else:
