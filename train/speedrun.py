@@ -57,7 +57,6 @@ PRESETS = {
         evals=[["bpb", "--batches", "4"],
                ["humaneval", "--n", "10", "--temperature", "0.8", "--max-tokens", "256"],
                ["agent", "--per-family", "6", "--max-steps", "10", "--max-tokens", "256"]],
-        env={},
     ),
 }
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the
@@ -77,7 +76,6 @@ for _depth, _shards, _hours in ((12, 24, "0.15"), (20, 96, "1.4"), (24, 160, "9.
         evals=[["bpb"], ["core"], ["humaneval", "--n", "100", "--temperature", "0.8"],
                ["mbpp", "--n", "10", "--temperature", "0.8"],
                ["agent", "--per-family", "30", "--max-steps", "25"]],
-        env={},
     )
 
 
@@ -187,7 +185,7 @@ def main(args) -> int:
         raise ValueError(f"{run} already holds a run; add --resume to continue it (done stages are "
                          "skipped), or pass another --run-dir")
     run.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in {**p["env"], **_platform_env()}.items() if k not in os.environ}
+    env = {k: v for k, v in _platform_env().items() if k not in os.environ}
     t0 = time.time()
     for s in stages:
         if (run / f"{s}.done").exists():
