@@ -39,10 +39,8 @@ Default suite: 1,000 streams (~7 s on 2 idle cores, ~20 s loaded; FUZZ_STREAMS=N
 
 import hashlib
 import os
-import subprocess
 import threading
 import uuid
-import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -51,7 +49,8 @@ import pytest
 from agent.loop import REJECTED, STOP_REASONS, Agent
 from agent.prompt import PROMPT
 from nanocode.engine import ContextOverflow
-from nanocode.tokenizer import SPECIAL_TOKENS, train_tokenizer
+from nanocode.tokenizer import SPECIAL_TOKENS
+from tiny_models import commit_all, tiny_tokenizer
 from tools.dispatch import TOOL_ARGS
 from tools.permissions import Policy
 from tools.undo import UndoError
@@ -70,9 +69,7 @@ TEXT = ("let me look. done: x is 2. def main():\n    return 1\n fixing the bug i
 def tok():
     texts = [PROMPT] * 3 + ["def main():\n    return 1\n" * 20,
                             "let me look. done: it returns 1. rejected by user error x = 2\n" * 5]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return train_tokenizer(iter(texts), 512)
+    return tiny_tokenizer(texts, 512)
 
 
 # ---- the engine double -------------------------------------------------------------------------
@@ -266,10 +263,7 @@ def world(tmp_path, monkeypatch):
     (root / "big.py").write_text("".join(f"value_{i} = {i} * 2\n" for i in range(200)))
     (root / "link").symlink_to(outside / "dir")
     (root / "linkfile").symlink_to(outside / "f.txt")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
-    subprocess.run(git + ["init", "-q"], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-qm", "init"], check=True)
+    commit_all(root)
     tmp_names = [f"nanocode-fuzz-{uuid.uuid4().hex[:12]}" for _ in range(2)]
     return SimpleNamespace(root=root, outside=outside, tmp=tmp_path, tmp_names=tmp_names,
                            skip={str(root), str(state)})

@@ -6,7 +6,6 @@ grammar mask stays in the path."""
 import subprocess
 import threading
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -16,8 +15,7 @@ from agent.loop import DROPPED, REJECTED, REPEATED, Agent
 from agent.prompt import PROMPT
 from agent.sessions import find_session, load_session
 from nanocode.engine import Engine
-from nanocode.tokenizer import train_tokenizer
-from tiny_models import random_params, tiny
+from tiny_models import commit_all, random_params, tiny, tiny_tokenizer
 from tools.dispatch import check_call, run_tool
 from tools.permissions import Policy
 
@@ -28,9 +26,7 @@ TEXTS = [PROMPT] * 3 + [BIG] * 3 + ["def main():\n    return 1\n" * 20,
 
 @pytest.fixture(scope="module")
 def tok():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return train_tokenizer(iter(TEXTS), 512)
+    return tiny_tokenizer(TEXTS, 512)
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +42,7 @@ def repo(tmp_path, monkeypatch):
     root.mkdir()
     (root / "a.py").write_text("x = 1\n")
     (root / "big.py").write_text(BIG)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
-    subprocess.run(git + ["init", "-q"], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-qm", "init"], check=True)
+    commit_all(root)
     return root
 
 

@@ -4,10 +4,8 @@ real tokenizer, real tools in a temp git repo). The model is scripted through
 tokens so a test knows a turn is still running while it types or presses Ctrl-C."""
 
 import asyncio
-import subprocess
 import threading
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -17,8 +15,7 @@ from agent.prompt import PROMPT
 from agent.sessions import SessionStore, find_session, load_session
 from agent.tui import ApprovalPanel, HistoryInput, NanocodeApp, Reply, ToolCard
 from nanocode.engine import Engine
-from nanocode.tokenizer import train_tokenizer
-from tiny_models import random_params, tiny
+from tiny_models import commit_all, random_params, tiny, tiny_tokenizer
 
 TEXTS = [PROMPT] * 3 + ["def main():\n    return 1\n" * 20,
                         "let me look. done: it returns 1. rejected by user error x = 2\n" * 5]
@@ -26,9 +23,7 @@ TEXTS = [PROMPT] * 3 + ["def main():\n    return 1\n" * 20,
 
 @pytest.fixture(scope="module")
 def tok():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return train_tokenizer(iter(TEXTS), 400)
+    return tiny_tokenizer(TEXTS, 400)
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +38,7 @@ def repo(tmp_path, monkeypatch):
     root = tmp_path / "proj"
     root.mkdir()
     (root / "a.py").write_text("x = 1\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
-    subprocess.run(git + ["init", "-q"], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-qm", "init"], check=True)
+    commit_all(root)
     return root
 
 

@@ -1,4 +1,4 @@
-"""Tiny random models shared by the model and engine tests."""
+"""Tiny random models, tokenizers and git repos shared by the tests."""
 
 import jax
 
@@ -21,3 +21,21 @@ def random_params(cfg, seed=0, scale=0.15):
     keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
     noisy = [(scale * jax.random.normal(k, x.shape)).astype(x.dtype) for k, x in zip(keys, leaves)]
     return jax.tree.unflatten(treedef, noisy)
+
+
+def tiny_tokenizer(texts, vocab_size: int):
+    """A real BPE tokenizer trained on a few texts (rustbpe warns about the tiny corpus: hushed)."""
+    import warnings
+
+    from nanocode.tokenizer import train_tokenizer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return train_tokenizer(iter(texts), vocab_size)
+
+
+def commit_all(root) -> None:
+    """`git init` + commit everything in root, as a throwaway test identity."""
+    import subprocess
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
+        subprocess.run(git + cmd, check=True)
