@@ -11,8 +11,9 @@ Trade-offs:
   stage exits 0, and a rerun skips it. A training stage that was interrupted restarts with
   `--resume` from its newest checkpoint, so `--resume` after a kill redoes at most the steps since
   the last save. A stage whose inputs changed is not detected: delete its .done to redo it.
-- The cpu preset is sized for this kind of machine: ~1 hour on 2 cores (base ~15 min, synth ~8,
-  sft ~15, dpo ~5, evals ~15; measured here: 2.3 h with other jobs sharing the cores), depth 4, width 256, vocab 4096 (7.3M params, 14.7 MB in bf16).
+- The cpu preset is sized for this kind of machine: ~1.3 h on 2 idle cores (base ~20 min, synth
+  ~13, sft ~22, dpo ~5, evals ~7; measured here: base 43 min with other jobs sharing the cores,
+  synth -> report 59 min), depth 4, width 256, vocab 4096 (7.3M params, 11.6 MB in bf16).
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; their expected times are the
   reference TPU v6e-8 runs of ../shared/spec/MODEL.md (see the README for flags and costs).
 
@@ -45,18 +46,18 @@ GPU_ENV = {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"}
 
 PRESETS = {
     "cpu": dict(
-        about="tiny model on this CPU (~1 h on 2 cores); the shipped default model",
+        about="tiny model on this CPU (~1.3 h on 2 cores); the shipped default model",
         data=[["data", "local"]],
         tokenizer=["--vocab-size", "4096", "--max-chars", "20000000"],
         base=["--preset", "cpu-d4", "--steps", "300", "--total-batch", "16384", "--device-batch", "8",
               "--eval-every", "100", "--eval-batches", "4", "--save-every", "100"],
-        synth=["--n", "2000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
-        sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "600", "--lr-scale", "5",
+        synth=["--n", "3000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
+        sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "700", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
         dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
         evals=[["bpb", "--batches", "4"],
                ["humaneval", "--n", "10", "--temperature", "0.8", "--max-tokens", "256"],
-               ["agent", "--per-family", "6", "--max-steps", "10", "--max-tokens", "256"]],
+               ["agent", "--per-family", "6", "--max-steps", "10"]],  # the agent's 1024-token replies
     ),
 }
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the

@@ -4,9 +4,12 @@ README, sometimes a NANOCODE.md, and a 2-3 commit git history, all drawn from a 
 Trade-offs: functions come from a fixed list of hand-written templates (TEMPLATES) rather than
 being generated, so every function is correct, has a test that pins its behaviour, known bug
 mutations the test catches, a one-line explanation and (for some) a parameter that can be added.
-Variety comes from names (word lists), module layout, which templates are picked and git history;
-the code bodies themselves repeat across projects. Names are split into training and held-out
-word lists so evals can use projects the model never saw. Git runs with a fixed author,
+Variety comes from names, module layout, which templates are picked and git history; the code
+bodies themselves repeat across projects. Names are split into training and held-out word lists so
+evals can use projects the model never saw. Half the training nouns and project words are nonce
+words built from syllables (`nonce_word`): with only the 40 real nouns, the cpu model learned to
+write `titlecase_budget` for a held-out `titlecase_abalone` (it memorised names instead of copying
+them: 1/27 held-out first calls right); a name it cannot have memorised has to be copied. Git runs with a fixed author,
 committer, dates and no user config, so commit hashes are identical for the same seed.
 """
 from __future__ import annotations
@@ -34,6 +37,8 @@ MODULE_WORDS = ["utils", "text", "numbers", "lists", "helpers", "core", "stats",
                 "strings", "mathx", "collections_x", "formatting"]
 CLASS_SUFFIXES = ["Tracker", "Ledger", "Registry", "Stack", "Buffer", "Pile"]
 HELDOUT_WORDS = HELDOUT_NOUNS + HELDOUT_PROJECT_WORDS
+NONCE_SHARE = 0.5  # share of training nouns / project words that are nonce words
+CONSONANTS, VOWELS, CODAS = "bdfgklmnprstvz", "aeiou", ["", "", "", "n", "r", "l", "s", "x"]
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "Sam Rivera", "GIT_AUTHOR_EMAIL": "sam@example.com",
            "GIT_COMMITTER_NAME": "Sam Rivera", "GIT_COMMITTER_EMAIL": "sam@example.com",
@@ -283,8 +288,31 @@ def commit_all(p: Project, subject: str, day: int) -> None:
     p.commits.append(subject)
 
 
+def nonce_word(rng: random.Random) -> str:
+    """A pronounceable made-up word of 2-3 syllables ("zorvi", "keltamu") that contains no held-out
+    word, so the held-out split stays unseen."""
+    while True:
+        word = "".join(rng.choice(CONSONANTS) + rng.choice(VOWELS) + rng.choice(CODAS)
+                       for _ in range(rng.randint(2, 3)))
+        if not any(h in word for h in HELDOUT_WORDS):
+            return word
+
+
+def pick_noun(rng: random.Random, heldout: bool) -> str:
+    if heldout:
+        return rng.choice(HELDOUT_NOUNS)
+    return nonce_word(rng) if rng.random() < NONCE_SHARE else rng.choice(NOUNS)
+
+
 def pick_names(rng: random.Random, heldout: bool, k: int) -> list[str]:
-    return rng.sample(HELDOUT_NOUNS if heldout else NOUNS, k)
+    """k distinct nouns for one project's functions and class."""
+    if heldout:
+        return rng.sample(HELDOUT_NOUNS, k)
+    names: list[str] = []
+    while len(names) < k:
+        noun = pick_noun(rng, heldout)
+        names += [noun] if noun not in names else []
+    return names
 
 
 def _render_module(p: Project, mod: str, funcs: list[tuple[str, str]], cls: tuple | None) -> str:
@@ -326,7 +354,10 @@ def _render_tests(p: Project, mod: str, names: list[str], cls: tuple | None) -> 
 
 def generate_project(rng: random.Random, base: str, heldout: bool = False) -> Project:
     """A fresh project under `base`/<name> (removed first if present), committed to git."""
-    word = rng.choice(HELDOUT_PROJECT_WORDS if heldout else PROJECT_WORDS)
+    if heldout:
+        word = rng.choice(HELDOUT_PROJECT_WORDS)
+    else:
+        word = nonce_word(rng) if rng.random() < NONCE_SHARE else rng.choice(PROJECT_WORDS)
     name = word + rng.choice(SUFFIXES)
     root = os.path.join(base, name)
     shutil.rmtree(root, ignore_errors=True)
