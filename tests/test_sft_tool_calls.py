@@ -1,21 +1,28 @@
 """Issue 6 acceptance on CPU: a tiny model SFT'd for a few hundred steps on `train synth` data emits
 well-formed tool calls (a known tool with known argument names, parsed from the raw model output:
 no grammar mask) for held-out prompts (held-out project names and phrasings) of the trained
-families, scored on the first reply. ~6-7 minutes on 2 idle cores (synth 600 conversations
-~2.5 min, SFT 300 steps ~3 min): slow.
+families, scored on the first reply. ~8-9 minutes on 2 idle cores (synth 1,200 conversations
+~4.5 min, SFT 300 steps ~3 min; 18 min beside another job): slow.
 
-Recipe: depth 2, width 128, vocab 2048, rows of 1024, 600 conversations of synth seed 3 (code
-share 0.1, the training phrasings of synth_text.PHRASES), 300 steps x 4 rows (~4 epochs),
-lr-scale 5. Measured 2026-11-29 on 72 prompts (8 per family): this test 64/72 = 89% (val loss
-1.01, 8.4 min on 2 busy cores); synth seed 2: 67/72 = 93% (val loss 1.49). Seed 2 with other
-settings: lr-scale 10: 65/72 (val 1.41); lr-scale 20: 64/72 (val 1.64); width 256 at lr-scale 20:
-54/72; seed 3 with 400 steps: 53/72 although its val loss fell to 0.78 (val loss measures the
-training phrasings, not the held-out ones); the old recipe (500 conversations, code share 0.15,
-the shorter phrasing list, lr-scale 20): 66/72, and 31-33/36 on 4 prompts per family. So the
-recipe sits at ~89-93%, around the issue's 90% target but not robustly above it; FLOOR (85%, 62/72)
-is set below the measured range so a regression fails the test but run-to-run noise should not.
-The failures left are held-out phrasings answered with prose only or with a run-on call (no
-<|tool_call_end|>).
+Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 conversations of synth seed 3 (code
+share 0.1; half the training nouns are nonce words), 300 steps x 4 rows, lr-scale 5, from a random
+init. Measured 2026-11-29 (second sweep, after the nonce names), 72 prompts (8 per family), the
+same pipeline for every cell:
+
+| width | conversations | synth seed 2 | seed 3 | seed 4 |
+|---|---|---|---|---|
+| 128 | 600 | | 63/72 = 88% | |
+| 128 | 1,200 | 63/72 = 88% | 66/72 = 92% | |
+| 128 | 1,200, 450 steps | 62/72 = 86% | | |
+| 192 | 1,200 | 65/72 = 90% | 71/72 = 99% (this test: 65/72 = 90%) | 47/72 = 65% |
+| 256 | 1,200 | 69/72 = 96% | 65/72 = 90% | |
+
+The spread is the finding: the same recipe gives 65-99% across synth seeds, and 90-99% for one
+seed between runs whose temporary directories differ (the project path is in the system prompt,
+so the token streams differ). Width 192/256 with 1,200 conversations reaches 90%+ on 5 of 6
+runs, width 128 on 1 of 4; no setting tried is robustly above the issue's 90% (the seed-4 model
+answers a quarter of the held-out phrasings with prose or a garbled call). FLOOR (85%) sits below
+this test's own measured runs so a regression fails it; it does not claim the 90% target.
 """
 import json
 import warnings
@@ -24,9 +31,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE = 600, 0.1, 300, 1024, 2048, 5
+N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.1, 300, 1024, 2048, 5, 192
 PROMPTS_PER_FAMILY = 8
-FLOOR = 0.85  # measured 0.89-0.93; the issue's target is 0.90
+FLOOR = 0.85  # seed 3: 0.90 in this test, 0.99 in the sweep; the issue's target is 0.90
 
 
 def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
@@ -52,8 +59,8 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tok = train_tokenizer(iter(texts), VOCAB)
-    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=SEQ, n_layer=2, n_embd=128, n_head=4,
-               n_kv_head=4, head_dim=32)
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=SEQ, n_layer=2, n_embd=WIDTH, n_head=4,
+               n_kv_head=4, head_dim=WIDTH // 4)
     base = tmp_path / "base"
     checkpoint.save(base / "checkpoints", 0, init_params(cfg, jax.random.PRNGKey(0)), config=cfg,
                     tokenizer=tok)
