@@ -1,5 +1,5 @@
 """Probe a checkpoint's first reply on synthetic tasks: is it a valid tool call, the oracle's tool,
-the oracle's exact call? Seconds per run (27 prompts in 9-16 s on 2 cores), so it can follow an
+the oracle's target (`evals agent`'s first-call-correct: same file, symbol or program)? Seconds per run (27 prompts in 9-16 s on 2 cores), so it can follow an
 SFT run checkpoint by checkpoint; `evals agent` is the full measure (whole episodes, hidden checks).
 
     python bench/first_calls.py ~/.cache/nanocode/speedrun/cpu/sft/checkpoints --heldout --per 3
@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evals.agent import oracle_first_call  # noqa: E402
+from evals.agent import oracle_first_call, same_target  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
 from tools.dispatch import check_call  # noqa: E402
 from train.synth import TRAIN_FAMILIES, make_task  # noqa: E402
@@ -26,7 +26,7 @@ def main():
     args = ap.parse_args()
     engine = Engine.from_checkpoint(args.checkpoint)
     tok, t0 = engine.tokenizer, time.time()
-    totals = {"prompts": 0, "valid": 0, "right tool": 0, "exact": 0}
+    totals = {"prompts": 0, "valid": 0, "right tool": 0, "right target": 0}
     for family in TRAIN_FAMILIES:
         row = dict.fromkeys(totals, 0)
         for seed in range(5000, 5000 + args.per):
@@ -41,7 +41,7 @@ def main():
             row["prompts"] += 1
             row["valid"] += call is not None and check_call(call["name"], call["args"]) is None
             row["right tool"] += bool(call and oracle and call["name"] == oracle["name"])
-            row["exact"] += bool(call and call == oracle)
+            row["right target"] += bool(call and oracle and same_target(call, oracle, task.root))
         print(f"{family:16s} " + "  ".join(f"{k} {v}" for k, v in row.items()))
         totals = {k: totals[k] + row[k] for k in totals}
     print(f"{'all':16s} " + "  ".join(f"{k} {v}" for k, v in totals.items()) + f"  ({time.time() - t0:.0f} s)")

@@ -9,8 +9,8 @@ bodies themselves repeat across projects. Names are split into training and held
 evals can use projects the model never saw. Half the training nouns and project words are nonce
 words built from syllables (`nonce_word`): with only the 40 real nouns, the cpu model learned to
 write `titlecase_budget` for a held-out `titlecase_abalone` (it memorised names instead of copying
-them: 1/27 held-out first calls right); a name it cannot have memorised has to be copied. Git runs with a fixed author,
-committer, dates and no user config, so commit hashes are identical for the same seed.
+them); a name it cannot have memorised has to be copied. Git runs with a fixed author, committer,
+dates and no user config, so commit hashes are identical for the same seed.
 """
 from __future__ import annotations
 
@@ -298,10 +298,11 @@ def nonce_word(rng: random.Random) -> str:
             return word
 
 
-def pick_noun(rng: random.Random, heldout: bool) -> str:
+def pick_word(rng: random.Random, heldout: bool, words=NOUNS, heldout_words=HELDOUT_NOUNS) -> str:
+    """A held-out word, or for training a nonce word (NONCE_SHARE of the time) or one of `words`."""
     if heldout:
-        return rng.choice(HELDOUT_NOUNS)
-    return nonce_word(rng) if rng.random() < NONCE_SHARE else rng.choice(NOUNS)
+        return rng.choice(heldout_words)
+    return nonce_word(rng) if rng.random() < NONCE_SHARE else rng.choice(words)
 
 
 def pick_names(rng: random.Random, heldout: bool, k: int) -> list[str]:
@@ -310,8 +311,9 @@ def pick_names(rng: random.Random, heldout: bool, k: int) -> list[str]:
         return rng.sample(HELDOUT_NOUNS, k)
     names: list[str] = []
     while len(names) < k:
-        noun = pick_noun(rng, heldout)
-        names += [noun] if noun not in names else []
+        noun = pick_word(rng, heldout)
+        if noun not in names:
+            names.append(noun)
     return names
 
 
@@ -354,11 +356,7 @@ def _render_tests(p: Project, mod: str, names: list[str], cls: tuple | None) -> 
 
 def generate_project(rng: random.Random, base: str, heldout: bool = False) -> Project:
     """A fresh project under `base`/<name> (removed first if present), committed to git."""
-    if heldout:
-        word = rng.choice(HELDOUT_PROJECT_WORDS)
-    else:
-        word = nonce_word(rng) if rng.random() < NONCE_SHARE else rng.choice(PROJECT_WORDS)
-    name = word + rng.choice(SUFFIXES)
+    name = pick_word(rng, heldout, PROJECT_WORDS, HELDOUT_PROJECT_WORDS) + rng.choice(SUFFIXES)
     root = os.path.join(base, name)
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)

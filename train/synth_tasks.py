@@ -23,7 +23,7 @@ from typing import Callable
 from agent.prompt import read_memory, system_prompt
 from tools.dispatch import run_tool
 from train.synth_projects import (
-    MODULE_WORDS, TEMPLATES, Func, Project, commit_all, generate_project, pick_noun,
+    MODULE_WORDS, TEMPLATES, Func, Project, commit_all, generate_project, pick_word,
     run_python, run_tests, snapshot)
 from train.synth_text import ASKS_MORE, off_style, phrase
 
@@ -282,7 +282,7 @@ def implement_stub(p: Project, rng, ph) -> dict:
 
 def rename_symbol(p: Project, rng, ph) -> dict:
     f = pick_func(p, rng)
-    new = next(n for n in (rng.choice(f.spec["names"]).format(noun=pick_noun(rng, p.heldout))
+    new = next(n for n in (rng.choice(f.spec["names"]).format(noun=pick_word(rng, p.heldout))
                            for _ in range(50))
                if n not in p.functions and n != f.name)
     prompt = ph("rename_symbol", fn=f.name, new=new)
@@ -370,7 +370,7 @@ def create_file(p: Project, rng, ph) -> dict:
     t = rng.choice(sorted(set(TEMPLATES) - used) or sorted(TEMPLATES))
     spec = TEMPLATES[t]
     mod = rng.choice(sorted(set(MODULE_WORDS) - {os.path.basename(m)[:-3] for m in p.modules}))
-    name = rng.choice(spec["names"]).format(noun=pick_noun(rng, p.heldout))
+    name = rng.choice(spec["names"]).format(noun=pick_word(rng, p.heldout))
     file, dotted = f"{p.package}/{mod}.py", f"{p.package}.{mod}"
     doc = spec["doc"][0].lower() + spec["doc"][1:]
     src = Func(name, t, file[:-3], file, 3, f"{name}({spec['params']})", spec["doc"],
