@@ -237,3 +237,34 @@ def test_datasets_view_matches_reader(corpus):
     data, _, _ = corpus
     ds = hf_dataset(data / "code", "val")
     assert [row["text"] for row in ds] == [t for _, t in DocumentReader(data / "code", "val")]
+
+
+
+def test_copy_rows_repeat_a_random_run_and_resume_exactly(corpus):
+    """copy_share=0.5: about half the rows are BOS + one random run of 8-128 ordinary tokens
+    repeated; the other rows are exactly the plain loader's rows, in order (copy rows read no
+    documents); the rows are a function of the state."""
+    data, tok, _ = corpus
+    kw = dict(tokenizer=tok, sources={"code": data / "code"}, weights=None, batch_size=4, seq_len=300,
+              buffer_docs=6, seed=3)
+    plain = np.concatenate([x for x, _, _ in take(packed_batches(**kw), 10)])
+    copied = take(packed_batches(**kw, copy_share=0.5), 10)
+    rows = np.concatenate([x for x, _, _ in copied])
+    is_copy = []
+    for row in rows:
+        assert row[0] == tok.bos_id
+        period = next((p for p in range(8, 129) if np.array_equal(row[1 + p:], row[1:-p])), None)
+        is_copy.append(period is not None)
+        if period is not None:
+            assert not any(tok.is_special(int(t)) for t in row[1:])
+    assert 10 <= sum(is_copy) <= 30
+    natural = rows[~np.array(is_copy)]
+    assert np.array_equal(natural, plain[:len(natural)])
+    state = json.loads(json.dumps(copied[4][2]))
+    assert state["copy_share"] == 0.5
+    for (x, y, s), (rx, ry, rs) in zip(copied[5:], take(packed_batches(**kw, copy_share=0.5, state=state), 5)):
+        assert np.array_equal(x, rx) and np.array_equal(y, ry) and s == rs
+    with pytest.raises(DataError, match="does not match"):
+        next(packed_batches(**kw, copy_share=0.25, state=state))
+    with pytest.raises(ValueError, match="copy_share"):
+        packed_batches(**kw, copy_share=1.5)

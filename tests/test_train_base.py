@@ -68,7 +68,9 @@ def wait_for_checkpoint(run_dir, step, proc, timeout=300):
 
 
 def test_resume_after_sigkill_is_bitwise(home, tmp_path):
-    common = ["--steps", "12", "--device-batch", "4", "--total-batch", "512", "--save-every", "4"]
+    """(with copy rows and scaled lrs, as the cpu speedrun preset trains)"""
+    common = ["--steps", "12", "--device-batch", "4", "--total-batch", "512", "--save-every", "4",
+              "--copy-share", "0.25", "--lr-scale", "2"]
     train(home, *common, "--run-dir", str(tmp_path / "straight"))
     proc = train(home, *common, "--run-dir", str(tmp_path / "killed"), wait=False)
     wait_for_checkpoint(tmp_path / "killed", 4, proc)

@@ -93,7 +93,7 @@ def main(args) -> int:
     from nanocode.tokenizer import Tokenizer
     from train import loop
     from train.loader import check_batch, data_sources, packed_batches
-    from train.optim import auto_total_batch, build_optimizer
+    from train.optim import ADAMW_GROUPS, OptimConfig, auto_total_batch, build_optimizer
 
     if args.multihost:
         jax.distributed.initialize()
@@ -130,13 +130,16 @@ def main(args) -> int:
           f"{dict(mesh.shape)}; run dir {run_dir}")
 
     params = init_params(cfg, jax.random.PRNGKey(args.seed))
+    oc = OptimConfig()  # --lr-scale: every peak lr but the smear's (fixed by MODEL.md) times it
+    scaled = {f"{g}_lr": getattr(oc, f"{g}_lr") * args.lr_scale for g in ("matrix", *ADAMW_GROUPS)
+              if g != "smear"}
     optimizer = build_optimizer(cfg, params, total_steps=steps, batch_tokens=total_batch,
-                                ratio=args.ratio)
+                                ratio=args.ratio, **scaled)
 
     def batches(state):
         stream = packed_batches(tokenizer, sources, weights, local_rows, T, "train",
                                 jax.process_index(), jax.process_count(), seed=args.seed,
-                                state=state)
+                                state=state, copy_share=args.copy_share)
         return accumulate(stream, accum)
 
     evaluate = make_evaluator(cfg, tokenizer, sources, local_rows, T, args.eval_batches, mesh)

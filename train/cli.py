@@ -98,11 +98,15 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     a("--attn", choices=["auto", "xla", "einsum", "cudnn", "splash"], help="attention implementation")
     a("--data", metavar="DIR", help="data directory with code/ and text/ shards (default: $NANOCODE_HOME/data)")
     a("--code-ratio", type=float, default=0.2, help="share of rows drawn from code (default: 0.2)")
+    a("--copy-share", type=float, default=0.0, help="share of training rows that are a random run "
+      "of tokens repeated, so a tiny model learns to copy (see train/loader.py; default: 0)")
     a("--tokenizer", metavar="DIR", help="tokenizer directory (default: $NANOCODE_HOME/tokenizer)")
     a("--device-batch", type=int, default=8, help="rows per device per micro-step (default: 8)")
     a("--total-batch", type=int, default=0, help="tokens per optimizer step; 0 = auto from the scaling rule")
     a("--steps", type=int, default=0, help="optimizer steps; 0 = ratio x scaling params tokens")
     a("--ratio", type=float, default=12.0, help="tokens per scaling parameter (default: 12)")
+    a("--lr-scale", type=float, default=1.0, help="peak learning rates x this (MODEL.md's scale "
+      "them by sqrt(batch / 2^19), tiny at a CPU run's batch; default: 1)")
     a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
     a("--run", help="run name under $NANOCODE_HOME/runs (default: the preset)")
     a("--run-dir", metavar="DIR", help="explicit run directory (overrides --run)")

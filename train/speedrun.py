@@ -11,9 +11,11 @@ Trade-offs:
   stage exits 0, and a rerun skips it. A training stage that was interrupted restarts with
   `--resume` from its newest checkpoint, so `--resume` after a kill redoes at most the steps since
   the last save. A stage whose inputs changed is not detected: delete its .done to redo it.
-- The cpu preset is sized for this kind of machine: ~1.3 h on 2 idle cores (base ~20 min, synth
-  ~13, sft ~22, dpo ~5, evals ~7; measured here: base 43 min with other jobs sharing the cores,
-  synth -> report 59 min), depth 4, width 256, vocab 4096 (7.3M params, 11.6 MB in bf16).
+- The cpu preset is sized for this kind of machine: ~1.3 h on 2 idle cores (base ~28 min, synth
+  ~13, sft ~22, dpo ~5, evals ~7), depth 4, width 256, vocab 4096 (7.3M params, 11.6 MB in bf16).
+  Its base trains 1,200 small steps (4,096 tokens) at 6x MODEL.md's batch-scaled lrs with half the
+  rows copy rows (train/loader.py): the first cpu base (300 steps of 16,384 tokens, plain data)
+  never learned to copy, and a model that cannot copy cannot use names from its prompt.
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; their expected times are the
   reference TPU v6e-8 runs of ../shared/spec/MODEL.md (see the README for flags and costs).
 
@@ -49,8 +51,9 @@ PRESETS = {
         about="tiny model on this CPU (~1.3 h on 2 cores); the shipped default model",
         data=[["data", "local"]],
         tokenizer=["--vocab-size", "4096", "--max-chars", "20000000"],
-        base=["--preset", "cpu-d4", "--steps", "300", "--total-batch", "16384", "--device-batch", "8",
-              "--eval-every", "100", "--eval-batches", "4", "--save-every", "100"],
+        base=["--preset", "cpu-d4", "--steps", "1200", "--total-batch", "4096", "--device-batch", "8",
+              "--lr-scale", "6", "--copy-share", "0.5", "--eval-every", "300", "--eval-batches", "4",
+              "--save-every", "300"],
         synth=["--n", "3000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
         sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "700", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
@@ -186,6 +189,7 @@ def main(args) -> int:
         raise ValueError(f"{run} already holds a run; add --resume to continue it (done stages are "
                          "skipped), or pass another --run-dir")
     run.mkdir(parents=True, exist_ok=True)
+    (run / "preset").write_text(args.preset + "\n")  # for the model card's recipe line
     env = {k: v for k, v in _platform_env().items() if k not in os.environ}
     t0 = time.time()
     for s in stages:
@@ -286,6 +290,7 @@ def write_card(run: str) -> int:
     _, cfg, tok, meta = load_params(model / "checkpoints", latest_step(model / "checkpoints"))
     cfg = GPTConfig.from_dict(cfg) if isinstance(cfg, dict) else cfg
     counts = param_counts(cfg)
+    preset = (run_dir / "preset").read_text().strip() if (run_dir / "preset").exists() else run_dir.name
     lines = ["# nanocode default model", "",
              f"A {counts['total'] / 1e6:.1f}M-parameter nanocode GPT (depth {cfg.n_layer}, width {cfg.n_embd}, "
              f"{cfg.n_head} heads of {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.sequence_len}), "
@@ -294,8 +299,8 @@ def write_card(run: str) -> int:
              f"bf16; exported from `{meta.get('exported_from', '?')}`.", "",
              "It is a toy: it knows the tool format and the shape of the synthetic tasks, not Python at "
              "large. Train a bigger one with `train speedrun --preset d12|d20|d24` (README).", "",
-             "## Recipe", "", f"    train speedrun --preset {run_dir.name}    # RUN = $NANOCODE_HOME/speedrun/"
-             f"{run_dir.name}", "", "| stage | minutes | command |",
+             "## Recipe", "", f"    train speedrun --preset {preset} --run-dir RUN    # RUN = "
+             f"$NANOCODE_HOME/speedrun/{run_dir.name}", "", "| stage | minutes | command |",
              "|---|---|---|"]
     for s in STAGES:
         f = run_dir / f"{s}.done"
