@@ -246,3 +246,14 @@ def test_tiny_gpt_learns_fixed_batch():
         losses.append(float(loss))
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < 0.2 * losses[0], losses
+
+
+def test_scaled_lrs_multiplies_the_named_groups_and_refuses_nonpositive():
+    from train.optim import OptimConfig, scaled_lrs
+
+    oc = OptimConfig()
+    over = scaled_lrs(6.0, ["matrix", "wte"])
+    assert over == {"matrix_lr": 6.0 * oc.matrix_lr, "wte_lr": 6.0 * oc.wte_lr}
+    assert "smear_lr" in scaled_lrs(2.0)
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        scaled_lrs(0.0)

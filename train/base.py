@@ -93,7 +93,7 @@ def main(args) -> int:
     from nanocode.tokenizer import Tokenizer
     from train import loop
     from train.loader import check_batch, data_sources, packed_batches
-    from train.optim import ADAMW_GROUPS, OptimConfig, auto_total_batch, build_optimizer
+    from train.optim import ADAMW_GROUPS, auto_total_batch, build_optimizer, scaled_lrs
 
     if args.multihost:
         jax.distributed.initialize()
@@ -130,9 +130,8 @@ def main(args) -> int:
           f"{dict(mesh.shape)}; run dir {run_dir}")
 
     params = init_params(cfg, jax.random.PRNGKey(args.seed))
-    oc = OptimConfig()  # --lr-scale: every peak lr but the smear's (fixed by MODEL.md) times it
-    scaled = {f"{g}_lr": getattr(oc, f"{g}_lr") * args.lr_scale for g in ("matrix", *ADAMW_GROUPS)
-              if g != "smear"}
+    # --lr-scale: every peak lr but the smear's (MODEL.md fixes it) times the flag
+    scaled = scaled_lrs(args.lr_scale, [g for g in ("matrix", *ADAMW_GROUPS) if g != "smear"])
     optimizer = build_optimizer(cfg, params, total_steps=steps, batch_tokens=total_batch,
                                 ratio=args.ratio, **scaled)
 

@@ -297,6 +297,13 @@ class OptimConfig:
 ADAMW_GROUPS = ("lm_head", "wte", "value_embeds", "resid", "x0", "smear")
 
 
+def scaled_lrs(scale: float, groups=("matrix", *ADAMW_GROUPS)) -> dict:
+    """build_optimizer overrides that multiply the named groups' peak lrs by scale."""
+    if scale <= 0:
+        raise ValueError(f"learning-rate scale must be > 0, got {scale}")
+    return {f"{g}_lr": getattr(OptimConfig(), f"{g}_lr") * scale for g in groups}
+
+
 def peak_lrs(cfg: GPTConfig, batch_tokens: int, oc: OptimConfig = OptimConfig()) -> dict:
     """Peak lr per group: (C/768)^-0.5 on lm_head/wte/value_embeds, sqrt(B/2^19) on all but
     smear. For logging, and what build_optimizer multiplies by lr_multiplier(step)."""

@@ -308,11 +308,9 @@ def make_val_eval(cfg, packer: Packer | None, rows: int, mesh, max_rows: int):
 
 def sft_optimizer(cfg, params, steps: int, batch_tokens: int, lr_scale: float):
     """The pretraining optimizer with peak lrs x lr_scale, no warmup, linear decay to 0, no wd."""
-    from train.optim import ADAMW_GROUPS, OptimConfig, build_optimizer
+    from train.optim import ADAMW_GROUPS, build_optimizer, scaled_lrs
 
-    oc = OptimConfig()
-    over = {f"{g}_lr": getattr(oc, f"{g}_lr") * lr_scale for g in ("matrix", *ADAMW_GROUPS)}
-    over |= {f"{g}_wd": 0.0 for g in ADAMW_GROUPS} | {"matrix_wd": 0.0}
+    over = scaled_lrs(lr_scale) | {f"{g}_wd": 0.0 for g in ADAMW_GROUPS} | {"matrix_wd": 0.0}
     return build_optimizer(cfg, params, total_steps=steps, batch_tokens=batch_tokens,
                            warmup_steps=0, warmdown_frac=1.0, final_lr_frac=0.0, **over)
 
