@@ -1,6 +1,6 @@
 """Probe a checkpoint's first reply on synthetic tasks: is it a valid tool call, the oracle's tool,
-the oracle's target (`evals agent`'s first-call-correct: same file, symbol or program)? Seconds per run (27 prompts in 9-16 s on 2 cores), so it can follow an
-SFT run checkpoint by checkpoint; `evals agent` is the full measure (whole episodes, hidden checks).
+the oracle's target (`evals agent`'s first-call-correct: same file, symbol or program)? Seconds per
+run (27 prompts in 9-19 s on 2 cores), so it can follow an SFT run checkpoint by checkpoint; `evals agent` is the full measure (whole episodes, hidden checks).
 
     python bench/first_calls.py ~/.cache/nanocode/speedrun/cpu/sft/checkpoints --heldout --per 3
 """

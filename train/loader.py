@@ -286,7 +286,6 @@ def _batches(streams, names, probs, config, batches, bos):
         yield np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, 1:]), state
 
 
-
 def copy_row(row: np.ndarray, bos: int, rng: np.random.Generator) -> None:
     """In place: BOS, then a run of 8-128 random ordinary tokens (ids below BOS, the first special)
     repeated to fill the row."""
