@@ -32,7 +32,8 @@ def ours(args):
     from train.loop import batch_sharding, make_mesh, make_train_step, tree_shardings
     from train.optim import build_optimizer
 
-    cfg = preset(args.preset, window_pattern=args.window_pattern, **({"sequence_len": args.seq_len} if args.seq_len else {}))
+    cfg = preset(args.preset, window_pattern=args.window_pattern, compute_dtype=args.dtype,
+                 **({"sequence_len": args.seq_len} if args.seq_len else {}))
     T, rows = cfg.sequence_len, args.device_batch * jax.device_count()
     mesh = make_mesh("")
     params = init_params(cfg, jax.random.PRNGKey(0))
@@ -110,6 +111,8 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="steps per round per contender")
     ap.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
                     help="adamw: like for like with the torch reference; muon: our real recipe")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="our compute dtype (params and optimizer state stay float32)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--torch-compile", action="store_true", help="torch.compile the reference (as nanochat)")
     args = ap.parse_args()

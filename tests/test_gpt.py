@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from nanocode.config import GPTConfig, flops_per_token, kv_bytes_per_token, param_counts, preset
-from nanocode.gpt import (attend, cross_entropy, forward, init_cache, init_params, loss_fn,
+from nanocode.gpt import (attend, cross_entropy, forward, init_cache, init_params, loss_fn, nll_sum,
                           resolve_attn_impl)
 from tiny_models import random_params, tiny
 
@@ -137,6 +137,28 @@ def test_cross_entropy_ignore_index_and_reductions():
     expected = -jax.nn.log_softmax(logits)[0, 0, 1]
     np.testing.assert_allclose(per_token[0, 0], expected, rtol=1e-6)
     np.testing.assert_allclose(cross_entropy(logits, targets), per_token.sum() / 7, rtol=1e-6)
+
+
+@pytest.mark.parametrize("B, T", [(4, 256), (3, 33)])  # two time chunks of 128; one odd chunk
+def test_fused_head_loss_matches_forward_logits(B, T):
+    """nll_sum (on CPU: the chunked head + loss with its own gradient) gives the loss and every
+    gradient of cross_entropy over forward's logits, with ignored targets and a padded vocab."""
+    cfg = tiny(vocab_size=300, sequence_len=256)
+    assert cfg.padded_vocab > cfg.vocab_size
+    params = random_params(cfg, scale=0.2)
+    tokens = jax.random.randint(jax.random.PRNGKey(3), (B, T + 1), 0, cfg.vocab_size)
+    x, y = tokens[:, :-1], tokens[:, 1:].at[0, :7].set(-1)
+    ref, ref_grads = jax.value_and_grad(lambda p: loss_fn(p, cfg, x, y, "sum"))(params)
+    out, grads = jax.jit(jax.value_and_grad(lambda p: nll_sum(p, cfg, x, y)))(params)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+    np.testing.assert_allclose(nll_sum(params, cfg, x, y), ref, rtol=1e-5)  # the no-grad path
+    for path, g in jax.tree_util.tree_leaves_with_path(grads):
+        r = ref_grads
+        for k in path:
+            r = r[k.key if hasattr(k, "key") else k.idx]
+        np.testing.assert_allclose(g, r, rtol=2e-4, atol=2e-5 * float(jnp.abs(r).max()) + 1e-7,
+                                   err_msg=jax.tree_util.keystr(path))
+    assert float(jnp.abs(grads["lm_head"][:, cfg.vocab_size:]).max()) == 0.0
 
 
 def test_bf16_compute_is_close_to_fp32():

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nanocode.config import flops_per_token, param_counts, preset
-from nanocode.gpt import cross_entropy, forward
+from nanocode.gpt import cross_entropy, forward, nll_sum
 
 SAMPLE_PROMPTS = ["def fibonacci(n):", "The meaning of"]
 
@@ -26,8 +26,7 @@ SAMPLE_PROMPTS = ["def fibonacci(n):", "The meaning of"]
 def next_token_loss(cfg):
     """(params, {"inputs", "targets"}) -> (sum of token nats, token count)."""
     def loss(params, mb):
-        logits, _ = forward(params, cfg, mb["inputs"])
-        nll = cross_entropy(logits, mb["targets"], reduction="sum")
+        nll = nll_sum(params, cfg, mb["inputs"], mb["targets"])
         return nll, jnp.sum(mb["targets"] != -1).astype(jnp.float32)
     return loss
 
