@@ -142,6 +142,38 @@ def _softmax_attend(q, k, v, mask, k_transposed=False):
     return jnp.einsum("bkgts,bksd->bkgtd", probs, v)
 
 
+@jax.custom_vjp
+def _attend_chunk(q, k, v, mask):
+    """`_softmax_attend` (k not transposed) with a hand-written backward, for training's chunks:
+    it saves the probabilities and the output and takes the softmax gradient's row term as
+    rowsum(dO * O) over D (FlashAttention's delta) instead of autodiff's rowsum(dP * P) over the
+    keys; on CPU (d4, T=512) the step was ~1.05x faster. Same arguments and result."""
+    return _softmax_attend(q, k, v, mask)
+
+
+def _attend_chunk_fwd(q, k, v, mask):
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = jnp.where(mask, scores / math.sqrt(q.shape[-1]), -1e30)
+    probs = jax.nn.softmax(scores, axis=-1)  # (B, K, G, T, S) fp32
+    out = jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v)
+    return out, (q, k, v, probs, out)
+
+
+def _attend_chunk_bwd(res, d_out):
+    q, k, v, probs, out = res
+    f32 = jnp.float32
+    dv = jnp.einsum("bkgts,bkgtd->bksd", probs.astype(d_out.dtype), d_out, preferred_element_type=f32)
+    d_probs = jnp.einsum("bkgtd,bksd->bkgts", d_out, v, preferred_element_type=f32)
+    delta = jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1, keepdims=True)  # (B, K, G, T, 1)
+    d_scores = (probs * (d_probs - delta) / math.sqrt(q.shape[-1])).astype(q.dtype)
+    dq = jnp.einsum("bkgts,bksd->bkgtd", d_scores, k, preferred_element_type=f32)
+    dk = jnp.einsum("bkgts,bkgtd->bksd", d_scores, q, preferred_element_type=f32)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+_attend_chunk.defvjp(_attend_chunk_fwd, _attend_chunk_bwd)
+
+
 def _attend_einsum(q, k, v, window: int, q_pos=None, valid_len=None, chunk: int = 128,
                    head_major: bool = False):
     """Attention written out by hand, block-causal: without a cache, queries go in chunks of 128
@@ -164,7 +196,7 @@ def _attend_einsum(q, k, v, window: int, q_pos=None, valid_len=None, chunk: int 
         for s in range(0, T, chunk):
             e, lo = min(s + chunk, T), max(0, s - window)
             mask = attention_mask(jnp.arange(s, e) - lo, e - lo, window)
-            outs.append(_softmax_attend(q[:, :, :, s:e], k[:, :, lo:e], v[:, :, lo:e], mask))
+            outs.append(_attend_chunk(q[:, :, :, s:e], k[:, :, lo:e], v[:, :, lo:e], mask))
         out = jnp.concatenate(outs, axis=3)
     return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D)
 
