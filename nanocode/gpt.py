@@ -408,9 +408,9 @@ def fused_head_nll(x: jax.Array, w: jax.Array, targets: jax.Array, softcap: floa
     chunks of ~512 tokens computes each chunk's logits, loss and, under grad, its logit gradient and
     the two gradient matmuls while the chunk is still in cache. The trade: 3 small matmuls per chunk
     instead of 3 big ones, for one pass over the logits instead of ~6 through memory; on CPU (d4
-    shape, 4,096 x 8,192 logits) head + loss fwd+bwd took 328 ms instead of 437. On accelerators
-    the per-chunk weight gradient would be reduced across devices chunk by chunk, so `nll_sum` uses
-    it on CPU only. x (B, T, C), w (C, V), targets (B, T) with -1 ignored."""
+    shape, 4,096 x 8,192 logits) head + loss fwd+bwd took 330-360 ms instead of 470-515. On
+    accelerators the per-chunk weight gradient would be reduced across devices chunk by chunk, so
+    `nll_sum` uses it on CPU only. x (B, T, C), w (C, V), targets (B, T) with -1 ignored."""
     ct = _time_chunks(*targets.shape)
 
     def body(total, chunk):
