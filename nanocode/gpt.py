@@ -135,11 +135,16 @@ def _softmax_attend(q, k, v, mask, k_transposed=False):
     """q (B, K, G, T, D); k, v (B, K, S, D) (k (B, K, D, S) if k_transposed); mask (T, S) ->
     (B, K, G, T, D). Batch axes lead, so both products are plain batched matmuls with no layout
     shuffles (XLA:CPU's fast path)."""
+    probs = _attention_probs(q, k, mask, k_transposed).astype(v.dtype)
+    return jnp.einsum("bkgts,bksd->bkgtd", probs, v)
+
+
+def _attention_probs(q, k, mask, k_transposed=False):
+    """softmax(q k^T / sqrt(D)) over visible keys, fp32: (B, K, G, T, S)."""
     spec = "bkgtd,bkds->bkgts" if k_transposed else "bkgtd,bksd->bkgts"
     scores = jnp.einsum(spec, q, k, preferred_element_type=jnp.float32)
     scores = jnp.where(mask, scores / math.sqrt(q.shape[-1]), -1e30)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bksd->bkgtd", probs, v)
+    return jax.nn.softmax(scores, axis=-1)
 
 
 @jax.custom_vjp
@@ -152,9 +157,7 @@ def _attend_chunk(q, k, v, mask):
 
 
 def _attend_chunk_fwd(q, k, v, mask):
-    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = jnp.where(mask, scores / math.sqrt(q.shape[-1]), -1e30)
-    probs = jax.nn.softmax(scores, axis=-1)  # (B, K, G, T, S) fp32
+    probs = _attention_probs(q, k, mask)  # (B, K, G, T, S) fp32
     out = jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v)
     return out, (q, k, v, probs, out)
 
@@ -415,8 +418,7 @@ def fused_head_nll(x: jax.Array, w: jax.Array, targets: jax.Array, softcap: floa
 
     def body(total, chunk):
         xc, tc = chunk
-        logits = softcap * jnp.tanh(dense(xc, w).astype(jnp.float32) / softcap)
-        return total + cross_entropy(logits, tc, "sum"), None
+        return total + _chunk_nll(xc, w, tc, softcap)[0], None  # XLA drops the unused gradient
     return jax.lax.scan(body, jnp.zeros((), jnp.float32), (_chunked(x, ct), _chunked(targets, ct)))[0]
 
 
