@@ -25,6 +25,9 @@ answers a quarter of the held-out phrasings with prose or a garbled call). FLOOR
 this test's own measured runs so a regression fails it; it does not claim the 90% target.
 A third sweep (docs/BENCHMARKS.md: pretrained and copy-only bases, depth 4, more data, more rows)
 found nothing that lifts it beyond the spread; the failures are garbled copies of prompt names.
+The test also scores prompts on new projects in training wordings and name pools (the gap between
+the two is generalisation, not format). Fourth sweep (2026-11-30), this recipe: seed 3 96% / 96%
+(in-distribution / held-out), seed 6 99% / 90%, seeds 4 and 5 83% and 89% in-distribution.
 """
 import json
 import warnings
@@ -35,7 +38,7 @@ pytestmark = pytest.mark.slow
 
 N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.1, 300, 1024, 2048, 5, 192
 PROMPTS_PER_FAMILY = 8
-FLOOR = 0.85  # seed 3: 0.90 in this test, 0.99 in the sweep; the issue's target is 0.90
+FLOOR = 0.85  # seed 3: 0.90 and 0.96 in this test, 0.99 in the sweep; the issue's target is 0.90
 
 
 def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
@@ -73,18 +76,27 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
                  "--sample-tokens", "0", "--run-dir", str(run)]) == 0
 
     engine = Engine.from_checkpoint(run / "checkpoints")
-    good, total = 0, 0
-    for family in TRAIN_FAMILIES:
-        for seed in range(1000, 1000 + PROMPTS_PER_FAMILY):
-            task = make_task(family, seed, heldout=True, base=str(tmp_path / "eval"))
-            ids = tok.render_for_completion({"messages": [{"role": "system", "content": task.system},
-                                                          {"role": "user", "content": task.prompt}]})
-            out = engine.generate(ids, max_tokens=min(200, SEQ - len(ids)))[0]
-            try:
-                call = tok.parse_tool_call(out)
-                good += call is not None and check_call(call["name"], call["args"]) is None
-            except ValueError:
-                pass
-            total += 1
-    print(f"well-formed first tool calls: {good}/{total} = {good / total:.0%}")
-    assert good / total >= FLOOR
+    seen = {m["content"] for r in rows for m in r["messages"] if m["role"] == "user"}
+
+    def well_formed_share(heldout: bool) -> float:
+        good, total, verbatim = 0, 0, 0
+        for family in TRAIN_FAMILIES:
+            for seed in range(1000, 1000 + PROMPTS_PER_FAMILY):
+                task = make_task(family, seed, heldout=heldout, base=str(tmp_path / "eval"))
+                verbatim += task.prompt in seen
+                ids = tok.render_for_completion({"messages": [
+                    {"role": "system", "content": task.system}, {"role": "user", "content": task.prompt}]})
+                out = engine.generate(ids, max_tokens=min(200, SEQ - len(ids)))[0]
+                try:
+                    call = tok.parse_tool_call(out)
+                    good += call is not None and check_call(call["name"], call["args"]) is None
+                except ValueError:
+                    pass
+                total += 1
+        kind = "held-out names + phrasings" if heldout else "new projects, training wordings"
+        print(f"{kind}: well-formed first tool calls {good}/{total} = {good / total:.0%} "
+              f"({verbatim} prompt texts also in training)")
+        return good / total
+
+    in_distribution, heldout = well_formed_share(heldout=False), well_formed_share(heldout=True)
+    assert in_distribution >= FLOOR and heldout >= FLOOR
