@@ -32,7 +32,7 @@ the two is generalisation, not format). Fourth sweep (2026-11-30), this recipe: 
 Fifth sweep: that spread is run-to-run, not the seed (seed 4 then scored 97% / 97%); with the
 data fixed, init seeds alone give 85-97% held-out, mean ~89%; 600 or 900 steps do not move it.
 Sixth sweep: tokenizer pre-splits, 1.5x training request templates (this test on that data: 89% /
-79%) and a full-loss stage before SFT (+3 on three paired runs: noise so far) do not lift it either.
+79%) and a full-loss stage before SFT (+3 on that data, -8 on unchanged data) do not lift it either.
 This test on unchanged code the same day: 93% / 81%, under the old 85% floor; hence 75%.
 """
 import json
