@@ -1,39 +1,25 @@
-"""Issue 6 acceptance on CPU: a tiny model SFT'd for a few hundred steps on `train synth` data emits
-well-formed tool calls (a known tool with known argument names, parsed from the raw model output:
-no grammar mask) for held-out prompts (held-out project names and phrasings) of the trained
-families, scored on the first reply. ~8-9 minutes on 2 idle cores (synth 1,200 conversations
-~4.5 min, SFT 300 steps ~3 min; 18 min beside another job): slow.
+"""Issue 6 acceptance on CPU (the issue asks for >= 90%): a tiny model SFT'd for a few hundred steps
+on `train synth` tool-use rollouts emits well-formed tool calls (a known tool with known argument
+names, parsed from the raw model output: no grammar mask) for held-out prompts (held-out project
+names and phrasings) of the trained families, scored on the first reply to 144 prompts.
+~12 minutes on 2 idle cores (synth 1,200 conversations ~5 min, SFT 300 steps ~3 min, 288
+generations ~1 min): slow.
 
-Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 conversations of synth seed 3 (code
-share 0.1; half the training nouns are nonce words), 300 steps x 4 rows, lr-scale 5, from a random
-init. Measured 2026-11-29 (second sweep, after the nonce names), 72 prompts (8 per family), the
-same pipeline for every cell:
-
-| width | conversations | synth seed 2 | seed 3 | seed 4 |
-|---|---|---|---|---|
-| 128 | 600 | | 63/72 = 88% | |
-| 128 | 1,200 | 63/72 = 88% | 66/72 = 92% | |
-| 128 | 1,200, 450 steps | 62/72 = 86% | | |
-| 192 | 1,200 | 65/72 = 90% | 71/72 = 99% (this test: 65/72 = 90%) | 47/72 = 65% |
-| 256 | 1,200 | 69/72 = 96% | 65/72 = 90% | |
-
-The spread is the finding: the same recipe gives 65-99% across synth seeds, and 90-99% for one
-seed between runs whose temporary directories differ (the project path is in the system prompt,
-so the token streams differ). Width 192/256 with 1,200 conversations reaches 90%+ on 5 of 6
-runs, width 128 on 1 of 4; no setting tried is robustly above the issue's 90% (the seed-4 model
-answers a quarter of the held-out phrasings with prose or a garbled call). FLOOR (75%) sits about
-three standard deviations of the run-to-run spread below its mean, so a broken pipeline (format,
-mask, packing) fails it and an unlucky init does not; it does not claim the issue's 90% target.
-A third sweep (docs/BENCHMARKS.md: pretrained and copy-only bases, depth 4, more data, more rows)
-found nothing that lifts it beyond the spread; the failures are garbled copies of prompt names.
-The test also scores prompts on new projects in training wordings and name pools (the gap between
-the two is generalisation, not format). Fourth sweep (2026-11-30), this recipe: seed 3 96% / 96%
-(in-distribution / held-out), seed 6 99% / 90%, seeds 4 and 5 83% and 89% in-distribution.
-Fifth sweep: that spread is run-to-run, not the seed (seed 4 then scored 97% / 97%); with the
-data fixed, init seeds alone give 85-97% held-out, mean ~89%; 600 or 900 steps do not move it.
-Sixth sweep: tokenizer pre-splits, 1.5x training request templates (this test on that data: 89% /
-79%) and a full-loss stage before SFT (+3 on that data, -8 on unchanged data) do not lift it either.
-This test on unchanged code the same day: 93% / 81%, under the old 85% floor; hence 75%.
+Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 tool-use conversations of synth seed
+3 (half the training nouns are nonce words), 300 steps x 4 rows, lr-scale 5, from a random init.
+The trade-off is the data mix: `--code-ratio 0`. The stdlib code-writing conversations are the
+one family whose first reply has no tool call, and a model this small sends unseen wordings to
+it: with 10% of them in the mix, held-out well-formedness averaged 88% over 11 runs (65-99%;
+docs/BENCHMARKS.md, second to sixth sweeps), about half the failures a reply with no call at all.
+Without them (seventh sweep): on the first 8 prompts per family, 60-71 of 72 over 11 runs (mean
+67.0 = 93%; 2 runs under 90%, the worst 83%); on all 144, 129-141 (89.6-97.9%, mean 94.0%) over 7 runs,
+this test 141/144 and 129/144 (89.6%). The failures come in clusters, which is why one run can
+drop: a model either learns a family's opening or misses it for every prompt of the family
+(129/144's run answers 11 in-distribution fix-the-tests prompts with `python -m pytest -q tests.`
+and a second call start), and the rest garble a held-out name copied into the thinking sentence.
+So the issue's 90% holds on average but not on every run; FLOOR (85% held-out, 80% on prompts in
+training wordings, which scored 84-97%) sits 2.5-3 standard deviations under the means, so a
+broken format, mask or packing fails it and an unlucky run does not.
 """
 import json
 import warnings
@@ -42,9 +28,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.1, 300, 1024, 2048, 5, 192
-PROMPTS_PER_FAMILY = 8
-FLOOR = 0.75  # held-out in this test's runs: 0.81, 0.90, 0.96; sweeps: mean 0.89, sd ~0.05; issue: 0.90
+N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.0, 300, 1024, 2048, 5, 192
+PROMPTS_PER_FAMILY = 16
+FLOOR, IN_DISTRIBUTION_FLOOR = 0.85, 0.80  # measured 0.896-0.98 (mean 0.94) and 0.84-0.97; issue: 0.90
 
 
 def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
@@ -105,4 +91,4 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
         return good / total
 
     in_distribution, heldout = well_formed_share(heldout=False), well_formed_share(heldout=True)
-    assert in_distribution >= FLOOR and heldout >= FLOOR
+    assert in_distribution >= IN_DISTRIBUTION_FLOOR and heldout >= FLOOR
