@@ -12,13 +12,13 @@ one family whose first reply has no tool call, and a model this small sends unse
 it; about half the held-out failures with 10% of them in the mix are replies with no call at all.
 On the first 8 held-out prompts per family (72), with them: 88% over 11 runs (65-99%, second to
 sixth sweeps in docs/BENCHMARKS.md); without them: 90% over 13 runs (60-71 of 72; paired on four
-seeds, +3 prompts). On all 144 without them: 127-141 (88-98%, mean 93.0%, sd 3.7 points) over 9
-runs, this test 141/144 and 129/144. Failures come in clusters, which is why a run can drop: a
+seeds, +3 prompts). On all 144 without them: 127-141 (88-98%, mean 93.1%, sd 3.5 points) over
+10 runs, this test 141, 129 and 136 of 144. Failures come in clusters, which is why a run can drop: a
 model learns a family's opening or misses it for every prompt of the family (the 129/144 run
 answers 11 in-distribution fix-the-tests prompts with `python -m pytest -q tests.` and a second
 call start); the rest garble a held-out name copied into the thinking sentence. So the issue's
 90% holds on average, not on every run. FLOOR (85% held-out; 80% on prompts in training wordings,
-which scored 84-97%) sits over 2 standard deviations under the means: a broken format, mask or
+which scored 84-98%) sits over 2 standard deviations under the means: a broken format, mask or
 packing fails it, an unlucky run does not.
 """
 import json
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.0, 300, 1024, 2048, 5, 192
 PROMPTS_PER_FAMILY = 16
-FLOOR, IN_DISTRIBUTION_FLOOR = 0.85, 0.80  # measured 0.88-0.98 (mean 0.93) and 0.84-0.97; issue: 0.90
+FLOOR, IN_DISTRIBUTION_FLOOR = 0.85, 0.80  # measured 0.88-0.98 (mean 0.93) and 0.84-0.98; issue: 0.90
 
 
 def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):
