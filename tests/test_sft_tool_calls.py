@@ -1,22 +1,21 @@
-"""Issue 6's CPU measure (the issue asks for >= 90%; NOT met on every run, see below): a tiny model
-SFT'd for a few hundred steps on `train synth` tool-use rollouts emits well-formed tool calls (a
-known tool with known argument names, parsed from the raw model output: no grammar mask) for
-held-out prompts (held-out project names and phrasings) of the trained families, scored on the
-first reply to 144 prompts. 9-18 minutes on 2 cores (synth 1,200 conversations 4.5-12 min, SFT
-300 steps 2.5-5 min, 288 generations 1-2 min): slow.
+"""Issue 6's CPU measure (the issue asks for >= 90%): a tiny model SFT'd for a few hundred steps
+on `train synth` tool-use rollouts emits well-formed tool calls (a known tool with known argument
+names, parsed from the raw model output: no grammar mask) for held-out prompts (held-out project
+names and phrasings) of the trained families, scored on the first reply to 144 prompts. 9-27
+minutes on 2 cores (synth 1,200 conversations 4.5-17 min, SFT 300 steps 2.5-6 min, 288
+generations 1-2 min): slow.
 
-Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 tool-use conversations of synth seed
-3 (`--code-ratio 0`: the code-writing family is the one whose first reply has no tool call, and
-a model this small sent unseen wordings to it), 300 steps x 4 rows, lr-scale 5, random init.
-Held-out well-formedness over runs (docs/BENCHMARKS.md, seventh and eighth sweeps): 127-141 of
-144 (mean 93%) over ten runs on one VM (AVX-512 EPYC); 87, 124, 129 and this test's 119 on
-another (AVX2 EPYC). Prompts in training wordings on new projects: 84-100%. Held-out names are
-the hard part: 853 of the tokenizer's 2,048 entries are never a supervised target, 8 of the 26
-held-out words contain one (`wo`, `qu`, `ch`, `wh`, ...), and a run either learns to copy the
-rest or falls back to memorised names (``let me find where `bound_tus` is defined.``) for whole
-families; a 1,024 vocab (fewer unlearnt pieces) did not fix it (103 and 124 of 144). The floors
-therefore catch a broken format, mask or packing (which score near 0), not an unlucky run: 80%
-on training wordings, 50% on held-out prompts (lowest seen: 60%).
+Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 tool-use conversations of synth seed 3
+(`--code-ratio 0`: the code-writing family is the one whose first reply has no tool call, and a
+model this small sent unseen wordings to it), 300 steps x 4 rows, lr-scale 5, random init. This
+test on an AVX2 EPYC: 141/144 = 98% held-out, 143/144 in-distribution. Over runs
+(docs/BENCHMARKS.md, ninth sweep, same VM, init seeds 0-6): held-out 123-141 of 144 over eight
+runs, mean 132 = 92%, three runs under 90%; so the issue's 90% holds for this run and on average,
+not for every init seed. Before the training nouns were widened from 40 to 288
+(train/synth_projects.py), runs on this VM scored 87-129 (a run that never learnt the held-out
+names' rarer word pieces wrote memorised names instead, ``let me find where `bound_tus` is
+defined.``). The floors catch a broken format, mask or packing (which score near 0) without failing
+on run-to-run spread: 80% held-out and 80% in-distribution (lowest seen: 85% and 87%).
 """
 import json
 import warnings
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 N_CONVS, CODE_RATIO, STEPS, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.0, 300, 1024, 2048, 5, 192
 PROMPTS_PER_FAMILY = 16
-FLOOR, IN_DISTRIBUTION_FLOOR = 0.50, 0.80  # measured 0.60-0.98 and 0.84-1.00; issue: 0.90
+FLOOR, IN_DISTRIBUTION_FLOOR = 0.80, 0.80  # measured 0.85-0.98 and 0.87-0.99; issue: 0.90
 
 
 def test_sft_tiny_model_emits_well_formed_tool_calls(tmp_path, monkeypatch):

@@ -9,8 +9,13 @@ bodies themselves repeat across projects. Names are split into training and held
 evals can use projects the model never saw. Half the training nouns and project words are nonce
 words built from syllables (`nonce_word`): with only the 40 real nouns, the cpu model learned to
 write `titlecase_budget` for a held-out `titlecase_abalone` (it memorised names instead of copying
-them); a name it cannot have memorised has to be copied. Git runs with a fixed author, committer,
-dates and no user config, so commit hashes are identical for the same seed.
+them); a name it cannot have memorised has to be copied. The real half draws from 288 nouns, not
+40: with 40, 853 of the slow test's 2,048 tokenizer entries were never a supervised target and 8 of
+the 26 held-out words needed one (`wo` of wombat, `qu` of quokka, ...), pieces it had never been
+trained to write; with 288 every held-out piece is written 3-96 times in training, and held-out
+well-formed first calls went from 87-129 (mean 115) to 123-138 (mean 131) of 144 over five paired
+runs (docs/BENCHMARKS.md, ninth sweep). Git runs with a fixed author, committer, dates and no user
+config, so commit hashes are identical for the same seed.
 """
 from __future__ import annotations
 
@@ -20,11 +25,40 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+# 40 data nouns, then 248 everyday ones: a wide pool leaves no held-out word with a piece the
+# model never wrote (module docstring).
 NOUNS = ["price", "score", "order", "token", "invoice", "reading", "sample", "ticket", "record",
          "payment", "rating", "visit", "packet", "label", "metric", "entry", "shipment", "booking",
          "grade", "reward", "sensor", "signal", "message", "parcel", "budget", "vote", "step",
          "lap", "review", "coupon", "session", "frame", "pixel", "bid", "loan", "fare", "dose",
-         "yield", "trip", "harvest"]
+         "yield", "trip", "harvest",
+         "apple", "bread", "chair", "window", "garden", "river", "mountain", "pocket", "kitchen",
+         "wheel", "cheese", "coffee", "queen", "quilt", "question", "whistle", "thunder", "shadow",
+         "bridge", "castle", "jacket", "market", "engine", "button", "candle", "basket", "bottle",
+         "pencil", "rocket", "hammer", "ladder", "mirror", "needle", "pillow", "saddle", "shovel",
+         "spider", "tunnel", "violin", "wagon", "anchor", "banner", "cabin", "canvas", "chimney",
+         "cloud", "collar", "copper", "cradle", "crown", "crystal", "curtain", "dragon", "feather",
+         "fountain", "galaxy", "goblet", "harbour", "helmet", "island", "jewel", "kettle", "knight",
+         "lantern", "lemon", "magnet", "marble", "medal", "meadow", "napkin", "nickel", "orbit",
+         "oyster", "palace", "parrot", "pepper", "pirate", "planet", "plum", "pudding", "puzzle",
+         "quarry", "quiver", "rabbit", "radish", "ribbon", "scarf", "shelf", "shield", "silver",
+         "sketch", "skull", "sleeve", "spoon", "square", "squid", "stamp", "statue", "sugar",
+         "summit", "sword", "temple", "thread", "throne", "thumb", "tiger", "tomato", "torch",
+         "towel", "tower", "trumpet", "turtle", "umbrella", "valley", "velvet", "vessel", "village",
+         "wallet", "whale", "wheat", "whisker", "wizard", "wolf", "yacht", "yogurt", "zipper",
+         "acorn", "badge", "beacon", "blanket", "branch", "brick", "brush", "bucket", "bundle",
+         "cactus", "carpet", "cherry", "chess", "circus", "clock", "cobweb", "compass", "cookie",
+         "cotton", "crate", "crumb", "diamond", "dolphin", "donkey", "eagle", "elbow", "falcon",
+         "fence", "fiddle", "flame", "flute", "forest", "fossil", "frost", "ginger", "glove",
+         "goose", "grape", "gravel", "guitar", "hawk", "honey", "hook", "horizon", "jigsaw",
+         "juice", "kayak", "kitten", "knot", "lagoon", "lamb", "leaf", "lizard", "lobster",
+         "locket", "mango", "mask", "melon", "mitten", "monkey", "moss", "mushroom", "nest",
+         "noodle", "oven", "owl", "paddle", "panda", "peach", "pearl", "pebble", "penguin", "piano",
+         "pickle", "pigeon", "pine", "pouch", "prism", "pumpkin", "quail", "quince", "raft",
+         "raisin", "robin", "rope", "ruby", "sail", "salmon", "sandal", "shark", "sheep", "shell",
+         "ship", "shoe", "shrub", "sled", "snail", "socks", "sponge", "squirrel", "stool", "straw",
+         "swan", "syrup", "tablet", "teapot", "thorn", "toad", "toast", "tulip", "twig", "vase",
+         "vine", "walnut", "wand", "wasp", "whip", "willow", "wing", "wreath", "wrench", "yarn"]
 HELDOUT_NOUNS = ["quokka", "zephyr", "marmot", "wombat", "pangolin", "meerkat", "saffron",
                  "glacier", "obsidian", "tamarind", "ocelot", "walrus", "lichen", "gazelle",
                  "bonsai", "tapir", "macaw", "fennec", "abalone", "manatee"]
