@@ -11,7 +11,8 @@ model this small sent unseen wordings to it), 300 steps x 4 rows, lr-scale 5, ra
 test on an AVX2 EPYC: 141/144 = 98% held-out, 143/144 in-distribution. Over runs
 (docs/BENCHMARKS.md, ninth sweep, same VM, init seeds 0-6): held-out 123-141 of 144 over eight
 runs, mean 132 = 92%, three runs under 90%; so the issue's 90% holds for this run and on average,
-not for every init seed. Before the training nouns were widened from 40 to 288
+not for every init seed (the tenth sweep's four levers, 400 steps among them, did not narrow
+the spread). Before the training nouns were widened from 40 to 288
 (train/synth_projects.py), runs on this VM scored 87-129 (a run that never learnt the held-out
 names' rarer word pieces wrote memorised names instead, ``let me find where `bound_tus` is
 defined.``). The floors catch a broken format, mask or packing (which score near 0) without failing
