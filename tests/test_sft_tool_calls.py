@@ -12,8 +12,8 @@ test on an AVX2 EPYC: 141/144 = 98% held-out, 143/144 in-distribution, and the n
 VM and code 118/144 = 82% and 138/144 (the project paths in the system prompt carry pytest's
 numbered tmp dir, so tokens and training differ between runs). Over runs
 (docs/BENCHMARKS.md, ninth sweep, same VM, init seeds 0-6): held-out 123-141 of 144 over eight
-runs, mean 132 = 92%, three runs under 90%; so the issue's 90% holds for this run and on average,
-not for every init seed (the tenth sweep's four levers, 400 steps among them, did not narrow
+runs, mean 132 = 92%, three runs under 90%; so the issue's 90% holds on average, not for every
+run (the tenth sweep's four levers, 400 steps among them, did not narrow
 the spread). Before the training nouns were widened from 40 to 288
 (train/synth_projects.py), runs on this VM scored 87-129 (a run that never learnt the held-out
 names' rarer word pieces wrote memorised names instead, ``let me find where `bound_tus` is
