@@ -253,7 +253,8 @@ def main(args) -> int:
                 yield {k: v[:, sl] for k, v in b.items()}, {"epoch": epoch, "step": s}
             epoch, s = epoch + 1, 0
 
-    optimizer = sft_optimizer(cfg, params, steps, int(per_step * 2 * mean_len), args.lr_scale)
+    optimizer = sft_optimizer(cfg, params, steps, int(per_step * 2 * mean_len), args.lr_scale,
+                              args.warmup_steps)
     lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=int(per_step * 2 * mean_len),
                          flops_per_token=flops_per_token(cfg, int(mean_len)), log_every=args.log_every,
                          eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,

@@ -18,8 +18,10 @@ Design:
   loop divides the summed gradients by the total count over micro-batches and devices, so every
   supervised token weighs the same however the rows are packed.
 - LR: the pretraining optimizer (Muon + AdamW groups, MODEL.md) with every peak lr times
-  --lr-scale (default 0.5), no warmup, decaying linearly to 0 at the last step; weight decay 0
-  (fine-tuning data is small and repeated; decay would only pull towards 0).
+  --lr-scale (default 0.5), decaying linearly to 0 at the last step after --warmup-steps of linear
+  warmup (default 0: a trained checkpoint needs none; a random init does, see
+  tests/test_sft_tool_calls.py); weight decay 0 (fine-tuning data is small and repeated; decay
+  would only pull towards 0).
 - Eval every --eval-every steps (and at step 0 and the end): masked val loss on held-out
   conversations (--val, else a seeded split of the data) and greedy samples of held-out prompts in
   the agent format (render_for_completion, generated until <|assistant_end|> or
@@ -306,13 +308,15 @@ def make_val_eval(cfg, packer: Packer | None, rows: int, mesh, max_rows: int):
     return val_loss
 
 
-def sft_optimizer(cfg, params, steps: int, batch_tokens: int, lr_scale: float):
-    """The pretraining optimizer with peak lrs x lr_scale, no warmup, linear decay to 0, no wd."""
+def sft_optimizer(cfg, params, steps: int, batch_tokens: int, lr_scale: float,
+                  warmup_steps: int = 0):
+    """The pretraining optimizer with peak lrs x lr_scale, linear decay to 0 (after an optional
+    linear warmup), no wd."""
     from train.optim import ADAMW_GROUPS, build_optimizer, scaled_lrs
 
     over = scaled_lrs(lr_scale) | {f"{g}_wd": 0.0 for g in ADAMW_GROUPS} | {"matrix_wd": 0.0}
     return build_optimizer(cfg, params, total_steps=steps, batch_tokens=batch_tokens,
-                           warmup_steps=0, warmdown_frac=1.0, final_lr_frac=0.0, **over)
+                           warmup_steps=warmup_steps, warmdown_frac=1.0, final_lr_frac=0.0, **over)
 
 
 def batch_geometry(args, T: int, n_dev: int, unit: str = "tokens"):
@@ -384,7 +388,7 @@ def main(args) -> int:
             print_samples(params, cfg, tokenizer, sample_convs, args.sample_tokens)
         return out
 
-    optimizer = sft_optimizer(cfg, params, steps, rows * accum * T, args.lr_scale)
+    optimizer = sft_optimizer(cfg, params, steps, rows * accum * T, args.lr_scale, args.warmup_steps)
     lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=rows * accum * T,
                          flops_per_token=flops_per_token(cfg, T), log_every=args.log_every,
                          eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
