@@ -22,12 +22,13 @@ A broken format, mask or packing scores near 0.
 """
 import hashlib
 import json
-import re
 import shutil
 import warnings
 from pathlib import Path
 
 import pytest
+
+from tiny_models import untimed
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +38,12 @@ FLOOR, IN_DISTRIBUTION_FLOOR = 0.90, 0.80  # the issue's 90% held-out; this VM: 
 # Fixed, not pytest's numbered tmp dir: project paths are in every system prompt, so a moving
 # path changes the tokenizer and the training rows (and the score) from run to run.
 ROOT = Path("/tmp/nanocode-sft-tool-calls")
-TIMING = re.compile(r"\d+\.\d+s\b")  # pytest's "in 0.03s": the only other bytes two synth runs differ in
 
 
 def pin_timings(path: Path) -> str:
     """Rewrite `path` with every pytest duration set to 0.00s; returns its sha256 (printed so two
     runs can be compared)."""
-    text = TIMING.sub("0.00s", path.read_text())
+    text = untimed(path.read_text())
     path.write_text(text)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 
 import pytest
 
@@ -17,13 +16,7 @@ from train import synth
 from train.synth_projects import HELDOUT_WORDS
 from train.synth_tasks import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task, shows_flaw
 from train.synth_text import fragments
-
-TIMING = re.compile(r"\d+\.\d+s")
-
-
-def mask(text: str) -> str:
-    return TIMING.sub("Xs", text)
-
+from tiny_models import untimed
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
@@ -130,7 +123,7 @@ def test_tool_results_are_real(oracle_runs, base):
                 if b["content"] == "rejected by user":
                     continue
                 got = run_tool(fresh.root, tc["name"], tc["args"])
-                assert mask(got) == mask(b["content"]), (family, tc)
+                assert untimed(got) == untimed(b["content"]), (family, tc)
 
 
 def test_rejected_results_are_real(main_out, base):
@@ -141,7 +134,8 @@ def test_rejected_results_are_real(main_out, base):
         msgs = pair["rejected"]["messages"]
         for a, b in zip(msgs, msgs[1:]):
             if a.get("tool_call") and b["content"] != "rejected by user":
-                assert mask(run_tool(fresh.root, a["tool_call"]["name"], a["tool_call"]["args"])) == mask(b["content"])
+                got = run_tool(fresh.root, a["tool_call"]["name"], a["tool_call"]["args"])
+                assert untimed(got) == untimed(b["content"])
 
 
 def test_preference_pairs_show_flaw(main_out):
@@ -188,4 +182,4 @@ def test_deterministic_by_seed(main_out, tmp_path, base):
     again = run_main(tmp_path / "out2", base)
     assert sorted(again) == sorted(main_out)
     for name in main_out:
-        assert mask(again[name]) == mask(main_out[name]), name
+        assert untimed(again[name]) == untimed(main_out[name]), name

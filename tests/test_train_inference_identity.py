@@ -3,7 +3,6 @@ the same conversation produced by the agent loop at inference (real engine, real
 generated project) render to identical token ids. The tiny model is scripted to say exactly what
 the oracle said (tests/test_agent_loop.py's Script); everything else (system prompt, tool results,
 the tokens the loop appends) comes from the real agent."""
-import re
 import warnings
 
 import pytest
@@ -13,11 +12,8 @@ from agent.prompt import PROMPT
 from nanocode.engine import Engine
 from nanocode.tokenizer import train_tokenizer
 from test_agent_loop import Script
-from tiny_models import random_params, tiny
+from tiny_models import random_params, tiny, untimed
 from train.synth import make_task
-
-TIMING = re.compile(r"\d+\.\d+s\b")  # pytest's "in 0.03s": the only thing two runs may differ in
-
 
 @pytest.fixture(scope="module")
 def tok():
@@ -63,9 +59,9 @@ def test_synthetic_rollout_equals_agent_conversation(engine, tok, tmp_path, fami
     agent, script = replay(engine, tok, oracle, task.root)
     assert all(script.identity), "session ids drifted from the rendered conversation"
     # pytest prints its run time ("in 0.03s"), in fix_bug and in some recover_error variants
-    untimed = lambda msgs: [{**m, "content": TIMING.sub("0.00s", m["content"])}  # noqa: E731
-                            if isinstance(m.get("content"), str) else m for m in msgs]
-    want, got = untimed(oracle["messages"]), untimed(agent.messages)
+    pinned = lambda msgs: [{**m, "content": untimed(m["content"])}  # noqa: E731
+                           if isinstance(m.get("content"), str) else m for m in msgs]
+    want, got = pinned(oracle["messages"]), pinned(agent.messages)
     keys = ("role", "content", "tool_call")
     assert [{k: m[k] for k in keys if m.get(k) is not None} for m in got] == \
         [{k: m[k] for k in keys if m.get(k) is not None} for m in want]

@@ -1,9 +1,19 @@
 """Tiny random models, tokenizers and git repos shared by the tests."""
 
+import re
+
 import jax
 
 from nanocode.config import GPTConfig
 from nanocode.gpt import init_params
+
+# pytest's "1 passed in 0.03s": the only bytes two runs of the same synth task or rollout differ in
+PYTEST_DURATION = re.compile(r"\d+\.\d+s\b")
+
+
+def untimed(text: str) -> str:
+    """`text` with every pytest duration pinned to 0.00s."""
+    return PYTEST_DURATION.sub("0.00s", text)
 
 
 def tiny(**kw) -> GPTConfig:
