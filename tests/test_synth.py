@@ -11,12 +11,13 @@ import os
 import pytest
 
 from nanocode.tokenizer import train_tokenizer
+from tiny_models import untimed
 from tools.dispatch import run_tool
 from train import synth
 from train.synth_projects import HELDOUT_WORDS
 from train.synth_tasks import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task, shows_flaw
 from train.synth_text import fragments
-from tiny_models import untimed
+
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):

@@ -15,6 +15,7 @@ from test_agent_loop import Script
 from tiny_models import random_params, tiny, untimed
 from train.synth import make_task
 
+
 @pytest.fixture(scope="module")
 def tok():
     with warnings.catch_warnings():
