@@ -1,9 +1,9 @@
 """Issue 6's CPU measure: a tiny model SFT'd for a few hundred steps on `train synth` tool-use
 rollouts emits well-formed tool calls (a known tool with known argument names, parsed from the raw
 model output: no grammar mask) for >= 90% of held-out prompts (held-out project names and
-phrasings) of the trained families, scored on the first reply to 144 prompts (and 144 of new
-projects in the training wordings). 20-28 minutes on 2 cores (synth 1,200 conversations 10-17
-min, SFT 300 steps 5-7 min, 288 generations 1-2 min): slow.
+phrasings) of the trained families, scored on the first reply to 144 prompts with their projects
+under each of three paths (and 144 of new projects in the training wordings). 20-28 minutes on 2
+cores (synth 1,200 conversations 10-17 min, SFT 300 steps 5-7 min, 576 generations 3-5 min): slow.
 
 Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 tool-use conversations of synth seed 3
 (`--code-ratio 0`: the code-writing family is the one whose first reply has no tool call, and a
@@ -14,12 +14,13 @@ within the spread, docs/BENCHMARKS.md, eleventh sweep).
 Reproducible per machine and core count: the projects, whose path is in every system prompt, are
 built under a fixed ROOT rather than pytest's numbered tmp dir (which made two runs of one commit
 score 141 and 118), and pytest's durations in the data are pinned; the printed hashes of the data
-and of the generated tokens match run to run. On a 2-core AVX2 EPYC: 131/144 = 91% held-out,
-137/144 = 95% in-distribution (without the warmup: 120 and 128). Not across machines or core
-counts: other float rounding is another draw (a 1-core and a 2-core run of the same SFT differ by
-step 10), and over init seeds this recipe scores 120-144 held-out (mean 93%, three of nine runs
-under 90%; a depth-4 width-256 model did no better: twelfth sweep), so elsewhere this test can
-land under the issue's 90% without a bug. A broken format, mask or packing scores near 0.
+and of the generated tokens match run to run. On a 2-core AVX2 EPYC: held-out 131, 128 and 135
+of 144 under the three paths (mean 91.2%), 137/144 = 95% in-distribution. Not across machines or
+core counts: other float rounding is another draw (a 1-core and a 2-core run of the same SFT differ by
+step 10), and over init seeds this recipe scores 120-144 held-out under one path each (mean 93%,
+three of nine runs under 90%; twelfth sweep), while one set of weights scores 117-130 under five
+paths (thirteenth sweep), so elsewhere this test can land under the issue's 90% without a bug. A
+broken format, mask or packing scores near 0.
 """
 import hashlib
 import json
@@ -35,10 +36,14 @@ pytestmark = pytest.mark.slow
 
 N_CONVS, CODE_RATIO, STEPS, WARMUP, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.0, 300, 30, 1024, 2048, 5, 192
 PROMPTS_PER_FAMILY = 16
-FLOOR, IN_DISTRIBUTION_FLOOR = 0.90, 0.80  # the issue's 90% held-out; this VM: 0.91 and 0.95
+FLOOR, IN_DISTRIBUTION_FLOOR = 0.90, 0.80  # the issue's 90% held-out; this VM: 0.912 and 0.95
 # Fixed, not pytest's numbered tmp dir: project paths are in every system prompt, so a moving
 # path changes the tokenizer and the training rows (and the score) from run to run.
 ROOT = Path("/tmp/nanocode-sft-tool-calls")
+# The held-out prompts are scored with their projects under three paths: the path is in the system
+# prompt, and on one set of weights it alone moves the held-out count by 13-33 of 144
+# (docs/BENCHMARKS.md, thirteenth sweep), so one path is one more draw.
+EVAL_BASES = [ROOT / "eval", ROOT / "users" / "alice" / "code", ROOT / "srv" / "projects"]
 
 
 def pin_timings(path: Path) -> str:
@@ -88,11 +93,11 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(monkeypatch):
     engine = Engine.from_checkpoint(run / "checkpoints")
     seen = {m["content"] for r in rows for m in r["messages"] if m["role"] == "user"}
 
-    def well_formed_share(heldout: bool) -> float:
+    def well_formed_share(heldout: bool, base: Path) -> float:
         good, total, verbatim, outputs = 0, 0, 0, hashlib.sha256()
         for family in TRAIN_FAMILIES:
             for seed in range(1000, 1000 + PROMPTS_PER_FAMILY):
-                task = make_task(family, seed, heldout=heldout, base=str(ROOT / "eval"))
+                task = make_task(family, seed, heldout=heldout, base=str(base))
                 verbatim += task.prompt in seen
                 ids = tok.render_for_completion({"messages": [
                     {"role": "system", "content": task.system}, {"role": "user", "content": task.prompt}]})
@@ -105,9 +110,11 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(monkeypatch):
                     pass
                 total += 1
         kind = "held-out names + phrasings" if heldout else "new projects, training wordings"
-        print(f"{kind}: well-formed first tool calls {good}/{total} = {good / total:.0%} "
+        print(f"{kind} under {base}: well-formed first tool calls {good}/{total} = {good / total:.0%} "
               f"({verbatim} prompt texts also in training; outputs sha256 {outputs.hexdigest()[:12]})")
         return good / total
 
-    in_distribution, heldout = well_formed_share(heldout=False), well_formed_share(heldout=True)
+    in_distribution = well_formed_share(heldout=False, base=EVAL_BASES[0])
+    heldout = sum(well_formed_share(heldout=True, base=b) for b in EVAL_BASES) / len(EVAL_BASES)
+    print(f"held-out, mean over {len(EVAL_BASES)} project paths: {heldout:.1%}")
     assert in_distribution >= IN_DISTRIBUTION_FLOOR and heldout >= FLOOR
