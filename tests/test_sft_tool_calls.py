@@ -17,10 +17,10 @@ score 141 and 118), and pytest's durations in the data are pinned; the printed h
 and of the generated tokens match run to run. On a 2-core AVX2 EPYC: held-out 131, 128 and 135
 of 144 under the three paths (mean 91.2%), 137/144 = 95% in-distribution. Not across machines or
 core counts: other float rounding is another draw (a 1-core and a 2-core run of the same SFT
-differ by step 10), and over init seeds this recipe scores 120-144 held-out under one path each (mean 93%,
-three of nine runs under 90%; twelfth sweep), while one set of weights scores 117-130 under five
-paths (thirteenth sweep), so elsewhere this test can land under the issue's 90% without a bug. A
-broken format, mask or packing scores near 0.
+differ by step 10), over init seeds this recipe scores 120-144 held-out under one path each (mean
+93%, three of nine runs under 90%; twelfth sweep), and one set of weights scores 117-130 under
+five paths (thirteenth sweep), so elsewhere this test can land under the issue's 90% without a
+bug. A broken format, mask or packing scores near 0.
 """
 import hashlib
 import json
