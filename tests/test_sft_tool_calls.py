@@ -17,10 +17,10 @@ score 141 and 118), and pytest's durations in the data are pinned; the printed h
 and of the generated tokens match run to run. On a 2-core AVX2 EPYC: held-out 140, 144 and 134
 of 144 under the three paths (mean 96.8%), 139/144 = 97% in-distribution. Not across machines or
 core counts: other float rounding is another draw (a 1-core and a 2-core run of the same SFT
-differ by step 10), and over five other init seeds this recipe's data (923 training nouns) scores
-128-138 held-out on the mean of four paths (93.3%, one seed under 90%; fourteenth sweep), so
-elsewhere this test can land under the issue's 90% without a bug. A broken format, mask or
-packing scores near 0.
+differ by step 10), and over five init seeds in the harness (a 921-noun draft of the pool) this
+recipe scores 128-138 held-out on the mean of four paths (93.3%, one seed under 90%; fourteenth
+sweep), so elsewhere this test can land under the issue's 90% without a bug. A broken format, mask
+or packing scores near 0.
 """
 import hashlib
 import json
