@@ -14,7 +14,7 @@ from nanocode.tokenizer import train_tokenizer
 from tiny_models import untimed
 from tools.dispatch import run_tool
 from train import synth
-from train.synth_projects import HELDOUT_WORDS
+from train.synth_projects import HELDOUT_WORDS, NOUNS, PROJECT_WORDS
 from train.synth_tasks import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task, shows_flaw
 from train.synth_text import fragments
 
@@ -154,6 +154,14 @@ def test_each_flaw_kind(base):
         rejected = make_task("fix_bug", 11, base=base).rollout(flaw)
         assert shows_flaw(flaw, chosen, rejected), flaw
     assert not shows_flaw("repeat", chosen, chosen)
+
+
+def test_training_word_pools_keep_clear_of_heldout_words():
+    """Every listed word, not only those a small synth run happens to draw: a training noun inside
+    or around a held-out word (`bat` / wombat) would leak it into training names."""
+    assert len(set(NOUNS)) == len(NOUNS)
+    for word in NOUNS + PROJECT_WORDS:
+        assert not any(word in h or h in word for h in HELDOUT_WORDS), word
 
 
 def test_heldout_and_eval_only_stay_out_of_training(main_out):
