@@ -4,7 +4,7 @@ PATH: a checkpoint directory (step folders inside, as `train` writes them). TAG:
 $NANOCODE_HOME/runs/<tag>/checkpoints (`train base --run TAG` etc.). No --model: the package's
 `nanocode/default_model/`: the cpu speedrun's final model (checkpoints/<step>: bf16 params +
 tokenizer, ~15 MB; MODEL_CARD.md; evals/), shipped inside the package.
-Resolving a model imports nothing heavy; loading it (build_agent) sets the inference runtime flag, then imports jax.
+Resolving a model imports nothing heavy; loading it (build_agent) imports jax.
 Every failure is a ModelError whose message is one line; the CLI prints it, no traceback.
 """
 from __future__ import annotations
@@ -59,10 +59,9 @@ def load_engine(path, dtype=None, max_len: int | None = None):
 
 
 def build_agent(args, root, model_dir, messages=None, meta=None, store=None):
-    """The Agent for the CLI's flags (imports jax: the inference runtime flag is set first). Every
+    """The Agent for the CLI's flags (imports jax; the compilation cache is enabled first). Every
     failure is a one-line ModelError; the TUI calls this on its loader thread."""
-    from nanocode.common import enable_compilation_cache, use_inference_runtime
-    use_inference_runtime()
+    from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
     engine = load_engine(model_dir)
     from agent.loop import Agent

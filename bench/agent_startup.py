@@ -155,8 +155,6 @@ def main():
     args = ap.parse_args()
     if args.tui_child:
         return tui_child(*args.tui_child)
-    from nanocode.common import use_inference_runtime
-    use_inference_runtime()
     tmp = Path(tempfile.mkdtemp(prefix="nanocode-bench-"))
     try:
         work, home = tmp / "proj", tmp / "home"

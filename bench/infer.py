@@ -32,13 +32,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--no-torch", action="store_true", help="skip the torch prefill reference")
-    ap.add_argument("--thunk-runtime", action="store_true",
-                    help="keep XLA:CPU's default runtime (the agent uses the legacy one)")
     args = ap.parse_args()
 
-    from nanocode.common import enable_compilation_cache, use_inference_runtime
-    if not args.thunk_runtime:
-        use_inference_runtime()
+    from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
     import jax
     import jax.numpy as jnp

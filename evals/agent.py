@@ -176,8 +176,7 @@ def _init(model: str | None, step: int | None) -> None:
     setup_env()
     _engine = _load_error = None
     if model is not None:
-        from nanocode.common import enable_compilation_cache, use_inference_runtime
-        use_inference_runtime()
+        from nanocode.common import enable_compilation_cache
         enable_compilation_cache()
         from evals.codegen import ModelError, load_model
         from nanocode.engine import Engine

@@ -38,9 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     args = build_parser().parse_args(argv)
-    if args.command != "report":  # the report only reads files and plots
-        from nanocode.common import use_inference_runtime
-        use_inference_runtime()
     args.task = args.command
     return importlib.import_module(f"evals.{MODULES[args.command]}").main(args)
 

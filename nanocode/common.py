@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 
@@ -59,15 +58,3 @@ def find_checkpoints(spec: str, home: Path | None = None) -> tuple[Path, str]:
     raise FileNotFoundError(
         f"no checkpoint for {spec!r} (looked in {tried}); pass a checkpoint directory or a run tag "
         f"under {runs} (known: {', '.join(known) or 'none'}); train one with `train base`")
-
-
-INFERENCE_XLA_FLAGS = "--xla_cpu_use_thunk_runtime=false"
-
-
-def use_inference_runtime() -> None:
-    """Before jax is imported by an inference entry point (agent, evals, bench/infer.py): pick
-    XLA:CPU's legacy runtime, whose lower per-op dispatch makes a ~1 ms decode step 1.2x faster
-    (1,218 vs 1,045 tokens/s on cpu-d4, docs/BENCHMARKS.md); training speed does not change.
-    Leaves XLA_FLAGS alone when the user set it; other backends ignore the flag."""
-    if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ:
-        os.environ["XLA_FLAGS"] = INFERENCE_XLA_FLAGS

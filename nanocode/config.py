@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 VE_GATE_CHANNELS = 12  # the value-embedding gate reads the first 12 channels of its input
 SMEAR_CHANNELS = 24  # the smear gate reads the first 24 channels of the embedding
+REMAT_POLICIES = ("none", "block", "dots")
 VOCAB_PAD = 64  # vocab is padded to a multiple of this inside the model; logits are cropped back
 
 
@@ -43,6 +44,7 @@ class GPTConfig:
     compute_dtype: str = "float32"  # "bfloat16" on accelerators
     embed_dtype: str = "float32"  # storage dtype of wte and value embeddings
     attn_impl: str = "auto"  # auto | xla | einsum | cudnn | splash
+    remat: str = "none"  # none | block | dots: what the backward pass recomputes (see gpt.hidden)
 
     def __post_init__(self):
         problems = []
@@ -62,6 +64,8 @@ class GPTConfig:
             problems.append(f"value embeddings need n_embd >= {VE_GATE_CHANNELS}")
         if self.attn_impl not in ("auto", "xla", "einsum", "cudnn", "splash"):
             problems.append(f"attn_impl={self.attn_impl!r} is not auto|xla|einsum|cudnn|splash")
+        if self.remat not in REMAT_POLICIES:
+            problems.append(f"remat={self.remat!r} is not {'|'.join(REMAT_POLICIES)}")
         if problems:
             raise ValueError("invalid GPTConfig: " + "; ".join(problems))
 

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from nanocode.config import SMEAR_CHANNELS, VE_GATE_CHANNELS, GPTConfig
 
@@ -223,15 +224,44 @@ def _splash_kernel(seq_len: int, window: int, n_group: int, interpret: bool):
                                   interpret=interpret)
 
 
+def batch_axes(batch: int) -> tuple[str, ...]:
+    """The axes of the mesh in context (`jax.set_mesh`, as train/loop.py sets it) that a batch of
+    `batch` rows is split over: every axis whose size still divides it, in mesh order (the training
+    batch's ("data", "fsdp")); () without a mesh. For the code that runs per device under
+    `shard_map`: Mosaic kernels, which XLA cannot partition, and the chunked head + loss."""
+    mesh = jax.sharding.get_abstract_mesh()
+    axes, n = [], 1
+    for name in () if mesh.empty else mesh.axis_names:
+        if batch % (n * mesh.shape[name]) == 0:
+            axes.append(name)
+            n *= mesh.shape[name]
+    return tuple(a for a in axes if mesh.shape[a] > 1)
+
+
+def _per_device(kernel, q, k, v):
+    """kernel(q, k, v) on each device's rows of the batch (shard_map over `batch_axes`, manual over
+    every mesh axis), or once without a mesh. For the fused attention kernels: XLA cannot split a
+    Mosaic call (splash), and cuDNN's own partitioning rule is a Python callback that jax.export
+    cannot serialise, so neither may be left to the partitioner. q (B, T, H, D); k, v (B, T, K, D)."""
+    axes = batch_axes(q.shape[0])
+    if not axes:
+        return kernel(q, k, v)
+    spec = P(axes)
+    return jax.shard_map(kernel, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
+
+
 def _attend_splash(q, k, v, window):
-    """TPU Pallas splash attention (interpreted elsewhere, for tests). No-cache path only."""
-    B, T, H, D = q.shape
+    """TPU Pallas splash attention (interpreted elsewhere, for tests). No-cache path only: the
+    Mosaic kernel where the program is lowered for TPU (also by jax.export from a CPU), the Pallas
+    interpreter elsewhere. q (b, T, H, D); k, v (b, T, K, D): one device's rows."""
+    b, T, H, D = q.shape
     K = k.shape[2]
-    kernel = _splash_kernel(T, window, H // K, jax.default_backend() != "tpu")
-    q = (q / math.sqrt(D)).reshape(B, T, K, H // K, D).transpose(0, 2, 3, 1, 4)  # (B, K, G, T, D)
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (B, K, T, D)
-    out = jax.vmap(jax.vmap(kernel))(q, k, v)  # (B, K, G, T, D)
-    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D)
+    q = (q / math.sqrt(D)).reshape(b, T, K, H // K, D).transpose(0, 2, 3, 1, 4)  # (b, K, G, T, D)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (b, K, T, D)
+    out = jax.lax.platform_dependent(  # (b, K, G, T, D)
+        q, k, v, tpu=jax.vmap(jax.vmap(_splash_kernel(T, window, H // K, False))),
+        default=jax.vmap(jax.vmap(_splash_kernel(T, window, H // K, True))))
+    return out.transpose(0, 3, 1, 2, 4).reshape(b, T, H, D)
 
 
 def resolve_attn_impl(cfg: GPTConfig) -> str:
@@ -265,11 +295,12 @@ def attend(q, k, v, *, window: int, impl: str, q_pos=None, valid_len=None, head_
         return jax.nn.dot_product_attention(q, k, v, mask=mask[None, None], scale=1 / math.sqrt(D),
                                             implementation="xla")
     if impl == "splash":
-        return _attend_splash(q, k, v, window)
+        return _per_device(functools.partial(_attend_splash, window=window), q, k, v)
     if impl in ("xla", "cudnn"):
         local = (window, 0) if window < T else None
-        return jax.nn.dot_product_attention(q, k, v, scale=1 / math.sqrt(D), is_causal=True,
-                                            local_window_size=local, implementation=impl)
+        kernel = functools.partial(jax.nn.dot_product_attention, scale=1 / math.sqrt(D), is_causal=True,
+                                   local_window_size=local, implementation=impl)
+        return _per_device(kernel, q, k, v) if impl == "cudnn" else kernel(q, k, v)
     raise ValueError(f"unknown attention implementation {impl!r}")
 
 
@@ -293,17 +324,43 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
     return cfg.softcap * jnp.tanh(logits / cfg.softcap), cache
 
 
+def layer_period(cfg: GPTConfig) -> int:
+    """The smallest p dividing n_layer such that layer i and layer i + p are built alike (same
+    attention window, both with or without a value embedding): `hidden` scans over n_layer / p
+    groups of p layers. SSSL windows with alternate value embeddings give p = 4 at any depth that
+    4 divides (d12, d20, d24); p = n_layer (one group, no real loop) when nothing repeats."""
+    kinds = [(w, cfg.has_value_embed(i)) for i, w in enumerate(cfg.window_sizes())]
+    L = cfg.n_layer
+    return next(p for p in range(1, L + 1)
+                if L % p == 0 and all(kinds[i] == kinds[i % p] for i in range(L)))
+
+
+REMAT = {"block": jax.checkpoint_policies.nothing_saveable,  # keep only each layer's input
+         "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}  # keep matmul outputs
+
+
 def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None = None,
            n_valid=None, kv_len: int | None = None) -> tuple[jax.Array, KVCache | None]:
     """The trunk of `forward` (same arguments): idx (B, T) -> (normalised last hidden state
-    (B, T, C) that the head multiplies, updated cache or None)."""
+    (B, T, C) that the head multiplies, updated cache or None).
+
+    The layers run as a `lax.scan` over groups of `layer_period(cfg)` layers, so XLA compiles one
+    group whatever the depth. Parameters stay one dict per layer (the names checkpoints, the
+    optimizer and the sharding rules use); each step stacks a group position's weights over the
+    groups, cast to the compute dtype first (value-embedding tables stay in their storage dtype so
+    their scatter-add gradient accumulates in it). The trade: one copy of the (sharded) weights
+    per step, for compile time that no longer grows with depth. cfg.remat recomputes each layer's
+    activations in the backward pass (REMAT): `block` keeps only layer inputs, `dots` also keeps
+    matmul outputs."""
     dt = jnp.dtype(cfg.compute_dtype)
     B, T = idx.shape
-    H, K, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+    H, K, D, L = cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.n_layer
     impl = resolve_attn_impl(cfg)
     start = jnp.zeros((), jnp.int32) if cache is None else cache.pos
     positions = start + jnp.arange(T, dtype=jnp.int32)  # (T,) absolute positions
     windows = cfg.window_sizes()
+    p = layer_period(cfg)
+    G = L // p
 
     x = rmsnorm(params["wte"][idx].astype(dt))  # (B, T, C)
     n_valid = T if n_valid is None else n_valid
@@ -315,45 +372,71 @@ def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None
         gate = params["smear_lambda"].astype(dt) * gate * (positions > 0)[None, :, None].astype(dt)
         x = x + gate * x_prev
     x0 = x
-    x_half = None
-    new_k, new_v = (None, None) if cache is None else (cache.k, cache.v)
 
-    for i, block in enumerate(params["blocks"]):
+    def block(j, x, w, lam, ve_table, kv, i):
+        """Layer i (position j of its group): x (B, T, C) -> x, this layer's cache (k, v) or None."""
         if cfg.lambdas:
-            x = params["resid_lambdas"][i].astype(dt) * x + params["x0_lambdas"][i].astype(dt) * x0
-        # attention
-        a, xn = block["attn"], rmsnorm(x)
+            x = lam[0] * x + lam[1] * x0
+        a, xn = w["attn"], rmsnorm(x)
         q = dense(xn, a["c_q"]).reshape(B, T, H, D)
         k = dense(xn, a["c_k"]).reshape(B, T, K, D)
         v = dense(xn, a["c_v"]).reshape(B, T, K, D)
-        if cfg.has_value_embed(i):  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
-            ve = params["value_embeds"][str(i)][idx].astype(dt).reshape(B, T, K, D)
+        if ve_table is not None:  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
+            ve = ve_table[idx].astype(dt).reshape(B, T, K, D)
             ve_gate = 3 * jax.nn.sigmoid(dense(xn[..., :VE_GATE_CHANNELS], a["ve_gate"]))  # (B, T, K)
             v = v + ve_gate[..., None] * ve
         q = rmsnorm(rotary(q, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
         k = rmsnorm(rotary(k, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
-        if cache is None:
-            y = attend(q, k, v, window=windows[i], impl=impl)
+        if kv is None:
+            y = attend(q, k, v, window=windows[j], impl=impl)
         else:
-            new_k = jax.lax.dynamic_update_slice(  # (L, B, K, D, S)
-                new_k, k.transpose(0, 2, 3, 1)[None].astype(new_k.dtype), (i, 0, 0, 0, cache.pos))
-            new_v = jax.lax.dynamic_update_slice(  # (L, B, K, S, D)
-                new_v, v.transpose(0, 2, 1, 3)[None].astype(new_v.dtype), (i, 0, 0, cache.pos, 0))
-            kk, vv = new_k[i, ..., :kv_len], new_v[i, :, :, :kv_len]  # (B, K, D, S'), (B, K, S', D)
-            y = attend(q, kk.astype(dt), vv.astype(dt), window=windows[i], impl=impl,
+            ck, cv = kv  # (L, B, K, D, S), (L, B, K, S, D): the whole cache, updated in place
+            ck = jax.lax.dynamic_update_slice(
+                ck, k.transpose(0, 2, 3, 1)[None].astype(ck.dtype), (i, 0, 0, 0, cache.pos))
+            cv = jax.lax.dynamic_update_slice(
+                cv, v.transpose(0, 2, 1, 3)[None].astype(cv.dtype), (i, 0, 0, cache.pos, 0))
+            kk = jax.lax.dynamic_index_in_dim(ck, i, keepdims=False)[..., :kv_len]  # (B, K, D, S')
+            vv = jax.lax.dynamic_index_in_dim(cv, i, keepdims=False)[:, :, :kv_len]  # (B, K, S', D)
+            y = attend(q, kk.astype(dt), vv.astype(dt), window=windows[j], impl=impl,
                        q_pos=positions, valid_len=cache.pos + n_valid, head_major=True)
+            kv = (ck, cv)
         x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
-        # MLP: proj(relu(fc(x))^2)
-        m = block["mlp"]
+        m = w["mlp"]  # MLP: proj(relu(fc(x))^2)
         h = jax.nn.relu(dense(rmsnorm(x), m["c_fc"]))  # (B, T, 4C)
-        x = x + dense(h * h, m["c_proj"])
-        if i == cfg.n_layer // 2:
-            x_half = x
+        return x + dense(h * h, m["c_proj"]), kv
+
+    layers = [functools.partial(block, j) for j in range(p)]
+    if cache is None and cfg.remat != "none":
+        layers = [jax.checkpoint(f, policy=REMAT[cfg.remat], prevent_cse=False) for f in layers]
+
+    def stacked(trees):  # per-layer pytrees -> one pytree of (G, ...) leaves
+        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+    cast = lambda t: jax.tree.map(lambda a: a.astype(dt), t)  # noqa: E731
+    weights = [stacked([cast(params["blocks"][i]) for i in range(j, L, p)]) for j in range(p)]
+    tables = [stacked([params["value_embeds"][str(i)] for i in range(j, L, p)])
+              if cfg.has_value_embed(j) else None for j in range(p)]
+    lambdas = (jnp.stack([params["resid_lambdas"], params["x0_lambdas"]], -1).astype(dt).reshape(G, p, 2)
+               if cfg.lambdas else jnp.zeros((G, p, 2), dt))
+    half_g, half_j = divmod(L // 2, p)  # backout subtracts the residual after layer L // 2
+
+    def group(carry, xs):
+        x, x_half, kv = carry
+        g, w, lam, ve = xs
+        for j in range(p):
+            x, kv = layers[j](x, w[j], lam[j], ve[j], kv, g * p + j)
+            if cfg.backout and j == half_j:
+                x_half = jnp.where(g == half_g, x, x_half)
+        return (x, x_half, kv), None
+
+    kv = None if cache is None else (cache.k, cache.v)
+    xs = (jnp.arange(G), weights, lambdas, tables)
+    (x, x_half, kv), _ = jax.lax.scan(group, (x, jnp.zeros_like(x), kv), xs)
 
     if cfg.backout:
         x = x - params["backout_lambda"].astype(dt) * x_half
     if cache is not None:
-        cache = KVCache(new_k, new_v, cache.pos + n_valid, new_prev.astype(cache.prev_embed.dtype))
+        cache = KVCache(kv[0], kv[1], cache.pos + n_valid, new_prev.astype(cache.prev_embed.dtype))
     return rmsnorm(x), cache
 
 
@@ -372,11 +455,37 @@ def cross_entropy(logits: jax.Array, targets: jax.Array, reduction: str = "mean"
 
 def nll_sum(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array) -> jax.Array:
     """Sum of next-token nats over targets != -1: the training loss (train.base.next_token_loss).
-    On CPU the head and the loss run fused (`fused_head_nll`); elsewhere through `forward`."""
-    if jax.default_backend() != "cpu":
-        return cross_entropy(forward(params, cfg, idx)[0], targets, "sum")
+    The head and the loss run fused (`fused_head_nll`), per device under a mesh: each device's
+    rows in chunks, its lm_head gradient summed over devices once, never the (B, T, V) logits."""
     x, _ = hidden(params, cfg, idx)
-    return fused_head_nll(x, params["lm_head"][:, : cfg.vocab_size], targets, cfg.softcap)
+    w = params["lm_head"][:, : cfg.vocab_size]
+    axes = batch_axes(idx.shape[0])
+    if not axes:
+        return fused_head_nll(x, w, targets, cfg.softcap)
+    spec = P(axes)
+    local = lambda x, w, t: jax.lax.psum(fused_head_nll(x, w, t, cfg.softcap, axes), axes)  # noqa: E731
+    return jax.shard_map(local, in_specs=(spec, P(), spec), out_specs=P())(x, w, targets)
+
+
+def token_nll(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array) -> jax.Array:
+    """Next-token nats per position (B, T), 0 where targets == -1, without the (B, T, V) logits:
+    the head runs over time chunks that the backward pass recomputes (jax.checkpoint), so this
+    differentiates with any weight per row (DPO's sequence log-probs) at one extra head matmul.
+    Per device under a mesh, like `nll_sum`. For evals and DPO; training's sum is `nll_sum`."""
+    x, _ = hidden(params, cfg, idx)
+    w = params["lm_head"][:, : cfg.vocab_size]
+
+    def local(x, w, t):  # (b, T, C), (C, V), (b, T) -> (b, T)
+        ct = _time_chunks(*t.shape)
+        chunk = jax.checkpoint(lambda xc, tc: _chunk_nats(xc, w, tc, cfg.softcap))
+        nats = jax.lax.map(lambda c: chunk(*c), (_chunked(x, ct), _chunked(t, ct)))  # (T/ct, b, ct)
+        return nats.swapaxes(0, 1).reshape(t.shape)
+
+    axes = batch_axes(idx.shape[0])
+    if not axes:
+        return local(x, w, targets)
+    spec = P(axes)
+    return jax.shard_map(local, in_specs=(spec, P(), spec), out_specs=spec)(x, w, targets)
 
 
 def _time_chunks(B: int, T: int, rows: int = 512) -> int:
@@ -392,6 +501,14 @@ def _chunked(x: jax.Array, ct: int) -> jax.Array:
     return x.reshape(x.shape[0], x.shape[1] // ct, ct, *x.shape[2:]).swapaxes(0, 1)
 
 
+def _chunk_nats(xc, w, tc, softcap):
+    """One chunk's nats: xc (B, ct, C), tc (B, ct) -> (B, ct), 0 where tc == -1."""
+    z = softcap * jnp.tanh(dense(xc, w).astype(jnp.float32) / softcap)  # (B, ct, V)
+    valid = tc != -1
+    picked = jnp.take_along_axis(z, jnp.where(valid, tc, 0)[..., None], axis=-1)[..., 0]
+    return jnp.where(valid, jax.nn.logsumexp(z, axis=-1) - picked, 0.0)
+
+
 def _chunk_nll(xc, w, tc, softcap):
     """One chunk: xc (B, ct, C), tc (B, ct) -> (sum of nats, d nats / d logits (B, ct, V))."""
     t = jnp.tanh(dense(xc, w).astype(jnp.float32) / softcap)  # (B, ct, V)
@@ -405,43 +522,60 @@ def _chunk_nll(xc, w, tc, softcap):
             jnp.where(valid[..., None], dz * (1 - t * t), 0.0))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def fused_head_nll(x: jax.Array, w: jax.Array, targets: jax.Array, softcap: float) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def fused_head_nll(x: jax.Array, w: jax.Array, targets: jax.Array, softcap: float,
+                   reduce_axes: tuple[str, ...] = ()) -> jax.Array:
     """sum(cross_entropy(softcap(x @ w), targets)) without the (B, T, V) logits: a scan over time
     chunks of ~512 tokens computes each chunk's logits, loss and, under grad, its logit gradient and
     the two gradient matmuls while the chunk is still in cache. The trade: 3 small matmuls per chunk
     instead of 3 big ones, for one pass over the logits instead of ~6 through memory; on CPU (d4
-    shape, 4,096 x 8,192 logits) head + loss fwd+bwd took 330-360 ms instead of 470-515. On
-    accelerators the per-chunk weight gradient would be reduced across devices chunk by chunk, so
-    `nll_sum` uses it on CPU only. x (B, T, C), w (C, V), targets (B, T) with -1 ignored."""
+    shape, 4,096 x 8,192 logits) head + loss fwd+bwd took 330-360 ms instead of 470-515. The
+    gradient matmuls run in x's dtype (bf16 on accelerators) with fp32 accumulation. Under a mesh
+    it must run per device (`nll_sum` does that): left to XLA, the weight gradient summed over the
+    batch would be all-reduced chunk by chunk; there `reduce_axes` names the mesh axes the rows are
+    split over, and the weight gradient is summed over them once, in the backward pass.
+    x (B, T, C), w (C, V), targets (B, T) with -1 ignored."""
     ct = _time_chunks(*targets.shape)
 
     def body(total, chunk):
         xc, tc = chunk
         return total + _chunk_nll(xc, w, tc, softcap)[0], None  # XLA drops the unused gradient
-    return jax.lax.scan(body, jnp.zeros((), jnp.float32), (_chunked(x, ct), _chunked(targets, ct)))[0]
+    zero = _varying_like(jnp.zeros((), jnp.float32), x)
+    return jax.lax.scan(body, zero, (_chunked(x, ct), _chunked(targets, ct)))[0]
 
 
-def _fused_head_nll_fwd(x, w, targets, softcap):
+def _varying_like(a, ref):
+    """`a` marked as varying over the manual mesh axes `ref` varies over (under shard_map a scan
+    carry must have its body's type: zeros summed with per-device values); `a` elsewhere."""
+    axes = tuple(jax.typeof(ref).manual_axis_type.varying)
+    return jax.lax.pcast(a, axes, to="varying") if axes else a
+
+
+def _fused_head_nll_fwd(x, w, targets, softcap, reduce_axes):
     ct = _time_chunks(*targets.shape)
 
     def body(carry, chunk):
         total, dw = carry
         xc, tc = chunk
-        nll, dlogits = _chunk_nll(xc, w, tc, softcap)  # (B, ct, V)
-        dlogits = dlogits.reshape(-1, dlogits.shape[-1])  # (B * ct, V): 2-D products, see `dense`
-        dw = dw + xc.reshape(-1, xc.shape[-1]).astype(jnp.float32).T @ dlogits
-        return (total + nll, dw), (dlogits @ w_t).reshape(*xc.shape[:2], -1)
-    w_t = w.astype(jnp.float32).T  # (V, C), transposed once rather than in every chunk
-    zero = (jnp.zeros((), jnp.float32), jnp.zeros(w.shape, jnp.float32))
+        nll, dlogits = _chunk_nll(xc, w, tc, softcap)  # (B, ct, V) fp32
+        dlogits = dlogits.reshape(-1, dlogits.shape[-1]).astype(x.dtype)  # (B * ct, V): 2-D, see `dense`
+        dw = dw + jnp.dot(xc.reshape(-1, xc.shape[-1]).T, dlogits, preferred_element_type=f32)
+        dxc = jnp.dot(dlogits, w_t, preferred_element_type=f32)  # (B * ct, C)
+        return (total + nll, dw), dxc.reshape(*xc.shape[:2], -1)
+    f32 = jnp.float32
+    w_t = w.astype(x.dtype).T  # (V, C), transposed once rather than in every chunk
+    zero = _varying_like((jnp.zeros((), f32), jnp.zeros(w.shape, f32)), x)
     (total, dw), dx = jax.lax.scan(body, zero, (_chunked(x, ct), _chunked(targets, ct)))
     dx = dx.swapaxes(0, 1).reshape(x.shape)  # (B, T, C)
     return total, (dx.astype(x.dtype), dw.astype(w.dtype))
 
 
-def _fused_head_nll_bwd(softcap, grads, g):
+def _fused_head_nll_bwd(softcap, reduce_axes, grads, g):
     dx, dw = grads
-    return (g * dx).astype(dx.dtype), (g * dw).astype(dw.dtype), None
+    dw = g * dw
+    if reduce_axes:
+        dw = jax.lax.psum(dw, reduce_axes)
+    return (g * dx).astype(dx.dtype), dw.astype(dw.dtype), None
 
 
 fused_head_nll.defvjp(_fused_head_nll_fwd, _fused_head_nll_bwd)

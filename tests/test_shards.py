@@ -221,3 +221,41 @@ def test_download_writes_resumes_and_skips(tmp_path, monkeypatch):
     assert shards.download("fineweb", 2, tmp_path)["already_there"] == 3 and not seen
     with pytest.raises(DataError, match="holds fineweb shards"):
         build_local("text", target, [STDLIB / "json"], progress=False)
+
+
+def test_download_stack_layout(tmp_path, monkeypatch):
+    """Stack v2 Python: FineWeb-Edu's layout (shard_XXXXX.parquet at the repo root, a `text` column),
+    80 shards (last = val), written to <out>/code; a shard without `text` is not a shard."""
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": ["def f():\n    return 1\n"] * 10}), buf)
+    seen = []
+
+    def serve(req, timeout=None):
+        seen.append(req.full_url)
+        return FakeResponse(buf.getvalue())
+
+    monkeypatch.setattr(urllib.request, "urlopen", serve)
+    r = shards.download("stack", 1, tmp_path)
+    hub = "https://huggingface.co/datasets/smohammadi/the-stack-v2-python-shuffle/resolve/main/"
+    assert seen == [hub + "shard_00000.parquet", hub + "shard_00079.parquet"]
+    target = tmp_path / "code"
+    assert r["dir"] == str(target) and r["fetched"] == 2
+    assert sorted(p.name for p in target.iterdir()) == ["data.json", "shard_00000.parquet", "shard_00079.parquet"]
+    assert [p.name for p in list_shards(target, "val")] == ["shard_00079.parquet"]
+    assert texts(target / "shard_00000.parquet")[0].startswith("def f()")
+    other = tmp_path / "shard_00000.parquet"
+    pq.write_table(pa.table({"content": ["x = 1\n"]}), other)
+    with pytest.raises(DataError, match="no text column"):
+        shards.open_shard(other)
+
+
+def test_download_refuses_shards_of_another_dataset_url(tmp_path, monkeypatch):
+    """Shards from an earlier Stack dataset (same kind, other URL template) are not mixed with new ones."""
+    monkeypatch.setattr(urllib.request, "urlopen", lambda req, timeout=None: pytest.fail("no fetch expected"))
+    target = tmp_path / "code"
+    target.mkdir()
+    old = "https://huggingface.co/datasets/someone/old-stack/resolve/main/data/train-{index:05d}-of-00289.parquet"
+    (target / "data.json").write_text(json.dumps({"source": "stack", "url": old}))
+    pq.write_table(pa.table({"content": ["x = 1\n"]}), target / "shard_00288.parquet")
+    with pytest.raises(DataError, match="holds stack shards from .*old-stack.*delete them or pass --out"):
+        shards.download("stack", 1, tmp_path)

@@ -40,6 +40,20 @@ def test_training_stage_resumes_from_its_checkpoint(tmp_path):
     assert "--multihost" in speedrun.stage_commands("base", p, tmp_path, multihost=True)[0]
 
 
+@pytest.mark.parametrize("preset", sorted(speedrun.PRESETS))
+def test_preset_commands_parse_and_accelerator_presets_shard_every_training_stage(preset, tmp_path):
+    from train.cli import build_parser
+    p = speedrun.PRESETS[preset]
+    for stage in ("data", "tokenizer", "base", "synth", "sft", "dpo"):
+        for cmd in speedrun.stage_commands(stage, p, tmp_path):
+            build_parser().parse_args(cmd[3:])  # every flag exists (argparse exits otherwise)
+    if preset != "cpu":
+        assert (p["chip"], p["devices"]) == ("v6e", 8)
+        for stage in ("base", "sft", "dpo"):
+            cmd = speedrun.stage_commands(stage, p, tmp_path)[0]
+            assert cmd[cmd.index("--mesh") + 1] == "data=1,fsdp=-1"
+
+
 @pytest.fixture
 def tiny_preset(tmp_path, monkeypatch):
     """A preset whose data stage reads a small tree, so data + tokenizer run for real in seconds."""
@@ -77,6 +91,7 @@ def test_stages_skip_when_done_and_a_failed_stage_reruns_on_resume(tiny_preset, 
     tiny_preset["base"] = ["--preset", "cpu-d2", "--steps", "1", "--device-batch", "2", "--total-batch", "5"]
     assert main(["speedrun", "--preset", "cpu", "--run-dir", str(run), "--only", "data,base", "--resume"]) != 0
     assert not (run / "base.done").exists()
+    assert not list(run.glob("*.failed"))  # failure markers are for --multihost's waiters only
     assert "failed" in capsys.readouterr().err
 
 

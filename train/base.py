@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nanocode.config import flops_per_token, param_counts, preset
-from nanocode.gpt import cross_entropy, forward, nll_sum
+from nanocode.gpt import nll_sum, token_nll
 
 SAMPLE_PROMPTS = ["def fibonacci(n):", "The meaning of"]
 
@@ -43,15 +43,14 @@ def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_bat
     """evaluate(params, step) -> {"val_bpb_<source>": ...} over the first n_batches val batches of
     each source, plus a greedy sample of each prompt (printed, not returned)."""
     from train.loader import packed_batches
-    from train.loop import batch_sharding
+    from train.loop import batch_sharding, on_one_process
 
     token_bytes = jnp.asarray(tokenizer.token_bytes())  # (V,)
     sharding = batch_sharding(mesh)
 
     @jax.jit
     def nats_and_bytes(params, inputs, targets):  # (1, rows, T) each
-        logits, _ = forward(params, cfg, inputs[0])
-        nll = cross_entropy(logits, targets[0], reduction="none")  # (rows, T)
+        nll = token_nll(params, cfg, inputs[0], targets[0])  # (rows, T)
         nbytes = token_bytes[jnp.maximum(targets[0], 0)] * (targets[0] >= 0)
         return jnp.sum(jnp.where(nbytes > 0, nll, 0.0)), jnp.sum(nbytes)
 
@@ -68,10 +67,11 @@ def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_bat
                 nats, nbytes = nats + float(n), nbytes + float(b)
             if nbytes:
                 out[f"val_bpb_{name}"] = nats / (math.log(2) * nbytes)
-        if jax.process_index() == 0:
+        def samples(params):
             for prompt in SAMPLE_PROMPTS:
                 ids = greedy(params, cfg, [tokenizer.bos_id] + tokenizer.encode(prompt), 24)
                 print(f"  sample: {prompt!r} -> {tokenizer.decode(ids)!r}")
+        on_one_process(params, samples)
         return out
 
     return evaluate
@@ -86,6 +86,21 @@ def greedy(params, cfg, prompt: list[int], n_new: int) -> list[int]:
     return Engine(params, cfg).generate(prompt, max_tokens=n_new, stop=())[0]
 
 
+def default_compute_dtype() -> str:
+    """bf16 compute on GPU/TPU (fp32 master weights and optimizer state stay fp32, as nanochat's),
+    fp32 on CPU, where bf16 matmuls are emulated and slower."""
+    return "bfloat16" if jax.default_backend() in ("gpu", "tpu") else "float32"
+
+
+def model_config(args, vocab_size: int):
+    """The GPTConfig `train base` trains for these flags (also what bench/memory.py compiles)."""
+    overrides = {k: v for k, v in dict(depth=args.depth, sequence_len=args.seq_len,
+                                       compute_dtype=args.dtype or default_compute_dtype(),
+                                       attn_impl=args.attn, remat=args.remat,
+                                       window_pattern=args.window_pattern).items() if v is not None}
+    return preset(args.preset, vocab_size=vocab_size, **overrides)
+
+
 def main(args) -> int:
     from nanocode.common import enable_compilation_cache, nanocode_home
     from nanocode.gpt import init_params
@@ -95,7 +110,7 @@ def main(args) -> int:
     from train.optim import ADAMW_GROUPS, auto_total_batch, build_optimizer, scaled_lrs
 
     if args.multihost:
-        jax.distributed.initialize()
+        loop.init_multihost()
     enable_compilation_cache()
     home = nanocode_home()
     tok_dir = Path(args.tokenizer or home / "tokenizer")
@@ -104,10 +119,7 @@ def main(args) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    overrides = {k: v for k, v in dict(depth=args.depth, sequence_len=args.seq_len,
-                                       compute_dtype=args.dtype, attn_impl=args.attn,
-                                       window_pattern=args.window_pattern).items() if v is not None}
-    cfg = preset(args.preset, vocab_size=tokenizer.vocab_size, **overrides)
+    cfg = model_config(args, tokenizer.vocab_size)
     T, n_dev = cfg.sequence_len, jax.device_count()
     total_batch = args.total_batch or auto_total_batch(cfg, args.ratio)
     rows = args.device_batch * n_dev

@@ -94,8 +94,11 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     a("--depth", type=int, help="override the preset's depth (width follows it)")
     a("--seq-len", type=int, help="override the preset's sequence length")
     a("--window-pattern", help="attention windows tiled over layers, e.g. SSSL or L (full)")
-    a("--dtype", choices=["float32", "bfloat16"], help="compute dtype (default: the preset's, float32)")
+    a("--dtype", choices=["float32", "bfloat16"], help="compute dtype (default: bfloat16 on GPU/TPU, "
+      "float32 on CPU; weights and optimizer state are float32 either way)")
     a("--attn", choices=["auto", "xla", "einsum", "cudnn", "splash"], help="attention implementation")
+    a("--remat", choices=["none", "block", "dots"], help="recompute activations in the backward pass: "
+      "none, block (keep only each layer's input) or dots (keep matmul outputs); default: the preset's")
     a("--data", metavar="DIR", help="data directory with code/ and text/ shards (default: $NANOCODE_HOME/data)")
     a("--code-ratio", type=float, default=0.2, help="share of rows drawn from code (default: 0.2)")
     a("--copy-share", type=float, default=0.0, help="share of training rows that are a random run "
@@ -137,7 +140,9 @@ def _add_finetune_args(p: argparse.ArgumentParser, stage: str, lr_scale: float, 
       "(default: $NANOCODE_HOME/tokenizer)")
     a("--seq-len", type=int, help="row length in tokens (default: the model's); longer "
       "conversations are dropped and counted, never cut")
-    a("--dtype", choices=["float32", "bfloat16"], help="compute dtype (default: the checkpoint's)")
+    a("--dtype", choices=["float32", "bfloat16"], help="compute dtype (default: bfloat16 on GPU/TPU, "
+      "else the checkpoint's)")
+    a("--remat", choices=["none", "block", "dots"], help="activation recomputation (default: the checkpoint's)")
     a("--device-batch", type=int, default=device_batch,
       help=f"{batch_unit} per device per micro-step (default: {device_batch})")
     a("--total-batch", type=int, default=0, help=f"{batch_unit} per optimizer step "

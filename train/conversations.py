@@ -8,10 +8,22 @@ sessions carry "meta") are allowed and ignored. Preference rows are `{"chosen": 
 Loading: local .jsonl files (or directories of them) go through `datasets.load_dataset("json")`;
 when Arrow cannot unify the rows' types (e.g. sessions whose "meta" differ in shape) the file is
 read line by line with `json` instead. Hub names (owner/name) go through `datasets.load_dataset`
-too; offline that is a clear error naming the dataset and saying to pass local files. Rows coming
-out of Arrow have absent struct fields filled with None (a tool_call of None, args that another
-row had): `normalize` drops those. smol-smoltalk style rows ({"messages": [{"role", "content"}]})
-already fit; only role and content are kept.
+too; when that fails on a cast/schema error (rows whose tool-call `args` structs differ) the
+split's data files are read one by one instead (train/hub_rows.py); offline is a clear error
+naming the dataset and saying to pass local files. Rows coming out of Arrow have absent struct
+fields filled with None (a tool_call of None, args that another row had): `normalize` drops
+those. smol-smoltalk style rows ({"messages": [{"role", "content"}]}) already fit; only role and
+content are kept.
+
+The original nanocode datasets (smohammadi/nanocode-tulu-selfoss-evol, -long-context and their
+-preference versions: JSONL files such as all_train.jsonl, rollouts_train.jsonl,
+all.pref_train.jsonl, preference_rollouts_train.jsonl) use this schema with private top-level
+keys (_source, _source_idx, _original_code, _scenario_id, prompt, id ...; dropped) and three
+differences that would otherwise drop their rows: Edit results are numbered lines without the
+path line (`normalize` adds the call's own file_path), Bash results may be empty (`normalize`
+writes `(no output)`), and some rows stop on a tool_result (`keep_valid` cuts them after the
+last plain assistant reply and counts them under TRIMMED). `validate`/`validate_file` check rows
+as written, before those conversions.
 
 Validation (`validate`, `validate_file`; also `python -m train.conversations FILE...`): one problem
 per string, `FILE:LINE: rule: detail` for files. Rules:
@@ -33,12 +45,14 @@ from __future__ import annotations
 import glob
 import json
 import os
+import posixpath
 import re
 import sys
 from collections.abc import Iterable
 
 from nanocode.tokenizer import ROLES
 from tools.dispatch import INT_ARGS, TOOL_ARGS, check_call
+from train.hub_rows import hub_rows, is_schema_error, read_jsonl
 
 _NUMBERED = re.compile(r"^\s*\d+→")
 _GREP_LINE = re.compile(r"^.+?(:\d+:|-\d+-)")
@@ -49,21 +63,62 @@ _REJECTED = "rejected by user"
 def normalize(conv: dict) -> dict:
     """A conversation as the renderer wants it: None fields (Arrow's fill for absent struct
     fields) dropped, only role/content/tool_call kept per message, top-level keys other than
-    messages dropped. Does not validate."""
-    out = []
+    messages dropped. Does not validate; idempotent.
+
+    It also re-spells what other publishers of this schema (the original nanocode datasets) wrote
+    differently, without adding anything the row does not say:
+      - tool_call args stored as a JSON string (a flattened export) are parsed back into an object;
+      - an Edit result that is only numbered lines (the original datasets print the edited file
+        without its path) gets the call's own file_path as its first line, which is our Edit
+        format (a relative path in the normal form our tool prints, `./a.py` -> `a.py`); without
+        a file_path string the result is left as it is (and fails validation): no path is made up;
+      - an empty Bash result becomes `(no output)`, what our Bash tool prints for no output."""
+    out, call = [], None  # call: the tool call that the next message (a tool_result) answers
     for msg in conv.get("messages") or []:
         if not isinstance(msg, dict):
             out.append(msg)
+            call = None
             continue
         m = {"role": msg.get("role"), "content": msg.get("content")}
         tc = msg.get("tool_call")
         if tc is not None:
-            args = tc.get("args") if isinstance(tc, dict) else None
+            args = _json_object(tc.get("args")) if isinstance(tc, dict) else None
             if isinstance(args, dict):
                 args = {k: v for k, v in args.items() if v is not None}
             m["tool_call"] = {"name": tc.get("name"), "args": args} if isinstance(tc, dict) else tc
+        if m["role"] == "tool_result" and isinstance(m["content"], str) and call is not None:
+            m["content"] = _as_our_result(call, m["content"])
+        tc = m.get("tool_call")
+        call = tc if m["role"] == "assistant" and isinstance(tc, dict) else None
         out.append(m)
     return {"messages": out}
+
+
+def _json_object(value):
+    """`value`, or the object a JSON string `value` spells."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        return parsed if isinstance(parsed, dict) else value
+    return value
+
+
+def _as_our_result(call: dict, content: str) -> str:
+    """`content` of a result to `call` in our format where another format says the same thing."""
+    name, args = call.get("name"), call.get("args")
+    if name == "Bash" and content == "":
+        return "(no output)"
+    if name == "Edit" and isinstance(args, dict):
+        path = args.get("file_path")
+        lines = content.split("\n")
+        numbered = _NUMBERED.match(lines[0]) and all(
+            _NUMBERED.match(l) or l.lstrip().startswith(("...", "…")) for l in lines[1:])
+        if numbered and isinstance(path, str) and path.strip() and "\n" not in path:
+            shown = path if posixpath.isabs(path) else posixpath.normpath(path)
+            return shown + "\n" + content
+    return content
 
 
 # ---- validation ----------------------------------------------------------------------------------
@@ -247,43 +302,45 @@ def _local_files(source: str) -> list[str] | None:
     return None
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: json: {e}; check the file with "
-                                     f"`python -m train.conversations {path}`") from None
-    return rows
-
-
 def _load_local(path: str) -> list[dict]:
     import datasets
     datasets.disable_progress_bars()
     try:
         return list(datasets.load_dataset("json", data_files=path, split="train"))
     except Exception:  # noqa: BLE001 - Arrow could not unify the rows: read them as plain JSON
-        return _read_jsonl(path)
+        return read_jsonl(path)
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
 
 
 def _load_hub(name: str, split: str = "train") -> list[dict]:
+    """Rows of a hub dataset through `datasets.load_dataset`; when that fails on a cast/schema
+    error (rows whose `args` structs differ), through train.hub_rows, which reads the split's data
+    files one by one without unifying their schemas."""
     import datasets
     try:
-        ds = datasets.load_dataset(name, split=split)
-    except Exception as e:  # noqa: BLE001 - offline, unknown name, no such split ...
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ValueError(f"could not load the hub dataset {name!r} ({type(e).__name__}: {msg}); "
-                         "offline or no access? download it elsewhere, or pass local .jsonl files "
-                         "(--data path/to/file.jsonl)") from e
-    return list(ds)
+        return list(datasets.load_dataset(name, split=split))
+    except Exception as e:  # noqa: BLE001 - offline, unknown name, no such split, schema ...
+        if not is_schema_error(e):
+            raise ValueError(f"could not load the hub dataset {name!r} ({_first_line(e)}); offline "
+                             "or no access? download it elsewhere, or pass local .jsonl files "
+                             "(--data path/to/file.jsonl)") from e
+        cast_error = e
+    try:
+        return hub_rows(name, split)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"could not load the hub dataset {name!r}: `datasets` could not unify its "
+                         f"rows' types ({_first_line(cast_error)}) and reading its data files one "
+                         f"by one failed too ({_first_line(e)}); download them elsewhere and pass "
+                         "the local .jsonl files (--data path/to/file.jsonl)") from e
 
 
 def _to_conv(row: dict) -> dict:
-    """Hub rows -> the schema: keeps messages (smol-smoltalk has role/content only) and
-    preference pairs; Arrow's None fills are dropped."""
+    """Loaded rows -> the schema: keeps messages (smol-smoltalk has role/content only) and
+    preference pairs, each conversation through `normalize`; other top-level keys (a pair's
+    _source or prompt, say) are dropped."""
     if "chosen" in row and "rejected" in row:
         return {"chosen": normalize(row["chosen"]), "rejected": normalize(row["rejected"])}
     return normalize(row)
@@ -301,17 +358,55 @@ def load_rows(source: str, split: str = "train") -> list[dict]:
                             "files, nor a hub dataset name (owner/name)")
 
 
+TRIMMED = "trailing tool turns trimmed (rows kept)"  # keep_valid's count of rows it trimmed
+
+
+def trim_trailing_tools(conv):
+    """`conv` cut after its last plain assistant reply when it ends on a tool_result, else None.
+    What is cut is an unfinished last step (its tool calls and results, and the user turn that
+    asked for it): the original nanocode datasets have rows that stop there. The supervised part
+    up to that reply stays as it was. None too when there is no plain reply to cut back to."""
+    msgs = conv.get("messages") if isinstance(conv, dict) else None
+    if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], dict) \
+            or msgs[-1].get("role") != "tool_result":
+        return None
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_call") is None:
+            return {**conv, "messages": msgs[:i + 1]}
+    return None
+
+
+def _trimmed_row(row):
+    """A conversation or preference row with trim_trailing_tools applied to it (to each side of a
+    pair), or None when nothing was cut."""
+    if isinstance(row, dict) and ("chosen" in row or "rejected" in row):
+        sides = {k: trim_trailing_tools(row[k]) for k in ("chosen", "rejected") if k in row}
+        if all(v is None for v in sides.values()):
+            return None
+        return {**row, **{k: v for k, v in sides.items() if v is not None}}
+    return trim_trailing_tools(row)
+
+
 def keep_valid(rows: Iterable[dict], tokenizer=None, max_tokens=None) -> tuple[list[dict], dict]:
-    """(valid rows, {rule: count of dropped rows}) - a bad row is dropped and counted, never fixed."""
-    good, dropped = [], {}
+    """(valid rows, {rule: count}). A bad row is dropped and counted under the rule of its first
+    problem, with one exception: a row that ends on a tool_result and is valid once cut after its
+    last plain assistant reply (trim_trailing_tools, on each side of a pair) is kept cut, and
+    counted under TRIMMED. Nothing else is fixed here."""
+    good, counts = [], {}
     for row in rows:
         problems = validate_row(row, tokenizer, max_tokens)
         if problems:
+            trimmed = _trimmed_row(row)
+            if trimmed is not None and not validate_row(trimmed, tokenizer, max_tokens):
+                good.append(trimmed)
+                counts[TRIMMED] = counts.get(TRIMMED, 0) + 1
+                continue
             rule = problems[0].split(":", 1)[0]
-            dropped[rule] = dropped.get(rule, 0) + 1
+            counts[rule] = counts.get(rule, 0) + 1
         else:
             good.append(row)
-    return good, dropped
+    return good, counts
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,10 +116,10 @@ def assemble(pairs, refs, chunk, accum: int, bos: int):
 
 
 def seq_logp(params, cfg, x, y):
-    """(B,) sum of target log-probs of rows x (B, L) with targets y (-1 = not scored)."""
-    from nanocode.gpt import cross_entropy, forward
-    logits, _ = forward(params, cfg, x)
-    return -cross_entropy(logits, y, reduction="none").sum(-1)
+    """(B,) sum of target log-probs of rows x (B, L) with targets y (-1 = not scored), through
+    the chunked head (never the (B, L, V) logits)."""
+    from nanocode.gpt import token_nll
+    return -token_nll(params, cfg, x, y).sum(-1)
 
 
 def make_logp(cfg):
@@ -184,12 +184,13 @@ def main(args) -> int:
                            sft_optimizer, split_val)
 
     if args.multihost:
-        jax.distributed.initialize()
+        loop.init_multihost()
     enable_compilation_cache()
     if not args.beta > 0:
         raise ValueError(f"--beta must be > 0, got {args.beta}")
     home = nanocode_home()
-    params, cfg, tokenizer, ckpt_dir = load_start(args.from_, args.tokenizer, args.dtype, args.seq_len)
+    params, cfg, tokenizer, ckpt_dir = load_start(args.from_, args.tokenizer, args.dtype, args.seq_len,
+                                                  args.remat)
     T = args.seq_len or cfg.sequence_len
     n_dev, bos = jax.device_count(), tokenizer.bos_id
     P, accum = batch_geometry(args, T, n_dev, unit="pairs")
@@ -229,11 +230,12 @@ def main(args) -> int:
           f"pairs per step, {steps} steps, beta {args.beta}; run dir {run_dir}")
 
     mesh = loop.make_mesh(args.mesh)
-    ref_params = jax.device_put(params, loop.tree_shardings(params, mesh))
+    ref_params = loop.place(params, loop.tree_shardings(params, mesh))
     logp = make_logp(cfg)
-    unique_refs = sequence_logps(logp, ref_params, unique, bos, max(P, 8))
+    with jax.set_mesh(mesh):  # as in the training loop: the model's per-device kernels read it
+        unique_refs = sequence_logps(logp, ref_params, unique, bos, max(P, 8))
+        val_refs = sequence_logps(logp, ref_params, val_pairs, bos, max(P, 8)) if val_pairs else []
     train_refs = [unique_refs[i] for i in index]
-    val_refs = sequence_logps(logp, ref_params, val_pairs, bos, max(P, 8)) if val_pairs else []
     del ref_params
 
     def evaluate(params, step):

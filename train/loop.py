@@ -29,15 +29,27 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from nanocode import checkpoint
-
 # Dense bf16 peak FLOP/s per chip, by a substring of jax's device_kind (first match wins).
 PEAK_FLOPS = [("v6", 918e12), ("v5p", 459e12), ("v5 lite", 197e12), ("v5e", 197e12),
               ("v5", 459e12), ("v4", 275e12), ("H200", 989e12), ("H100", 989e12),
               ("A100", 312e12)]
 
 
-# ---- mesh and shardings ------------------------------------------------------------------------
+# ---- processes, mesh and shardings -------------------------------------------------------------
+def init_multihost() -> None:
+    """`jax.distributed.initialize()` for --multihost. On Cloud TPU, SLURM, Open MPI and k8s JAX
+    finds the coordinator, process count and index itself; elsewhere (e.g. several processes on
+    one machine over CPU collectives) set JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES
+    and JAX_PROCESS_ID on every process."""
+    import os
+    count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
+    if (count is None) != (index is None):
+        raise ValueError("set both JAX_NUM_PROCESSES and JAX_PROCESS_ID (or neither, to let JAX "
+                         "detect the cluster)")
+    jax.distributed.initialize(num_processes=None if count is None else int(count),
+                               process_id=None if index is None else int(index))
+
+
 def make_mesh(spec: str = "", devices=None) -> Mesh:
     """A (data, fsdp) mesh from "data=2,fsdp=4"; an omitted or -1 size takes the remaining devices.
     The default puts every device on `data` (pure data parallel)."""
@@ -71,6 +83,77 @@ def param_spec(shape, mesh: Mesh) -> P:
 
 def tree_shardings(tree, mesh: Mesh):
     return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(x.shape, mesh)), tree)
+
+
+def place(tree, shardings):
+    """`jax.device_put(tree, shardings)` that also works across hosts. A checkpoint restored for
+    inference sits on each process's first local device; device_put cannot send it to devices of
+    other hosts, so with several processes every process builds its own shards from its full copy
+    (every process holds the same values)."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
+
+    def one(x, sharding):
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+    return jax.tree.map(one, tree, shardings)
+
+
+def local_copy(tree):
+    """The full values of a (possibly multi-host) sharded tree on this process, for work one
+    process does alone (the Engine's samples): a no-op with one process; with several it is a
+    collective (every process must call it) that gathers every array to host memory."""
+    if jax.process_count() == 1:
+        return tree
+    from jax.experimental import multihost_utils
+    return jax.device_put(multihost_utils.process_allgather(tree, tiled=True), jax.local_devices()[0])
+
+
+def on_one_process(params, fn) -> None:
+    """fn(params) on process 0 alone, over a local copy of the (possibly multi-host) params and
+    with no mesh in context, so the Engine runs its single-device programs; the other processes
+    only join the gather (`local_copy`). The evals' samples."""
+    params = local_copy(params)
+    if jax.process_index() == 0:
+        with jax.set_mesh(None):
+            fn(params)
+
+
+def any_process(flag: bool) -> bool:
+    """True on every process if `flag` is true on any (one SIGTERM stops all hosts at the same
+    step). A collective with several processes, so every process calls it at the same point."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+    return bool(np.max(multihost_utils.process_allgather(np.int32(flag))))
+
+
+def gather_loader_states(state):
+    """Every process's loader state, for the checkpoint (orbax writes JSON items from process 0
+    only): the state itself with one process, else {"per_process": [state of process 0, ...]}."""
+    if jax.process_count() == 1:
+        return state
+    from jax.experimental import multihost_utils
+    raw = np.frombuffer(json.dumps(state).encode(), np.uint8)
+    longest = int(np.max(multihost_utils.process_allgather(np.int32(raw.size))))
+    rows = multihost_utils.process_allgather(np.pad(raw, (0, longest - raw.size), constant_values=32))
+    return {"per_process": [json.loads(bytes(r).decode()) for r in rows]}
+
+
+def own_loader_state(saved):
+    """This process's loader state from a checkpoint's (see gather_loader_states)."""
+    if saved is None:
+        return None
+    n, i = jax.process_count(), jax.process_index()
+    if isinstance(saved, dict) and "per_process" in saved:
+        if len(saved["per_process"]) != n:
+            raise ValueError(f"the checkpoint's loader state is from {len(saved['per_process'])} "
+                             f"processes, this run has {n}: resume with the same process count")
+        return saved["per_process"][i]
+    if n > 1:
+        raise ValueError(f"the checkpoint's loader state is from one process, this run has {n}: "
+                         "resume with one process")
+    return saved
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
@@ -171,18 +254,21 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     loader_state after it). evaluate(params, step) -> dict of metrics (e.g. val bpb), run every
     eval_every steps and at the end. Returns the final metrics dict.
     """
+    from nanocode import checkpoint  # here: the step and its helpers need no orbax (bench/)
     ckpt_dir = Path(lc.run_dir) / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     p_shard = tree_shardings(params, mesh)
-    params = jax.device_put(params, p_shard)
+    params = place(params, p_shard)
     o_shard = tree_shardings(jax.eval_shape(optimizer.init, params), mesh)  # moments follow params
     opt_state = jax.jit(optimizer.init, out_shardings=o_shard)(params)
     start, loader_state = 0, None
     if lc.resume and checkpoint.latest_step(ckpt_dir) is not None:
         like = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), t)  # noqa: E731
         r = checkpoint.restore(ckpt_dir, params_like=like(params), opt_state_like=like(opt_state))
-        params, opt_state, start, loader_state = r["params"], r["opt_state"], r["step"], r["loader_state"]
-        log(f"resumed from {ckpt_dir}/{start}")
+        params, opt_state, start = r["params"], r["opt_state"], r["step"]
+        loader_state = own_loader_state(r["loader_state"])
+        if jax.process_index() == 0:
+            log(f"resumed from {ckpt_dir}/{start}")
 
     step_fn = jax.jit(make_train_step(loss, optimizer), donate_argnums=0,
                       in_shardings=((p_shard, o_shard), batch_sharding(mesh)),
@@ -193,33 +279,47 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     data = batches(loader_state)
     bs = batch_sharding(mesh)
 
+    primary = jax.process_index() == 0
+
     def save(step, loader_state, why=""):
         meta = {"step": step, **lc.extra_metadata}
         checkpoint.save(ckpt_dir, step, state[0], config=config, opt_state=state[1],
-                        loader_state=loader_state, tokenizer=tokenizer, metadata=meta, keep=lc.keep)
-        log(f"saved checkpoint {ckpt_dir}/{step}{why}")
+                        loader_state=gather_loader_states(loader_state), tokenizer=tokenizer,
+                        metadata=meta, keep=lc.keep)
+        say(f"saved checkpoint {ckpt_dir}/{step}{why}")
 
-    def record(row):
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    def record(row):  # metrics are the same on every process: written once
+        if primary:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def say(line):
+        if primary:
+            log(line)
+
+    def evaluate_at(step):
+        with jax.set_mesh(mesh):
+            return evaluate(state[0], step)
 
     from tqdm import tqdm
     bar = tqdm(total=lc.total_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=jax.process_index() != 0)
     pending, t_last, step_last, last = [], time.perf_counter(), start, {}
     if evaluate and lc.eval_at_start and start == 0:
-        last = evaluate(state[0], 0)
+        last = evaluate_at(0)
         record({"step": 0, **last})
-        log("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
+        say("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
     with _StopFlag() as stop:
         for step in range(start, lc.total_steps):
             host_batch, loader_state = next(data)
             batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(bs, x), host_batch)
-            state, m = step_fn(state, batch)
+            with jax.set_mesh(mesh):  # the model's per-device kernels read the mesh (gpt.batch_axes)
+                state, m = step_fn(state, batch)
             pending.append((step + 1, m["loss"]))
             bar.update(1)
             done = step + 1
-            if done % lc.log_every == 0 or done == lc.total_steps or stop.signal:
+            stopping = any_process(stop.signal is not None)
+            if done % lc.log_every == 0 or done == lc.total_steps or stopping:
                 losses = [(s, float(l)) for s, l in pending]  # syncs with the device
                 dt = time.perf_counter() - t_last
                 tok_s = lc.tokens_per_step * (done - step_last) / dt
@@ -232,16 +332,16 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
                 bar.set_postfix_str(f"loss {losses[-1][1]:.4f} | {tok_s:,.0f} tok/s | MFU {mfu:.1%}")
                 pending, t_last, step_last = [], time.perf_counter(), done
             if evaluate and (done % lc.eval_every == 0 or done == lc.total_steps):
-                ev = evaluate(state[0], done)
+                ev = evaluate_at(done)
                 record({"step": done, **ev})
                 last.update(ev)
-                log(f"step {done}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
+                say(f"step {done}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
                 t_last = time.perf_counter()  # eval time is not training time
-            if stop.signal:
-                save(done, loader_state, f" ({signal.Signals(stop.signal).name})")
+            if stopping:
+                why = signal.Signals(stop.signal).name if stop.signal else "a signal to another process"
+                save(done, loader_state, f" ({why})")
                 bar.close()
-                raise SystemExit(f"stopped by {signal.Signals(stop.signal).name} after step {done}; "
-                                 "continue with --resume")
+                raise SystemExit(f"stopped by {why} after step {done}; continue with --resume")
             if done % lc.save_every == 0 or done == lc.total_steps:
                 save(done, loader_state)
     bar.close()

@@ -61,8 +61,12 @@ def fp32_masters(params, cfg):
     return jax.tree_util.tree_map_with_path(cast, params)
 
 
-def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len: int | None = None):
-    """(params, cfg, tokenizer, ckpt_dir) of the --from checkpoint (its latest step)."""
+def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len: int | None = None,
+               remat: str | None = None):
+    """(params, cfg, tokenizer, ckpt_dir) of the --from checkpoint (its latest step). Compute dtype:
+    `dtype`, else bf16 on GPU/TPU (a checkpoint trained in fp32 fine-tunes in bf16 there), else the
+    checkpoint's."""
+    import jax
     from nanocode import checkpoint
     from nanocode.common import find_checkpoints, nanocode_home
     from nanocode.tokenizer import Tokenizer
@@ -77,8 +81,10 @@ def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len:
     if tokenizer.vocab_size != cfg.vocab_size:
         raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but the model in {ckpt_dir} "
                          f"expects {cfg.vocab_size}; pass the tokenizer it was trained with")
-    if dtype:
-        cfg = cfg.replace(compute_dtype=dtype)
+    if dtype or jax.default_backend() in ("gpu", "tpu"):
+        cfg = cfg.replace(compute_dtype=dtype or "bfloat16")
+    if remat:
+        cfg = cfg.replace(remat=remat)
     if seq_len and seq_len > cfg.sequence_len:  # longer context than pretraining: windows follow
         cfg = cfg.replace(sequence_len=seq_len)
     return params, cfg, tokenizer, ckpt_dir
@@ -87,14 +93,15 @@ def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len:
 # ---- data ----------------------------------------------------------------------------------------
 def load_sources(specs, tokenizer=None, max_tokens=None, log=print):
     """[(valid rows, K)] per --data spec; reports what was dropped and why."""
-    from train.conversations import keep_valid, load_rows, parse_source
+    from train.conversations import TRIMMED, keep_valid, load_rows, parse_source
 
     out = []
     for spec in specs:
         source, times = parse_source(spec)
-        rows, dropped = keep_valid(load_rows(source), tokenizer, max_tokens)
+        rows, counts = keep_valid(load_rows(source), tokenizer, max_tokens)
+        dropped = {rule: n for rule, n in counts.items() if rule != TRIMMED}
         note = ("; dropped " + ", ".join(f"{n} {rule}" for rule, n in sorted(dropped.items()))
-                if dropped else "")
+                if dropped else "") + (f"; {counts[TRIMMED]} {TRIMMED}" if TRIMMED in counts else "")
         log(f"data {source}: {len(rows)} rows x {times:g}{note}")
         if not rows:
             raise ValueError(f"data source {source} has no valid rows; check it with "
@@ -341,10 +348,11 @@ def main(args) -> int:
     from train.loader import check_batch
 
     if args.multihost:
-        jax.distributed.initialize()
+        loop.init_multihost()
     enable_compilation_cache()
     home = nanocode_home()
-    params, cfg, tokenizer, ckpt_dir = load_start(args.from_, args.tokenizer, args.dtype, args.seq_len)
+    params, cfg, tokenizer, ckpt_dir = load_start(args.from_, args.tokenizer, args.dtype, args.seq_len,
+                                                  args.remat)
     T = args.seq_len or cfg.sequence_len
     n_dev = jax.device_count()
     rows, accum = batch_geometry(args, T, n_dev)
@@ -384,8 +392,9 @@ def main(args) -> int:
 
     def evaluate(params, step):
         out = {"val_loss": val_loss(params)} if val_loss else {}
-        if jax.process_index() == 0:
-            print_samples(params, cfg, tokenizer, sample_convs, args.sample_tokens)
+        if args.sample_tokens > 0:
+            loop.on_one_process(params, lambda p: print_samples(p, cfg, tokenizer, sample_convs,
+                                                                args.sample_tokens))
         return out
 
     optimizer = sft_optimizer(cfg, params, steps, rows * accum * T, args.lr_scale, args.warmup_steps)

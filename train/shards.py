@@ -1,8 +1,8 @@
 """`train data`: the pretraining corpus as parquet shards, built offline or downloaded from the hub.
 
 Layout: <data>/code/shard_00000.parquet ... and <data>/text/shard_00000.parquet ... (default <data> =
-$NANOCODE_HOME/data). One document per row in a string column `text` (downloaded Stack shards call it
-`content`; readers accept both), row groups of ~1024 documents, and the LAST shard of a directory is
+$NANOCODE_HOME/data). One document per row in a string column `text` (local builds and both hub
+datasets alike), row groups of ~1024 documents, and the LAST shard of a directory is
 the validation split, as in nanochat. Each directory has a data.json saying where its shards came
 from, so a local build never overwrites downloaded shards and a download never mistakes a local
 shard for a downloaded one.
@@ -38,7 +38,7 @@ import urllib.request
 from pathlib import Path
 
 EXTENSIONS = {"code": (".py",), "text": (".md", ".rst", ".txt")}
-TEXT_COLUMNS = ("text", "content")  # our shards / FineWeb-Edu use `text`, the Stack v2 re-upload `content`
+TEXT_COLUMNS = ("text",)  # our shards, FineWeb-Edu and the Stack v2 Python shards all use `text`
 SHARD_GLOB = "shard_*.parquet"
 MANIFEST = "data.json"
 MAX_DOC_BYTES = 1_000_000
@@ -50,12 +50,17 @@ SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages", "node_modules"}  #
 # FineWeb-Edu, shuffled and repacked by Karpathy for nanochat: shard_00000 ... shard_01822, ~250M chars each.
 FINEWEB_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main/shard_{index:05d}.parquet"
 FINEWEB_LAST = 1822
-# The Stack v2, Python, WITH file contents. The official bigcode/the-stack-v2 holds only Software
-# Heritage blob ids (the bytes need an S3 agreement), so this is a public re-upload with a `content`
-# column: data/train-00000-of-00289.parquet ... Change this template to use another such dataset.
-STACK_URL = ("https://huggingface.co/datasets/yushengsu/stack-v2-python-with-content-chunk1-modified"
-             "/resolve/main/data/train-{index:05d}-of-00289.parquet")
-STACK_LAST = 288
+# The Stack v2, Python, WITH file contents: the dataset the original nanocode pretrains on. The
+# official bigcode/the-stack-v2 holds only Software Heritage blob ids, so its author packed Python
+# files of bigcode/the-stack-v2-train-smol-ids (contents from Software Heritage's S3 bucket; no
+# vendored or generated files, 100 B-500 KB), shuffled, into FineWeb-Edu's layout: shard_00000 ...
+# at the repo root, a `text` column, ~250M chars per shard, row groups of 1024 files, zstd.
+# 80 shards, shard_00000 ... shard_00079: max_shard = 79 in the original nanocode's download script
+# (data/pretrain.py and nanojax/dataset.py, as copied in github.com/moof2x/nanocode), which also holds
+# the packing script (dev/package_code.py). Not checked against the hub itself (no network here): a
+# wrong last index shows as an HTTP 404 naming the URL.
+STACK_URL = "https://huggingface.co/datasets/smohammadi/the-stack-v2-python-shuffle/resolve/main/shard_{index:05d}.parquet"
+STACK_LAST = 79
 HUB = {"fineweb": ("text", FINEWEB_URL, FINEWEB_LAST), "stack": ("code", STACK_URL, STACK_LAST)}
 
 
@@ -204,18 +209,22 @@ def _write_shard(path: Path, texts: list[str], row_group: int) -> None:
                    row_group_size=row_group, compression="zstd")
 
 
-def _check_manifest(out: Path, source: str) -> None:
+def _check_manifest(out: Path, source: str, url: str | None = None) -> None:
+    """DataError unless out's shards (if any) came from `source` (and, given a url, that URL template)."""
     m = out / MANIFEST
     if not m.exists():
         if any(out.glob(SHARD_GLOB)):
             raise DataError(f"{out} holds shards of unknown origin (no {MANIFEST}): move them away or pass --out")
         return
     try:
-        have = json.loads(m.read_text()).get("source")
+        info = json.loads(m.read_text())
+        have, have_url = info.get("source"), info.get("url")
     except (OSError, ValueError, AttributeError):
-        have = None
+        have = have_url = None
     if have != source and any(out.glob(SHARD_GLOB)):
         raise DataError(f"{out} holds {have or 'unknown'} shards, not {source} ones: delete them or pass --out")
+    if url and have_url and have_url != url and any(out.glob(SHARD_GLOB)):  # e.g. an earlier Stack re-upload
+        raise DataError(f"{out} holds {source} shards from {have_url}, not {url}: delete them or pass --out")
 
 
 def _write_manifest(out: Path, info: dict) -> None:
@@ -372,7 +381,7 @@ def download(kind: str, shards: int, out: str | os.PathLike, retries: int = 5) -
     sub, template, last_index = HUB[kind]
     target = Path(out) / sub
     target.mkdir(parents=True, exist_ok=True)
-    _check_manifest(target, kind)
+    _check_manifest(target, kind, template)
     _write_manifest(target, {"source": kind, "url": template})
     indices = list(range(min(shards, last_index))) + [last_index]
     t0, fetched, skipped, nbytes = time.time(), 0, 0, 0

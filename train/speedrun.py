@@ -4,9 +4,9 @@ type (printed before it runs).
 
 Trade-offs:
 - Every stage runs as its own subprocess: the commands are exactly what a user would run by hand,
-  memory is returned between stages, and inference stages get the XLA:CPU runtime flag the agent
-  uses (it must be set before jax is imported, which a training stage in the same process would
-  already have done). The price is ~5-10 s of imports per stage.
+  memory (host and accelerator) is returned between stages, and each stage sets up its own
+  devices (a training stage's jax.distributed.initialize() included). The price is ~5-10 s of
+  imports per stage.
 - Progress is a file per stage: `<run>/<stage>.done` (the command, wall time) is written when the
   stage exits 0, and a rerun skips it. A training stage that was interrupted restarts with
   `--resume` from its newest checkpoint, so `--resume` after a kill redoes at most the steps since
@@ -17,7 +17,32 @@ Trade-offs:
   rows copy rows (train/loader.py): the first cpu base (300 steps of 16,384 tokens, plain data)
   never learned to copy, and a model that cannot copy cannot use names from its prompt.
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; their expected times are the
-  reference TPU v6e-8 runs of ../shared/spec/MODEL.md (see the README for flags and costs).
+  reference TPU v6e-8 runs of ../shared/spec/MODEL.md (see the README for flags and costs). Their
+  `chip` and `devices` keys say what they are sized for (memory per chip is looked up elsewhere).
+
+Multi-host (`--multihost`, the same command on every worker, the run dir on shared storage):
+- Only process 0 runs the single-writer stages (data, tokenizer, synth, export, evals, report);
+  the training stages (base, sft, dpo) run on every process together, each with `--multihost`.
+  The other processes wait for process 0's `<stage>.done` (a line a minute; `--wait-timeout`).
+  When process 0 fails a stage (or is interrupted) it writes `<run>/<stage>.failed` (exit code,
+  its log), and every waiter exits non-zero naming that stage and log. Training stages: process 0
+  writes the .done and logs/<stage>.log, process i logs to logs/<stage>.process<i>.log.
+- How a driver learns its process index: a probe subprocess (`python -m train.speedrun probe`)
+  calls train.loop.init_multihost() (JAX's cluster detection, or the JAX_COORDINATOR_ADDRESS /
+  JAX_NUM_PROCESSES / JAX_PROCESS_ID variables), prints the index and count, and exits. The
+  driver itself never imports jax, so it never holds the coordinator's port that each training
+  stage binds again. The price: one more jax start-up per run (seconds; on a pod the probe
+  initializes the accelerator too, a preflight check of the same devices and network the
+  training stages use), and a second rendezvous, so every worker must start within JAX's
+  initialization timeout (5 min). Reading the index from the environment alone would be free but
+  would not work with JAX's auto-detection (Cloud TPU, SLURM, ...).
+- The probe is also the barrier that orders the run-directory checks: before it, process 0
+  alone checks "already holds a run" (without --resume) and, if the run goes on, deletes stale
+  `.failed` markers; its verdict is broadcast to all processes (a collective, so no process can
+  read it, or start waiting, before process 0 has finished). So a refused run stops every
+  process (exit 2, no stage started), later workers never trip over the files process 0 creates,
+  and a failure marker from an earlier run cannot release a waiter. `.done` markers are kept:
+  with --resume they mean "done" on every process alike.
 
 Layout of a run (default $NANOCODE_HOME/speedrun/<preset>): data/ tokenizer/ base/ synth/ sft/ dpo/
 model/ (checkpoints/<step>: the exported bf16 params-only checkpoint; MODEL_CARD.md; evals/*.json)
@@ -34,6 +59,11 @@ import time
 from pathlib import Path
 
 STAGES = ("data", "tokenizer", "base", "synth", "sft", "dpo", "export", "evals", "report")
+TRAINING = ("base", "sft", "dpo")  # with --multihost: every process runs these together
+SINGLE_WRITER = tuple(s for s in STAGES if s not in TRAINING)  # with --multihost: process 0 only
+WAIT_POLL_S = 2.0  # how often a waiting process looks for process 0's marker files
+WAIT_REPORT_S = 60.0  # how often it says that it is still waiting
+PROBE_PREFIX = "speedrun-probe "
 
 # Flags that matter on TPU (overlap of collectives with compute; from MaxText's v6e recipes) and
 # GPU (latency-hiding scheduler). Set only when the variable is not already set by the user.
@@ -68,6 +98,7 @@ PRESETS = {
 for _depth, _shards, _hours in ((12, 24, "0.15"), (20, 96, "1.4"), (24, 160, "9.3")):
     PRESETS[f"d{_depth}"] = dict(
         about=f"d{_depth} on a TPU v6e-8 (reference run: {_hours} h; GPUs: same command)",
+        chip="v6e", devices=8,  # what the preset is sized for
         data=[["data", "download", "--kind", "fineweb", "--shards", str(_shards)],
               ["data", "download", "--kind", "stack", "--shards", str(max(8, _shards // 4))]],
         tokenizer=["--vocab-size", "32768", "--max-chars", "2000000000"],
@@ -75,8 +106,8 @@ for _depth, _shards, _hours in ((12, 24, "0.15"), (20, 96, "1.4"), (24, 160, "9.
               "--mesh", "data=1,fsdp=-1", "--save-every", "1000"]
         + (["--seq-len", "4096"] if _depth == 24 else []),
         synth=["--n", "100000", "--n-eval", "300"],
-        sft=["--device-batch", "8", "--epochs", "2", "--save-every", "1000"],
-        dpo=["--device-batch", "8", "--epochs", "1"],
+        sft=["--device-batch", "8", "--epochs", "2", "--mesh", "data=1,fsdp=-1", "--save-every", "1000"],
+        dpo=["--device-batch", "8", "--epochs", "1", "--mesh", "data=1,fsdp=-1"],
         evals=[["bpb"], ["core"], ["humaneval", "--n", "100", "--temperature", "0.8"],
                ["mbpp", "--n", "10", "--temperature", "0.8"],
                ["agent", "--per-family", "30", "--max-steps", "25"]],
@@ -93,7 +124,11 @@ def add_speedrun_args(p) -> None:
     p.add_argument("--only", metavar="STAGE[,STAGE]", help=f"run just these stages ({', '.join(STAGES)})")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     p.add_argument("--multihost", action="store_true",
-                   help="pass --multihost to the training stages (run the same command on every TPU worker)")
+                   help="run the same command on every worker (run dir on shared storage): the training "
+                   "stages get --multihost and run on every process, the other stages on process 0 only")
+    p.add_argument("--wait-timeout", metavar="MIN", type=float, default=24 * 60,
+                   help="with --multihost: how long another process waits for process 0 to finish a "
+                   "stage it runs alone before giving up (minutes; default: 1440 = 24 h)")
 
 
 def _tool(name: str) -> list[str]:
@@ -142,11 +177,21 @@ def shown_command(cmd: list[str]) -> str:
     return shlex.join(cmd)
 
 
-def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict) -> int:
-    """Run a stage's commands, output to the terminal and logs/<stage>.log; .done on success."""
+def _write_marker(path: Path, data: dict) -> None:
+    """A marker file, written whole or not at all (another process may be polling for it)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict, process: int = 0,
+              write_done: bool = True) -> int:
+    """Run a stage's commands, output to the terminal and logs/<stage>.log (process 0) or
+    logs/<stage>.process<i>.log; .done on success (unless write_done is False)."""
     (run / "logs").mkdir(parents=True, exist_ok=True)
+    log_path = run / "logs" / (f"{stage}.log" if process == 0 else f"{stage}.process{process}.log")
     t0 = time.time()
-    with open(run / "logs" / f"{stage}.log", "a") as log:
+    with open(log_path, "a") as log:
         for cmd in cmds:
             shown = shown_command(cmd)
             print(f"\n=== {stage}: {shown}", flush=True)
@@ -159,15 +204,99 @@ def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict) -> int:
                 sys.stdout.flush()
                 log.write(chunk.decode("utf-8", "replace"))
             if proc.wait() != 0:
-                print(f"\nspeedrun: stage {stage} failed (exit {proc.returncode}); log: "
-                      f"{run / 'logs' / (stage + '.log')}; fix it and rerun with --resume",
-                      file=sys.stderr)
+                print(f"\nspeedrun: stage {stage} failed (exit {proc.returncode}); log: {log_path}; "
+                      "fix it and rerun with --resume", file=sys.stderr)
                 return proc.returncode or 1
     seconds = time.time() - t0
-    (run / f"{stage}.done").write_text(json.dumps(
-        {"commands": [shown_command(c) for c in cmds], "seconds": round(seconds, 1)}, indent=1) + "\n")
+    if write_done:
+        _write_marker(run / f"{stage}.done", {"commands": [shown_command(c) for c in cmds],
+                                              "seconds": round(seconds, 1)})
     print(f"=== {stage} done in {seconds / 60:.1f} min", flush=True)
     return 0
+
+
+# ---- --multihost: who runs what -------------------------------------------------------------------
+def probe_processes(run: Path, fresh: bool, env: dict) -> tuple[int, int, bool] | None:
+    """(process index, process count, refused) from the probe subprocess (see the module
+    docstring); refused: process 0 found `run` holding a run and `fresh` (no --resume) was asked.
+    None (after saying why) when the probe failed."""
+    cmd = [sys.executable, "-m", "train.speedrun", "probe", str(run)] + (["--fresh"] if fresh else [])
+    print(f"=== multihost: {shown_command(cmd)}", flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, env={**os.environ, **env}, text=True)
+    lines = proc.stdout.splitlines()
+    found = [json.loads(ln.removeprefix(PROBE_PREFIX)) for ln in lines if ln.startswith(PROBE_PREFIX)]
+    other = "\n".join(ln for ln in lines if not ln.startswith(PROBE_PREFIX))
+    if other:
+        print(other, flush=True)
+    if proc.returncode or not found:
+        print(f"speedrun: the multihost probe failed (exit {proc.returncode}): every worker must run the "
+              "same command at about the same time; outside JAX's cluster detection (Cloud TPU, SLURM, "
+              "...) set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID", file=sys.stderr)
+        return None
+    d = found[-1]
+    return d["process_index"], d["process_count"], d["refused"]
+
+
+def probe(run: str, fresh: bool) -> int:
+    """`python -m train.speedrun probe RUN [--fresh]`: join the other processes, and print this
+    one's index and count. Process 0 first checks the run dir (with --fresh: refuse one that holds
+    a run) and deletes stale failure markers; the broadcast of its verdict is the barrier."""
+    from train.loop import init_multihost
+    init_multihost()
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+    index, count = jax.process_index(), jax.process_count()
+    refused = False
+    if index == 0:
+        run_dir = Path(run)
+        refused = fresh and run_dir.exists() and any(run_dir.iterdir())
+        if not refused:
+            for f in run_dir.glob("*.failed"):
+                f.unlink()
+    refused = bool(multihost_utils.broadcast_one_to_all(np.int32(refused)))
+    print(PROBE_PREFIX + json.dumps({"process_index": index, "process_count": count, "refused": refused}),
+          flush=True)
+    return 0
+
+
+def mark_failed(run: Path, stage: str, why: str) -> None:
+    """Process 0's `<stage>.failed`: what makes the waiting processes stop (see wait_for_stage)."""
+    _write_marker(run / f"{stage}.failed", {"stage": stage, "process": 0, "failed": why,
+                                            "log": str(run / "logs" / f"{stage}.log")})
+
+
+def wait_for_stage(run: Path, stage: str, timeout_s: float) -> int:
+    """On a process other than 0: wait for process 0's `<stage>.done` (0), or any `.failed` marker
+    it writes, or the timeout (1, after saying why). A line every WAIT_REPORT_S while waiting."""
+    log = run / "logs" / f"{stage}.log"
+    print(f"\n=== {stage}: runs on process 0 (log: {log}); waiting for {run / (stage + '.done')}", flush=True)
+    t0 = time.time()
+    report = t0 + WAIT_REPORT_S
+    while True:
+        if (run / f"{stage}.done").exists():
+            print(f"=== {stage}: done on process 0 (waited {(time.time() - t0) / 60:.1f} min)", flush=True)
+            return 0
+        failed = sorted(run.glob("*.failed"))
+        if failed:
+            try:
+                d = json.loads(failed[0].read_text())
+            except (OSError, ValueError):
+                d = {}
+            name = d.get("stage", failed[0].name.removesuffix(".failed"))
+            print(f"speedrun: process 0 failed stage {name} ({d.get('failed', 'see its log')}); its log: "
+                  f"{d.get('log', run / 'logs' / (name + '.log'))}; fix it and rerun the same command with "
+                  "--resume on every worker", file=sys.stderr)
+            return 1
+        waited = time.time() - t0
+        if waited > timeout_s:
+            print(f"speedrun: gave up waiting for process 0 to finish stage {stage} after "
+                  f"{waited / 60:.1f} min (--wait-timeout); its log: {log}", file=sys.stderr)
+            return 1
+        if time.time() >= report:
+            print(f"speedrun: still waiting for process 0: stage {stage}, {waited / 60:.0f} min", flush=True)
+            report += WAIT_REPORT_S
+        time.sleep(WAIT_POLL_S)
 
 
 def main(args) -> int:
@@ -182,25 +311,53 @@ def main(args) -> int:
             raise ValueError(f"--only: unknown stage(s) {', '.join(bad)}; stages: {', '.join(STAGES)}")
     if args.dry_run:
         for s in stages:
+            where = "" if not args.multihost else " (process 0 only)" if s in SINGLE_WRITER else \
+                " (every process)"
             for c in stage_commands(s, p, run, args.multihost):
-                print(f"{s}: {shown_command(c)}")
+                print(f"{s}{where}: {shown_command(c)}")
         return 0
-    if run.exists() and any(run.iterdir()) and not args.resume:
-        raise ValueError(f"{run} already holds a run; add --resume to continue it (done stages are "
-                         "skipped), or pass another --run-dir")
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "preset").write_text(args.preset + "\n")  # for the model card's recipe line
+    held = (f"{run} already holds a run; add --resume to continue it (done stages are skipped), or pass "
+            "another --run-dir")
     env = {k: v for k, v in _platform_env().items() if k not in os.environ}
+    index, count = 0, 1
+    if args.multihost:
+        probed = probe_processes(run, fresh=not args.resume, env=env)
+        if probed is None:
+            return 1
+        index, count, refused = probed
+        print(f"=== multihost: process {index} of {count}", flush=True)
+        if refused:
+            raise ValueError(held if index == 0 else f"process 0 found that {held}")
+    elif run.exists() and any(run.iterdir()) and not args.resume:
+        raise ValueError(held)
+    run.mkdir(parents=True, exist_ok=True)
+    if index == 0:
+        (run / "preset").write_text(args.preset + "\n")  # for the model card's recipe line
     t0 = time.time()
     for s in stages:
         if (run / f"{s}.done").exists():
             print(f"=== {s}: done already (delete {run / (s + '.done')} to redo it)")
             continue
-        rc = run_stage(s, stage_commands(s, p, run, args.multihost), run, env)
+        if index != 0 and s in SINGLE_WRITER:
+            rc = wait_for_stage(run, s, args.wait_timeout * 60)
+        else:
+            try:
+                rc = run_stage(s, stage_commands(s, p, run, args.multihost), run, env, process=index,
+                               write_done=index == 0)
+            except BaseException as e:  # interrupted: the waiters must not wait for it
+                if args.multihost and index == 0:
+                    mark_failed(run, s, f"interrupted: {e!r}")
+                raise
+            if rc and args.multihost and index == 0:
+                mark_failed(run, s, f"exit {rc}")
         if rc:
             return rc
     if args.only:
         print(f"\nspeedrun {args.preset}: {', '.join(stages)} done in {(time.time() - t0) / 60:.1f} min")
+        return 0
+    if index != 0:
+        print(f"\nspeedrun {args.preset}: process {index} of {count} finished in "
+              f"{(time.time() - t0) / 60:.1f} min; process 0 wrote the model: {run / 'model'}")
         return 0
     print(f"\nspeedrun {args.preset}: finished in {(time.time() - t0) / 60:.1f} min; model: "
           f"{run / 'model'}; report: {run / 'report' / 'report.md'}\n"
@@ -329,4 +486,7 @@ if __name__ == "__main__":
         raise SystemExit(export(*rest))
     if command == "card" and len(rest) == 1:
         raise SystemExit(write_card(*rest))
-    raise SystemExit("usage: python -m train.speedrun export SRC DST | card RUN_DIR")
+    if command == "probe" and len(rest) in (1, 2) and rest[1:] in ([], ["--fresh"]):
+        raise SystemExit(probe(rest[0], fresh=rest[1:] == ["--fresh"]))
+    raise SystemExit("usage: python -m train.speedrun export SRC DST | card RUN_DIR | "
+                     "probe RUN_DIR [--fresh]")

@@ -1,0 +1,102 @@
+"""bench/accelerator_check.py, run as the GPU machine runs it (a subprocess from the source tree with
+PYTHONPATH=.), at --tiny on this CPU: every section ok, real numbers in the JSON, CPU numerics
+tight, none of the heavy optional packages imported, and the time guard skipping sections.
+
+The full --tiny run compiles the train step, the engine's prefill/decode at batch 1 and 8 and six
+attention fwd+bwd functions: ~45 s of CPU time, 70-150 s wall on the shared 2 cores, so those
+tests are `slow` (pytest -m slow tests/test_accelerator_check.py). The budget-guard test runs the
+script's imports and JSON writing with every section skipped (~5 s) and stays in the default run."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "accelerator_check.py"
+
+
+def run_check(out: Path, *extra: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out), *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+slow = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return run_check(tmp_path_factory.mktemp("accel") / "x.json")
+
+
+@slow
+def test_every_section_ok_on_cpu(report):
+    sections = report["sections"]
+    assert list(sections) == ["train", "engine", "numerics"]  # no xla fallback on CPU
+    for name, rec in sections.items():
+        assert rec["status"] == "ok", (name, rec.get("error"), rec.get("traceback"))
+    assert report["backend"] == "cpu" and report["compute_dtype"] == "float32"
+    assert report["attn_impl"] == "einsum"
+    assert report["jax_version"] and report["device_kind"]
+    assert report["forbidden_modules_imported"] == []  # no orbax, tqdm, tiktoken, textual, datasets
+
+
+@slow
+def test_train_numbers(report):
+    from nanocode.config import param_counts, preset
+
+    t = report["sections"]["train"]
+    assert t["attn_impl_resolved"] == "einsum"
+    assert t["params"] == param_counts(preset("cpu-d2"))["total"]
+    assert t["batch_shape"] == [1, 4, 128] and t["tokens_per_step"] == 512
+    assert t["compile_s"] > 0 and t["timed_steps"] == 3 and len(t["step_s_all"]) == 3
+    assert 0 < t["step_s_min"] <= t["step_s_median"]
+    assert t["tokens_per_s"] == pytest.approx(512 / t["step_s_median"])
+    assert t["flops_per_token"] > 0 and t["peak_flops"] > 0 and 0 < t["mfu"] < 1.5
+    # 1 first step + 3 timed steps; at init the loss is ~ln(vocab) and finite
+    assert len(t["losses"]) == 4 and t["loss_finite"]
+    assert abs(t["losses"][0] - math.log(8192)) < 0.5
+    assert t["peak_memory_mib"] > 0
+    assert "memory_analysis" in t["peak_memory_source"]  # CPU has no peak_bytes_in_use
+
+
+@slow
+def test_engine_numbers(report):
+    e = report["sections"]["engine"]
+    assert e["prefill_len"] == 64 and e["decode_tokens"] == 32
+    for b in (1, 8):
+        r = e[f"batch{b}"]
+        assert r["prefill_tokens_per_s"] > 0 and r["decode_tokens_per_s"] > 0
+        assert r["decode_tokens_per_s"] == pytest.approx(b * 32 / r["decode_s"])
+
+
+@slow
+def test_attention_numerics_tight_in_f32(report):
+    n = report["sections"]["numerics"]
+    assert n["impls"] == ["einsum", "xla"] and n["dtype"] == "float32"
+    windows = {"causal": n["shape_BTHD"][1], "sliding": 64}
+    for case, window in windows.items():
+        rec = n[case]
+        assert rec["window"] == window
+        assert all(v > 0.1 for v in rec["ref_max_abs"].values())  # a non-trivial reference
+        for impl in ("einsum", "xla"):
+            for name in ("out", "dq", "dk", "dv"):
+                assert rec[impl][name] < 1e-4, (case, impl, name, rec[impl][name])
+    assert n["max_abs_err"] < 1e-4
+
+
+def test_budget_guard_skips_sections(tmp_path):
+    r = run_check(tmp_path / "skip.json", "--budget-s", "0")
+    assert list(r["sections"]) == ["train", "engine", "numerics"]
+    assert [s["status"] for s in r["sections"].values()] == ["skipped"] * 3
+    assert all("budget" in s["reason"] for s in r["sections"].values())
+    # the imports alone (train.loop included) pull none of the heavy optional packages
+    assert r["forbidden_modules_imported"] == []
+    assert r["backend"] == "cpu" and r["jax_version"] and r["sizes"]["preset"] == "cpu-d2"
