@@ -56,7 +56,8 @@ def test_train_loss_is_sum_over_real_pairs_and_buckets_are_fixed(tokenizer):
     plan = plan_epoch(pairs, 4, seed=0, epoch=0)
     assert sorted(len(s) for s in plan) == [4, 4]  # one step per bucket, padded with fillers
     assert sorted(sum(i is None for i in s) for s in plan) == [1, 3]
-    logp = make_logp(cfg)
+    from train.loop import make_mesh
+    logp = make_logp(cfg, make_mesh(""))
     pol = sequence_logps(logp, params, pairs, tokenizer.bos_id, 4)
     refs = [(c - 1.0, r + 0.5) for c, r in pol]  # pretend the reference was worse on chosen
     step = next(s for s in plan if 3 in s)

@@ -1,7 +1,8 @@
 """Multi-host training, emulated: two real processes on this machine joined by jax.distributed over
 CPU collectives (gloo on loopback), one CPU device each, so the mesh spans both "hosts" and every
 cross-host path runs for real: sharded init and restore, per-process loader state, the coordinated
-SIGTERM stop, evals and samples, base -> sft -> dpo on a data=2 and an fsdp=2 mesh."""
+SIGTERM stop, evals and samples, base -> sft -> dpo on a data=2 and (slow: ~4 min more) an
+fsdp=2 mesh."""
 
 import json
 import os
@@ -84,7 +85,7 @@ def run2(home, args) -> list[str]:
     return outs
 
 
-@pytest.mark.parametrize("mesh", ["data=2", "fsdp=2"])
+@pytest.mark.parametrize("mesh", ["data=2", pytest.param("fsdp=2", marks=pytest.mark.slow)])
 def test_two_hosts_base_sft_dpo_with_sigterm_and_exact_resume(home, tmp_path, mesh):
     base = [*BASE, "--mesh", mesh, "--steps", "8", "--save-every", "2", "--eval-every", "4"]
     run2(home, [*base, "--run-dir", str(tmp_path / "straight")])

@@ -122,12 +122,14 @@ def seq_logp(params, cfg, x, y):
     return -token_nll(params, cfg, x, y).sum(-1)
 
 
-def make_logp(cfg):
-    """jitted (params, inputs (B, L), targets (B, L)) -> (B,) sum of target log-probs. Inputs are
-    host arrays, so every device computes the whole batch: fine for the one reference pass and
-    the small val set (the training step itself is sharded by the shared loop)."""
+def make_logp(cfg, mesh):
+    """jitted (params, inputs (B, L), targets (B, L)) -> (B,) sum of target log-probs, replicated
+    on every device of `mesh` so every process can read it. Inputs are host arrays (the same on
+    every process); call it with the mesh in context (`jax.set_mesh`), as the training loop does."""
     import jax
-    return jax.jit(lambda params, x, y: seq_logp(params, cfg, x, y))
+    from jax.sharding import NamedSharding, PartitionSpec
+    return jax.jit(lambda params, x, y: seq_logp(params, cfg, x, y),
+                   out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def sequence_logps(logp, params, pairs, bos: int, batch: int):
@@ -231,7 +233,7 @@ def main(args) -> int:
 
     mesh = loop.make_mesh(args.mesh)
     ref_params = loop.place(params, loop.tree_shardings(params, mesh))
-    logp = make_logp(cfg)
+    logp = make_logp(cfg, mesh)
     with jax.set_mesh(mesh):  # as in the training loop: the model's per-device kernels read it
         unique_refs = sequence_logps(logp, ref_params, unique, bos, max(P, 8))
         val_refs = sequence_logps(logp, ref_params, val_pairs, bos, max(P, 8)) if val_pairs else []
