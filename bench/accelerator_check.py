@@ -89,7 +89,8 @@ import numpy as np  # noqa: E402
 
 from nanocode.config import flops_per_token, param_counts, preset  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
-from nanocode.gpt import attend, init_params, resolve_attn_impl  # noqa: E402
+from nanocode.attention import attend, resolve_attn_impl  # noqa: E402
+from nanocode.gpt import init_params  # noqa: E402
 from train.base import next_token_loss  # noqa: E402
 from train.loop import (batch_sharding, make_mesh, make_train_step, peak_flops,  # noqa: E402
                         tree_shardings)

@@ -44,7 +44,8 @@ from flax import nnx  # noqa: E402
 
 from nanocode import gpt  # noqa: E402
 from nanocode.config import SMEAR_CHANNELS, VE_GATE_CHANNELS, GPTConfig, preset  # noqa: E402
-from nanocode.gpt import attend, cross_entropy, resolve_attn_impl, rmsnorm, rotary  # noqa: E402
+from nanocode.attention import attend, resolve_attn_impl  # noqa: E402
+from nanocode.gpt import cross_entropy, rmsnorm, rotary  # noqa: E402
 
 
 # ==== the NNX model (counted for the line comparison: from here to END NNX MODEL) ==================

@@ -37,7 +37,6 @@ def ckpt(tmp_path_factory):
 @pytest.fixture
 def proj(tmp_path, monkeypatch):
     monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XLA_FLAGS", "")  # the test process imported jax already: leave it be
     p = tmp_path / "proj"
     p.mkdir()
     (p / "a.py").write_text("x = 1\n")
@@ -125,10 +124,9 @@ def test_headless_json(ckpt, proj, capsys):
 
 def test_headless_subprocess_text(ckpt, proj):
     """The real entry point in a fresh process: exit 0, the answer alone on stdout."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the CLI sets its own
     r = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--model", str(ckpt),
                         "--cwd", str(proj), "--max-tokens", "8"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env={**env, "PYTHONPATH": str(ROOT)})
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
 

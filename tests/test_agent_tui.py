@@ -384,7 +384,6 @@ def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
     cfg = tiny(vocab_size=tok.vocab_size, sequence_len=256)
     ckpt = tmp_path / "run" / "checkpoints"
     save(ckpt, 1, random_params(cfg), config=cfg, tokenizer=tok)
-    monkeypatch.setenv("XLA_FLAGS", "")
     got = {}
     monkeypatch.setattr(tui, "run", lambda loader, args: got.setdefault("loader", loader) and 7)
     assert cli.main(["--model", str(ckpt), "--cwd", str(repo), "--mode", "plan",

@@ -8,8 +8,8 @@ import optax
 import pytest
 
 from nanocode.config import GPTConfig, flops_per_token, kv_bytes_per_token, param_counts, preset
-from nanocode.gpt import (attend, cross_entropy, forward, init_cache, init_params, loss_fn, nll_sum,
-                          resolve_attn_impl)
+from nanocode.attention import attend, resolve_attn_impl
+from nanocode.gpt import cross_entropy, forward, init_cache, init_params, loss_fn, nll_sum
 from tiny_models import random_params, tiny
 
 CPU_IMPLS = ["xla", "einsum", "splash"]  # splash runs in Pallas interpret mode off-TPU
@@ -105,7 +105,7 @@ def test_model_impls_agree_fp32():
 
 @pytest.mark.parametrize("pattern", ["SSSL", "L"])
 def test_einsum_attention_backward_matches_autodiff(pattern):
-    """The einsum impl's hand-written chunk backward (gpt._attend_chunk) gives the gradients that
+    """The einsum impl's hand-written chunk backward (attention._attend_chunk) gives the gradients that
     autodiff of jax.nn.dot_product_attention gives: GQA (4 query heads, 2 kv heads), windows."""
     cfg = tiny(window_pattern=pattern)
     params = random_params(cfg)

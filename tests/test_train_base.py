@@ -166,3 +166,31 @@ def test_missing_data_and_tokenizer_are_clear_errors(home, tmp_path):
     (empty / "tokenizer" / "tokenizer.json").write_bytes((home / "tokenizer" / "tokenizer.json").read_bytes())
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "train data local" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_accelerators_compute_in_bf16_by_default(monkeypatch, tmp_path):
+    """train base, sft and dpo: bf16 compute on GPU/TPU unless --dtype says otherwise (fp32 on a
+    CPU); a fine-tune of an fp32 checkpoint computes in bf16 there too."""
+    import jax
+
+    from nanocode import checkpoint
+    from nanocode.config import GPTConfig
+    from nanocode.gpt import init_params
+    from tiny_models import tiny_tokenizer
+    from train.base import model_config
+    from train.cli import build_parser
+    from train.sft import load_start
+
+    def dtype(*flags):
+        return model_config(build_parser().parse_args(["base", "--preset", "d12", *flags]), 32768).compute_dtype
+
+    tok = tiny_tokenizer(["def f(x):\n    return x + 1\n"] * 20, 300)
+    cfg = GPTConfig(n_layer=2, n_embd=64, n_head=4, n_kv_head=4, head_dim=16, vocab_size=tok.vocab_size,
+                    sequence_len=64)
+    checkpoint.save(tmp_path / "ckpt", 0, init_params(cfg, jax.random.PRNGKey(0)), config=cfg, tokenizer=tok)
+    assert dtype() == "float32" and load_start(str(tmp_path / "ckpt"))[1].compute_dtype == "float32"
+    for backend in ("gpu", "tpu"):
+        monkeypatch.setattr(jax, "default_backend", lambda: backend)
+        assert dtype() == "bfloat16" and dtype("--dtype", "float32") == "float32"
+        assert load_start(str(tmp_path / "ckpt"))[1].compute_dtype == "bfloat16"
+        assert load_start(str(tmp_path / "ckpt"), dtype="float32")[1].compute_dtype == "float32"

@@ -5,9 +5,18 @@ saves and exact resume. A stage (base, sft, dpo) supplies only its batches and i
 Parallelism comes from JAX alone: a `Mesh` with axes (data, fsdp). Every device takes a slice of
 the batch; parameters and optimizer state are sharded over `fsdp` on their largest divisible axis
 (ZeRO-3 style: XLA all-gathers weights for the matmuls and reduce-scatters gradients), replicated
-over `data`. On a pod every host runs the same command after `jax.distributed.initialize()` and
-feeds its share of rows. One step = `lax.scan` over `grad_accum` micro-batches, then one optimizer
-update; the train state is donated so XLA updates it in place.
+over `data`. One step = `lax.scan` over `grad_accum` micro-batches, then one optimizer update; the
+train state is donated so XLA updates it in place. The step runs with the mesh in context
+(`jax.set_mesh`): the model's per-device code (fused attention kernels, the chunked head + loss)
+reads the batch axes from it.
+
+Multi-host: every process runs the same command after `init_multihost()` and feeds its share of
+rows. What one process alone cannot do is coordinated here: a checkpoint restored on one device
+is placed shard by shard (`place`); each process's loader state is gathered into the checkpoint
+(orbax writes JSON from process 0 only) and each takes its own back on resume; a SIGTERM to any
+process stops all of them at the same step boundary (`any_process`, one tiny all-gather a step);
+samples run on process 0 over a gathered copy (`on_one_process`); metrics and logs are written
+once, by process 0.
 
 A loss takes (params, micro_batch) and returns (sum of token losses, number of tokens), so
 accumulated micro-batches weigh every token equally whatever the masks do.
@@ -313,7 +322,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
         for step in range(start, lc.total_steps):
             host_batch, loader_state = next(data)
             batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(bs, x), host_batch)
-            with jax.set_mesh(mesh):  # the model's per-device kernels read the mesh (gpt.batch_axes)
+            with jax.set_mesh(mesh):  # the model's per-device kernels read the mesh (attention.batch_axes)
                 state, m = step_fn(state, batch)
             pending.append((step + 1, m["loss"]))
             bar.update(1)

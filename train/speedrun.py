@@ -102,7 +102,11 @@ for _depth, _shards, _hours in ((12, 24, "0.15"), (20, 96, "1.4"), (24, 160, "9.
         data=[["data", "download", "--kind", "fineweb", "--shards", str(_shards)],
               ["data", "download", "--kind", "stack", "--shards", str(max(8, _shards // 4))]],
         tokenizer=["--vocab-size", "32768", "--max-chars", "2000000000"],
+        # per-chip memory by bench/memory.py (docs/BENCHMARKS.md): d12 keeps matmul outputs for
+        # the backward (remat dots), d20/d24 only each layer's input (remat block); sft and dpo
+        # inherit the remat policy with the checkpoint's config
         base=["--preset", f"d{_depth}", "--device-batch", "16" if _depth < 24 else "8",
+              "--remat", "dots" if _depth == 12 else "block",
               "--mesh", "data=1,fsdp=-1", "--save-every", "1000"]
         + (["--seq-len", "4096"] if _depth == 24 else []),
         synth=["--n", "100000", "--n-eval", "300"],
