@@ -22,7 +22,7 @@ def main(args) -> int:
     enable_compilation_cache()
     from train.base import make_evaluator
     from train.loader import data_sources
-    from train.loop import make_mesh
+    from train.loop import make_mesh, place, tree_shardings
     from train.shards import DataError
 
     t0 = time.perf_counter()
@@ -34,8 +34,11 @@ def main(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     seq_len = min(args.seq_len or cfg.sequence_len, cfg.sequence_len)
-    evaluate = make_evaluator(cfg, tok, sources, args.rows, seq_len, args.batches, make_mesh())
-    scores = evaluate(params, step)
+    mesh = make_mesh()  # every device takes rows; the params are replicated on each
+    evaluate = make_evaluator(cfg, tok, sources, args.rows, seq_len, args.batches, mesh)
+    import jax
+    with jax.set_mesh(mesh):  # as in training: the fused attention kernels run per device
+        scores = evaluate(place(params, tree_shardings(params, mesh)), step)
     if not scores:
         print(f"error: no val rows in {data} (each source needs >= {args.rows} rows of "
               f"{seq_len} tokens); lower --rows/--seq-len or make more val data", file=sys.stderr)
