@@ -1,4 +1,4 @@
-"""The GPT of ../shared/spec/MODEL.md (nanochat's 2026 architecture) as pure functions over a dict
+"""The GPT (nanochat's 2026 architecture) as pure functions over a dict
 of arrays. The engine calls `forward`; training's loss (`nll_sum`) and the evals' and DPO's
 per-token nats (`token_nll`) run the same trunk (`hidden`, its layers under `lax.scan`) and a
 chunked head + cross-entropy that never holds all the logits at once. Attention lives in

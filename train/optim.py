@@ -1,4 +1,4 @@
-"""The optimizer of ../shared/spec/MODEL.md: Muon (nanochat's variant) for the block matrices, AdamW
+"""The optimizer: Muon (nanochat's variant) for the block matrices, AdamW
 for embeddings, lm_head and scalars, one optax.multi_transform over `param_groups`, and the step
 schedules, all pure jnp functions of optax's traced step count (no Python work per step).
 

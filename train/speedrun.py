@@ -16,9 +16,9 @@ Trade-offs:
   Its base trains 1,200 small steps (4,096 tokens) at 6x MODEL.md's batch-scaled lrs with half the
   rows copy rows (train/loader.py): the first cpu base (300 steps of 16,384 tokens, plain data)
   never learned to copy, and a model that cannot copy cannot use names from its prompt.
-  Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; their expected times are the
-  reference TPU v6e-8 runs of ../shared/spec/MODEL.md (see the README for flags and costs). Their
-  `chip` and `devices` keys say what they are sized for (memory per chip is looked up elsewhere).
+  Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; the README estimates their
+  times from the FLOPs (none has run on its hardware yet). Their `chip` and `devices` keys say what
+  they are sized for; bench/memory.py checks that their train steps fit that chip.
 
 Multi-host (`--multihost`, the same command on every worker, the run dir on shared storage):
 - Only process 0 runs the single-writer stages (data, tokenizer, synth, export, evals, report);
@@ -95,9 +95,9 @@ PRESETS = {
 }
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the
 # scaling params (d12 1.3B tokens, d20 5.2B, d24 8.8B) plus ~20%; code gets a quarter as many shards.
-for _depth, _shards, _hours in ((12, 24, "0.15"), (20, 96, "1.4"), (24, 160, "9.3")):
+for _depth, _shards, _hours in ((12, 24, "0.1"), (20, 96, "1.4"), (24, 160, "4.3")):  # README's estimates
     PRESETS[f"d{_depth}"] = dict(
-        about=f"d{_depth} on a TPU v6e-8 (reference run: {_hours} h; GPUs: same command)",
+        about=f"d{_depth} on a TPU v6e-8 (pretraining ~{_hours} h estimated at 40%% MFU; GPUs: same command)",
         chip="v6e", devices=8,  # what the preset is sized for
         data=[["data", "download", "--kind", "fineweb", "--shards", str(_shards)],
               ["data", "download", "--kind", "stack", "--shards", str(max(8, _shards // 4))]],
