@@ -393,10 +393,10 @@ def _fused_head_nll_fwd(x, w, targets, softcap, reduce_axes):
 
 def _fused_head_nll_bwd(softcap, reduce_axes, grads, g):
     dx, dw = grads
-    dw = g * dw
-    if reduce_axes:
-        dw = jax.lax.psum(dw, reduce_axes)
-    return (g * dx).astype(dx.dtype), dw.astype(dw.dtype), None
+    dw_g = (g * dw).astype(dw.dtype)
+    if reduce_axes:  # this device's rows' share: summed over the devices once
+        dw_g = jax.lax.psum(dw_g, reduce_axes)
+    return (g * dx).astype(dx.dtype), dw_g, None
 
 
 fused_head_nll.defvjp(_fused_head_nll_fwd, _fused_head_nll_bwd)

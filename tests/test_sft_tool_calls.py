@@ -9,7 +9,7 @@ Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 tool-use conversatio
 (`--code-ratio 0`: the code-writing family is the one whose first reply has no tool call, and a
 model this small sent unseen wordings to it), random init, 300 steps x 4 rows at lr-scale 5 after
 30 steps of linear warmup (+3 held-out prompts on the mean of nine paired runs, six of them up:
-within the spread, docs/BENCHMARKS.md, eleventh sweep).
+within the spread, docs/LOG.md, eleventh sweep).
 
 Reproducible per machine and core count: the projects, whose path is in every system prompt, are
 built under a fixed ROOT rather than pytest's numbered tmp dir (which made two runs of one commit
@@ -42,7 +42,7 @@ FLOOR, IN_DISTRIBUTION_FLOOR = 0.90, 0.80  # the issue's 90% held-out; this VM: 
 ROOT = Path("/tmp/nanocode-sft-tool-calls")
 # The held-out prompts are scored with their projects under three paths: the path is in the system
 # prompt, and on one set of weights it alone moves the held-out count by 13-33 of 144
-# (docs/BENCHMARKS.md, thirteenth sweep), so one path is one more draw.
+# (docs/LOG.md, thirteenth sweep), so one path is one more draw.
 EVAL_BASES = [ROOT / "eval", ROOT / "users" / "alice" / "code", ROOT / "srv" / "projects"]
 
 

@@ -152,7 +152,7 @@ def _add_finetune_args(p: argparse.ArgumentParser, stage: str, lr_scale: float, 
     a("--lr-scale", type=float, default=lr_scale,
       help=f"peak learning rates = pretraining's x this, decaying linearly to 0 (default: {lr_scale})")
     a("--warmup-steps", type=int, default=0, help="steps of linear LR warmup (default: 0, right from a "
-      "trained checkpoint; from a random init ~10%% of the steps, docs/BENCHMARKS.md eleventh sweep)")
+      "trained checkpoint; from a random init ~10%% of the steps, docs/LOG.md eleventh sweep)")
     a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
     a("--run", help=f"run name under $NANOCODE_HOME/runs (default: <from>-{stage})")
     a("--run-dir", metavar="DIR", help="explicit run directory (overrides --run)")

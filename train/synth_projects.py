@@ -14,7 +14,7 @@ them); a name it cannot have memorised has to be copied. The real half draws fro
 the 26 held-out words needed one (`wo` of wombat, `qu` of quokka, ...), pieces it had never been
 trained to write; with 288 every held-out piece is written 3-96 times in training, and held-out
 well-formed first calls went from 87-129 (mean 115) to 123-138 (mean 131) of 144 over five paired
-runs (docs/BENCHMARKS.md, ninth sweep); 923 instead of 288 added 4.8 more on the mean of five
+runs (docs/LOG.md, ninth sweep); 923 instead of 288 added 4.8 more on the mean of five
 paired init seeds, each scored under four project paths (fourteenth sweep). Git runs with a fixed
 author, committer, dates and no user config, so commit hashes are identical for the same seed.
 """
