@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-MODES = ("ask", "accept-edits", "auto", "plan")  # tools/permissions.MODES (not imported: light)
+from nanocode.protocol import MODES  # light: no jax, no tools
+
 ALIASES = {"edits": "accept-edits", "yolo": "auto"}  # the stub's names, still accepted
 
 

@@ -17,13 +17,13 @@ States, driven one generated token at a time:
 Masks are numpy bool arrays built once per distinct situation and memoised, so a step costs a
 dict lookup (measured in tests/test_agent_loop.py: a few microseconds per token). A sequence the
 mask admits always parses (Tokenizer.parse_tool_call) to a known tool with valid arguments
-(tools.dispatch.check_call passes), once it is terminated.
+(protocol.check_call passes), once it is terminated.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tools.dispatch import INT_ARGS, TOOL_ARGS
+from nanocode.protocol import INT_ARGS, TOOL_ARGS
 
 
 class Grammar:

@@ -37,14 +37,14 @@ def run_headless(agent, prompt: str, output_format: str = "text") -> int:
 
     def on_event(ev):
         if ev.kind == "tool_call":
-            print(f"> {format_call(ev['name'], ev['args'])}", file=sys.stderr, flush=True)
+            print(f"> {format_call(ev.name, ev.args)}", file=sys.stderr, flush=True)
         elif ev.kind == "tool_result":
-            print(f"  {summarize(ev['result'])}", file=sys.stderr, flush=True)
-        elif ev.kind == "approval" and ev["answer"] == "no":
-            print(f"  (needs approval: {ev['reason']}; rejected in headless mode, see --mode)",
+            print(f"  {summarize(ev.result)}", file=sys.stderr, flush=True)
+        elif ev.kind == "approval" and ev.answer == "no":
+            print(f"  (needs approval: {ev.reason}; rejected in headless mode, see --mode)",
                   file=sys.stderr, flush=True)
         elif ev.kind == "status":
-            print(f"[{ev['text']}]", file=sys.stderr, flush=True)
+            print(f"[{ev.text}]", file=sys.stderr, flush=True)
 
     old = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is threading.main_thread():

@@ -2,7 +2,7 @@
 through `Agent.run_turn(user_text, approve, on_event, cancel)` and only render its events.
 
 Token history. `agent.session` (an engine Session: KV cache + ids) always holds exactly the
-rendered conversation (shared/spec/AGENT_INTERFACE.md): `Tokenizer.render_conversation(
+rendered conversation (the wire format of nanocode/protocol.py): `Tokenizer.render_conversation(
 {"messages": agent.messages})` ids, plus an open `<|assistant_start|>` while the model writes.
 The model's own tokens are kept as sampled (only new tokens are prefilled, turn after turn; the
 history then equals the render byte for byte, and token for token unless the model picked a
@@ -13,8 +13,8 @@ Session is rebuilt from the re-rendered conversation (one prefill of the history
 
 One user turn: append the user message (the first also carries the system prompt, merged by the
 renderer) -> generate (grammar-masked, see agent/grammar.py) until `<|tool_call_end|>` or
-`<|assistant_end|>` -> for a call: append `<|assistant_end|>`, check it (tools.dispatch.
-check_call), ask the policy (allow / deny -> `error: <reason>` / ask -> approve(name, args,
+`<|assistant_end|>` -> for a call: append `<|assistant_end|>`, check it (protocol.check_call),
+ask the policy (allow / deny -> `error: <reason>` / ask -> approve(name, args,
 decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn ends), run it
 (tools.dispatch.run_tool), append the result, generate again; a plain reply ends the turn.
 Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`),
@@ -30,14 +30,12 @@ Undo. The first Edit or Bash of a turn takes a tools.undo.Checkpoints snapshot (
 end records its changes (end). Turns that only read cost nothing. `undo()` / `diff()` act on the
 last recorded turn.
 
-Events: `on_event(Event)`, Event.kind one of
-  "text"         {"text"}                           a piece of the assistant's prose, streamed
-  "tool_call"    {"name", "args", "step"}           a call the model made (args may be invalid)
-  "approval"     {"name", "args", "decision", "reason", "answer"}  an "ask" and the user's answer
-  "tool_result"  {"name", "args", "result", "step"}
-  "status"       {"text"}                           context dropped, loop stopped, undo note ...
-  "turn_end"     {"stop_reason", "steps"}
-run_turn returns a TurnResult (answer, tool_calls, files_changed, steps, stop_reason). It may run
+Mode. The system prompt lists the tools the mode offers (plan: Read and Grep) and the grammar
+offers only those; a switch between modes with different tools mid-conversation is said in the
+next user message (protocol.mode_note).
+
+Events: `on_event(event)` with one of protocol's typed events (Text, ToolCall, Approval,
+ToolResult, Status, TurnEnd; `event.kind` names it). run_turn returns a TurnResult (answer, tool_calls, files_changed, steps, stop_reason). It may run
 on a worker thread (approve then blocks that thread); set `cancel` from any thread.
 """
 from __future__ import annotations
@@ -53,36 +51,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agent.grammar import Grammar
-from agent.prompt import read_memory, system_prompt
-from tools.dispatch import check_call, run_tool
-
-DROPPED = "[output dropped to save context]"
-REJECTED = "rejected by user"
-REPEATED = "error: the same call three times in a row; stopped so the user can step in"
-STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "context")
-
-
-@dataclass
-class Event:
-    kind: str
-    data: dict
-
-    def __getitem__(self, key):
-        return self.data[key]
-
-
-@dataclass
-class TurnResult:
-    answer: str = ""
-    tool_calls: list = field(default_factory=list)  # [{"name", "args", "result"}]
-    files_changed: list = field(default_factory=list)
-    steps: int = 0
-    stop_reason: str = "done"
-
-    def to_dict(self) -> dict:
-        return {"answer": self.answer, "tool_calls": self.tool_calls,
-                "files_changed": self.files_changed, "steps": self.steps,
-                "stop_reason": self.stop_reason}
+from nanocode.protocol import (
+    DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, Text, ToolCall, ToolResult, TurnEnd,
+    TurnResult, check_call, mode_note, read_memory, system_prompt)
+from tools.dispatch import run_tool
 
 
 class ContextFull(Exception):
@@ -153,7 +125,6 @@ class Agent:
         return self.policy.mode
 
     def set_mode(self, mode: str) -> None:
-        from tools.permissions import MODES
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         self.policy.mode = mode
@@ -214,13 +185,16 @@ class Agent:
     # ---- the turn --------------------------------------------------------------------------------
     def run_turn(self, user_text: str, approve=None, on_event=None,
                  cancel: threading.Event | None = None) -> TurnResult:
-        emit = (lambda kind, **data: on_event(Event(kind, data))) if on_event else \
-            (lambda kind, **data: None)
+        emit = on_event or (lambda event: None)
         cancel = cancel or threading.Event()
         res = TurnResult()
         if not self.messages:
             memory = read_memory(self.root) if self.memory else None
-            self.messages.append({"role": "system", "content": system_prompt(self.root, memory)})
+            self.meta["mode"] = self.mode
+            self.messages.append({"role": "system", "content": system_prompt(self.root, memory, self.mode)})
+        elif MODE_TOOLS[self.meta.get("mode", "ask")] != MODE_TOOLS[self.mode]:
+            self.meta["mode"] = self.mode
+            user_text = f"{mode_note(self.mode)}\n{user_text}"
         self.messages.append({"role": "user", "content": user_text})
         self._turn_start = len(self.messages) - 1
         self._emit = emit
@@ -233,7 +207,7 @@ class Agent:
                 try:
                     out, stop = self._generate(emit, cancel)
                 except ContextFull as e:
-                    emit("status", text=str(e))
+                    emit(Status(str(e)))
                     res.stop_reason = "context"
                     break
                 msg, call, error = self._finish_reply(out, stop)
@@ -241,11 +215,11 @@ class Agent:
                     res.answer = msg["content"]
                     res.stop_reason = {"stop": "done", "cancelled": "cancelled"}.get(stop, "max_tokens")
                     if res.stop_reason == "max_tokens":
-                        emit("status", text=f"reply cut at {self.max_tokens} tokens")
+                        emit(Status(f"reply cut at {self.max_tokens} tokens"))
                     break
                 res.steps += 1
                 name, args = (call["name"], call["args"]) if call else ("?", {})
-                emit("tool_call", name=name, args=args, step=res.steps)
+                emit(ToolCall(name, args, res.steps))
                 key = json.dumps([name, args], sort_keys=True)
                 last_calls = (last_calls + [key])[-3:]
                 stop_after = None
@@ -256,7 +230,7 @@ class Agent:
                 else:
                     result, stop_after = self._run_call(name, args, approve, emit, cancel)
                 res.tool_calls.append({"name": name, "args": args, "result": result})
-                emit("tool_result", name=name, args=args, result=result, step=res.steps)
+                emit(ToolResult(name, args, result, res.steps))
                 self.messages.append({"role": "tool_result", "content": result})
                 if stop_after is None and cancel.is_set():
                     stop_after = "cancelled"
@@ -264,17 +238,17 @@ class Agent:
                     stop_after = "step_limit"
                 if stop_after:
                     res.stop_reason = stop_after
-                    emit("status", text={
+                    emit(Status({
                         "repeat": "the same call three times in a row: stopped; your turn",
                         "step_limit": f"step limit ({self.max_steps} calls) reached; your turn",
                         "cancelled": "cancelled",
                         "rejected": "call rejected; your turn",
-                    }[stop_after])
+                    }[stop_after]))
                     break
             try:
                 self._flush(open_reply=False)
             except ContextFull as e:  # keep going: the next turn will compact or say so again
-                emit("status", text=str(e))
+                emit(Status(str(e)))
         finally:
             if self._turn_ckpt is not None:
                 try:
@@ -282,7 +256,7 @@ class Agent:
                     res.files_changed = list(turn.changed)
                     ck_id = turn.id
                 except Exception as e:  # noqa: BLE001 - undo is a convenience, never fatal
-                    emit("status", text=f"could not record this turn for /undo: {e}")
+                    emit(Status(f"could not record this turn for /undo: {e}"))
                     ck_id = None
                 self._turn_ckpt = None
             else:
@@ -295,8 +269,8 @@ class Agent:
                 try:
                     self.store.save(self.messages, self.meta)
                 except OSError as e:
-                    emit("status", text=f"could not save the session: {e}")
-        emit("turn_end", stop_reason=res.stop_reason, steps=res.steps)
+                    emit(Status(f"could not save the session: {e}"))
+        emit(TurnEnd(res.stop_reason, res.steps, res.retries))
         return res
 
     # ---- one call ----------------------------------------------------------------------------------
@@ -321,8 +295,7 @@ class Agent:
             self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,
                                            "args": args, "reason": d.reason, "answer": answer,
                                            **({"rule": rule} if rule else {})})
-            emit("approval", name=name, args=args, decision=d.action, reason=d.reason,
-                 answer=answer)
+            emit(Approval(name, args, d.action, d.reason, answer))
             if answer == "no":
                 return REJECTED, "rejected"
         if name in ("Edit", "Bash"):
@@ -338,8 +311,7 @@ class Agent:
                 self._ckpt = Checkpoints(self.root)
             except Exception as e:  # noqa: BLE001 - e.g. git missing: run without undo
                 self._use_checkpoints = False
-                self._emit(
-                    "status", text=f"undo unavailable: {e}")
+                self._emit(Status(f"undo unavailable: {e}"))
         return self._ckpt
 
     def _begin_checkpoint(self):
@@ -352,7 +324,7 @@ class Agent:
             user = self.messages[self._turn_start]["content"]
             self._turn_ckpt = ck.begin(user[:200])
         except Exception as e:  # noqa: BLE001
-            self._emit("status", text=f"could not snapshot the project for /undo: {e}")
+            self._emit(Status(f"could not snapshot the project for /undo: {e}"))
 
     # ---- generation ------------------------------------------------------------------------------
     def _hook(self):
@@ -398,18 +370,18 @@ class Agent:
                 in_call = True
                 tail = dec.decode(b"", final=True)
                 if tail:
-                    emit("text", text=tail)
+                    emit(Text(tail))
             elif not in_call and not self.tok.is_special(t):
                 piece = dec.decode(self.tok.id_to_bytes(t))
                 if piece:
-                    emit("text", text=piece)
+                    emit(Text(piece))
             if cancel.is_set() and t not in self._stops:
                 cancelled = True
                 break
         if not in_call:
             tail = dec.decode(b"", final=True)
             if tail:
-                emit("text", text=tail)
+                emit(Text(tail))
         if out and out[-1] in self._stops:
             return out, "stop"
         return out, "cancelled" if cancelled else "length"
@@ -485,8 +457,7 @@ class Agent:
                 what = " and ".join(x for x in (
                     f"{outputs} old tool output{'s' * (outputs != 1)}" if outputs else "",
                     f"{turns} earlier turn{'s' * (turns != 1)}" if turns else "") if x)
-                self._emit("status", text=f"context full: dropped {what}",
-                           dropped_outputs=outputs, dropped_turns=turns)
+                self._emit(Status(f"context full: dropped {what}", outputs, turns))
 
     def _droppable(self, end: int) -> list[int]:
         """Indices of the tool outputs in messages[:end] that the marker would shorten."""

@@ -70,18 +70,18 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
 
     def on_event(ev):
         if ev.kind == "text":
-            con.write(ev["text"])
+            con.write(ev.text)
             state["open"] = True
             return
         if state["open"]:
             con.write("\n")
             state["open"] = False
         if ev.kind == "tool_call":
-            con.dim(f"> {format_call(ev['name'], ev['args'])}")
+            con.dim(f"> {format_call(ev.name, ev.args)}")
         elif ev.kind == "tool_result":
-            con.dim(f"  {summarize(ev['result'])}")
+            con.dim(f"  {summarize(ev.result)}")
         elif ev.kind == "status":
-            con.dim(f"[{ev['text']}]")
+            con.dim(f"[{ev.text}]")
 
     def approve(name, args, decision):
         if state["open"]:

@@ -31,6 +31,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Collapsible, Input, Static
 
+from nanocode.protocol import REJECTED
+
 HELP = """\
 /help            this help
 /undo            restore the files the last turn changed (Edit or Bash)
@@ -132,7 +134,7 @@ class ToolCard(Collapsible):
         self.result_text = result
         self.result.update(Text(result))
         self.title = Text(f"{self.header}  ⎯ {summary(result)}")  # Text: no markup
-        if result.startswith("error:") or result == "rejected by user":
+        if result.startswith("error:") or result == REJECTED:
             self.add_class("failed")
 
 
@@ -396,24 +398,24 @@ class NanocodeApp(App):
             if self._reply is None:
                 self._reply = Reply()
                 self.add(self._reply)
-            self._reply.add(ev["text"])
+            self._reply.add(ev.text)
             self.call_after_refresh(self.query_one("#transcript").scroll_end, animate=False)
             return
         self._reply = None
         if ev.kind == "tool_call":
-            card = self._cards[ev["step"]] = ToolCard(ev["name"], ev["args"])
+            card = self._cards[ev.step] = ToolCard(ev.name, ev.args)
             self.add(card)
         elif ev.kind == "tool_result":
-            card = self._cards.get(ev["step"])
+            card = self._cards.get(ev.step)
             if card is not None:
-                card.set_result(ev["result"])
+                card.set_result(ev.result)
         elif ev.kind == "approval":
             said = {"yes": "allowed once", "always": "allowed for this session",
-                    "no": "rejected"}.get(ev["answer"], ev["answer"])
-            self.note(f"{ev['name']}: {said}")
+                    "no": "rejected"}.get(ev.answer, ev.answer)
+            self.note(f"{ev.name}: {said}")
         elif ev.kind == "status":
-            self.note(f"[{ev['text']}]")
-        elif ev.kind == "turn_end" and ev["stop_reason"] == "cancelled" \
+            self.note(f"[{ev.text}]")
+        elif ev.kind == "turn_end" and ev.stop_reason == "cancelled" \
                 and self._last_note != "[cancelled]":
             self.note("[cancelled]")
         self.refresh_status()
@@ -499,7 +501,7 @@ class NanocodeApp(App):
         elif cmd == "/help":
             self.note(HELP, style="")
         elif cmd == "/memory":
-            from agent.prompt import read_memory
+            from nanocode.protocol import read_memory
             mem = read_memory(self.root)
             self.note(f"{mem[0]} (in the system prompt of new conversations):\n{mem[1]}" if mem
                       else "no NANOCODE.md or AGENTS.md at the project root", style="")

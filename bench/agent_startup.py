@@ -46,9 +46,9 @@ def make_checkpoint(preset: str, out: Path) -> Path:
     from nanocode.config import GPTConfig, preset as named
     from nanocode.gpt import init_params
     from nanocode.tokenizer import train_tokenizer
-    from agent.prompt import PROMPT
+    from nanocode.protocol import system_prompt
     import jax
-    texts = [PROMPT] * 3 + ["def main():\n    return 1\n" * 20, "let me look. done: x is 1.\n" * 5]
+    texts = [system_prompt("{cwd}")] * 3 + ["def main():\n    return 1\n" * 20, "let me look. done: x is 1.\n" * 5]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tok = train_tokenizer(iter(texts), 512)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evals.agent import oracle_first_call, same_target  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
-from tools.dispatch import check_call  # noqa: E402
+from nanocode.protocol import check_call  # noqa: E402
 from train.synth import TRAIN_FAMILIES, make_task  # noqa: E402
 
 

@@ -50,7 +50,7 @@ def main():
     import numpy as np
     import jax
     from agent.loop import Agent
-    from agent.prompt import PROMPT
+    from nanocode.protocol import system_prompt
     from agent.tui import HistoryInput, NanocodeApp
     from nanocode.config import GPTConfig
     from nanocode.engine import Engine
@@ -59,7 +59,7 @@ def main():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tok = train_tokenizer(iter([PROMPT] * 3 + [CODE * 5, REQUEST]), 512)
+        tok = train_tokenizer(iter([system_prompt("{cwd}")] * 3 + [CODE * 5, REQUEST]), 512)
     cfg = GPTConfig(n_layer=2, n_embd=64, n_head=4, n_kv_head=2, head_dim=16,
                     vocab_size=tok.vocab_size, sequence_len=1024)
     engine = Engine(init_params(cfg, jax.random.PRNGKey(0)), cfg, tok)

@@ -20,7 +20,7 @@ Trade-offs and numbers:
 - Metrics beside the resolve rate (per family; trained, eval-only and all):
   valid-tool-call rate = valid calls / tool-call attempts, where an attempt is every call the loop
   counted as a step (TurnResult.tool_calls; a malformed call is there as name "?" with an `error:`
-  result) and valid = tools.dispatch.check_call accepts it (known tool, known argument names,
+  result) and valid = nanocode.protocol.check_call accepts it (known tool, known argument names,
   required ones present) and the tool did not answer `error: invalid argument` (wrong type);
   first-call-correct rate = tasks whose first tool call has the oracle's first tool and target
   (Read/Edit: the same file, relative to the root; Grep: the pattern contains the symbol of the
@@ -54,8 +54,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from nanocode.protocol import REJECTED
+
 POLICIES = ("model", "oracle", "nothing")
-REFUSED = "rejected by user"
 
 _engine = None  # the worker's engine, loaded once per process by _init
 _load_error = None  # or why it could not be loaded: raised by run_task, so the parent says it
@@ -135,7 +136,7 @@ def same_target(call: dict, ref: dict, root: str) -> bool:
 
 
 def valid_call(call: dict) -> bool:
-    from tools.dispatch import check_call
+    from nanocode.protocol import check_call
     return (check_call(call["name"], call["args"]) is None
             and not str(call["result"]).startswith("error: invalid argument"))
 
@@ -155,8 +156,8 @@ def score(task, answer: str, calls: list[dict], ref: dict | None) -> dict:
     except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout on a broken edit
         resolved, check_error = False, f"{type(e).__name__}: {e}".splitlines()[0]
     if task.followup is not None:  # user_rejects: the refusal must have happened
-        resolved = resolved and any(c["result"] == REFUSED for c in calls)
-    edits = [c for c in calls if c["name"] == "Edit" and c["result"] != REFUSED]
+        resolved = resolved and any(c["result"] == REJECTED for c in calls)
+    edits = [c for c in calls if c["name"] == "Edit" and c["result"] != REJECTED]
     applied = [c for c in edits if not str(c["result"]).startswith("error")]
     first = calls[0] if calls else None
     return {"resolved": resolved, "steps": len(calls), "valid_calls": sum(map(valid_call, calls)),

@@ -11,7 +11,7 @@ choice: fewer vocab slots spent on numbers at small vocab sizes). The 11 special
 the BPE merges, in SPECIAL_TOKENS order, and are never produced from ordinary text: a user typing
 "<|bos|>" gets ~6 plain-text tokens for it (8k vocab), never the control token.
 
-Rendering (shared/spec/AGENT_INTERFACE.md) turns a conversation into ids plus a loss mask that is 1
+Rendering (the wire format is nanocode/protocol.py's) turns a conversation into ids plus a loss mask that is 1
 only on what the assistant writes (its content, its tool call, its <|assistant_end|>). Every message
 renders independently and in order, so render_for_completion(conv[:k]) is a prefix of
 render_conversation(conv)'s ids: training and inference see byte-identical sequences.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
@@ -32,21 +31,8 @@ import numpy as np
 import rustbpe
 import tiktoken
 
-from tools.dispatch import INT_ARGS  # tool args parsed back as ints (one list)
+from nanocode.protocol import SPECIAL_TOKENS, check_shape, encode_call, parse_call
 
-SPECIAL_TOKENS = [
-    "<|bos|>",  # starts every document and every conversation
-    "<|user_start|>",
-    "<|user_end|>",
-    "<|assistant_start|>",
-    "<|assistant_end|>",
-    "<|tool_call_start|>",  # <|tool_call_start|>Name(<|tool_arg|>key<|tool_val|>value)*<|tool_call_end|>
-    "<|tool_arg|>",
-    "<|tool_val|>",
-    "<|tool_call_end|>",
-    "<|tool_result_start|>",
-    "<|tool_result_end|>",
-]
 
 SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|"""
@@ -259,77 +245,16 @@ class Tokenizer:
         return ids + [self._assistant[0]]
 
     def encode_tool_call(self, tool_call: dict) -> list[int]:
-        """<|tool_call_start|>Name(<|tool_arg|>key<|tool_val|>value)*<|tool_call_end|>, ints as decimal."""
-        _check_tool_call(tool_call, "tool_call")
-        ids = [self._call[0], *self.encode(tool_call["name"])]
-        for key, value in tool_call["args"].items():
-            ids += [self._arg, *self.encode(key), self._val, *self.encode(str(value))]
-        return ids + [self._call[1]]
+        """The ids of one call in the wire format (nanocode/protocol.py)."""
+        return encode_call(self, tool_call)
 
     def parse_tool_call(self, ids: Sequence[int]) -> dict | None:
-        """Generated ids -> {"name", "args"} for the first tool call in them, None if there is none.
-
-        Anything before <|tool_call_start|> (the assistant's prose) is ignored. The name and keys are
-        stripped of surrounding whitespace, values are kept exactly; integer-looking offset, limit,
-        -A and -B become ints. Raises ValueError on an unterminated or malformed call, which the agent
-        turns into an `error:` tool result.
-        """
-        ids = [int(i) for i in ids]
-        if self._call[0] not in ids:
-            return None
-        body = ids[ids.index(self._call[0]) + 1 :]
-        if self._call[1] not in body:
-            raise ValueError("malformed tool call: no <|tool_call_end|> (generation stopped inside the call)")
-        body = body[: body.index(self._call[1])]
-        stray = [t for t in body if self.is_special(t) and t not in (self._arg, self._val)]
-        if stray:
-            raise ValueError(f"malformed tool call: unexpected {self.id_to_token(stray[0])} inside the call")
-        parts = _split(body, self._arg)
-        name = self.decode(parts[0]).strip()
-        if not name:
-            raise ValueError("malformed tool call: no tool name before the first argument")
-        args: dict[str, str | int] = {}
-        for part in parts[1:]:
-            if part.count(self._val) != 1:
-                raise ValueError(
-                    f"malformed tool call: argument {self.decode(part)!r} needs exactly one <|tool_val|>"
-                )
-            k, v = _split(part, self._val)
-            key, value = self.decode(k).strip(), self.decode(v)
-            if not key:
-                raise ValueError("malformed tool call: an argument has an empty name")
-            if key in args:
-                raise ValueError(f"malformed tool call: argument {key!r} given twice")
-            args[key] = int(value) if key in INT_ARGS and re.fullmatch(r"\s*-?\d+\s*", value) else value
-        return {"name": name, "args": args}
+        """The first call in generated ids, None if there is none; ValueError when malformed
+        (nanocode/protocol.py: parse_call)."""
+        return parse_call(self, ids)
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _split(ids: list[int], sep: int) -> list[list[int]]:
-    parts: list[list[int]] = [[]]
-    for t in ids:
-        if t == sep:
-            parts.append([])
-        else:
-            parts[-1].append(t)
-    return parts
-
-
-def _check_tool_call(tc: Any, where: str) -> None:
-    if not isinstance(tc, dict):
-        raise ValueError(f"{where}: tool_call must be a dict with name and args, got {type(tc).__name__}")
-    if not isinstance(tc.get("name"), str) or not tc["name"].strip():
-        raise ValueError(f"{where}: tool_call needs a non-empty string name, got {tc.get('name')!r}")
-    args = tc.get("args", None)
-    if not isinstance(args, dict):
-        raise ValueError(f"{where}: tool_call args must be a dict of str -> str|int, got {args!r}")
-    for key, value in args.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"{where}: tool_call argument names must be non-empty strings, got {key!r}")
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise ValueError(f"{where}: tool_call argument {key!r} must be str or int, got {type(value).__name__}")
 
 
 def _validated_messages(conv: dict) -> list[dict]:
@@ -351,7 +276,7 @@ def _validated_messages(conv: dict) -> list[dict]:
         if msg.get("tool_call") is not None:
             if msg["role"] != "assistant":
                 raise ValueError(f"message {i} ({msg['role']}): only assistant messages may have a tool_call")
-            _check_tool_call(msg["tool_call"], f"message {i}")
+            check_shape(msg["tool_call"], f"message {i}")
         if msg["role"] == "system" and i != 0:
             raise ValueError(f"message {i}: a system message is only allowed first")
     if messages[0]["role"] != "system":

@@ -23,11 +23,11 @@ def ckpt(tmp_path_factory):
     """A tiny random checkpoint with its tokenizer, saved the way `train` saves one."""
     from nanocode.checkpoint import save
     from nanocode.tokenizer import train_tokenizer
-    from agent.prompt import PROMPT
+    from nanocode.protocol import system_prompt
     from tiny_models import random_params, tiny
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tok = train_tokenizer(iter([PROMPT] * 3 + ["def f(x):\n    return x\n"] * 20), 400)
+        tok = train_tokenizer(iter([system_prompt("{cwd}")] * 3 + ["def f(x):\n    return x\n"] * 20), 400)
     cfg = tiny(vocab_size=tok.vocab_size, sequence_len=1024)
     d = tmp_path_factory.mktemp("ckpt") / "checkpoints"
     save(d, 1, random_params(cfg), config=cfg, tokenizer=tok)

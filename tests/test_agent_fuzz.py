@@ -46,12 +46,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agent.loop import REJECTED, STOP_REASONS, Agent
-from agent.prompt import PROMPT
+from agent.loop import Agent
+from nanocode.protocol import REJECTED, SPECIAL_TOKENS, STOP_REASONS, TOOL_ARGS
+from nanocode.protocol import system_prompt
 from nanocode.engine import ContextOverflow
-from nanocode.tokenizer import SPECIAL_TOKENS
 from tiny_models import commit_all, tiny_tokenizer
-from tools.dispatch import TOOL_ARGS
 from tools.permissions import Policy
 from tools.undo import UndoError
 
@@ -67,7 +66,7 @@ TEXT = ("let me look. done: x is 2. def main():\n    return 1\n fixing the bug i
 
 @pytest.fixture(scope="module")
 def tok():
-    texts = [PROMPT] * 3 + ["def main():\n    return 1\n" * 20,
+    texts = [system_prompt("{cwd}")] * 3 + ["def main():\n    return 1\n" * 20,
                             "let me look. done: it returns 1. rejected by user error x = 2\n" * 5]
     return tiny_tokenizer(texts, 512)
 

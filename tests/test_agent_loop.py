@@ -11,16 +11,17 @@ import numpy as np
 import pytest
 
 from agent.grammar import Grammar
-from agent.loop import DROPPED, REJECTED, REPEATED, Agent
-from agent.prompt import PROMPT
+from agent.loop import Agent
+from nanocode.protocol import DROPPED, REJECTED, REPEATED, check_call
+from nanocode.protocol import system_prompt
 from agent.sessions import find_session, load_session
 from nanocode.engine import Engine
 from tiny_models import commit_all, random_params, tiny, tiny_tokenizer
-from tools.dispatch import check_call, run_tool
+from tools.dispatch import run_tool
 from tools.permissions import Policy
 
 BIG = "".join(f"value_{i} = {i} * 2\n" for i in range(100))
-TEXTS = [PROMPT] * 3 + [BIG] * 3 + ["def main():\n    return 1\n" * 20,
+TEXTS = [system_prompt("{cwd}")] * 3 + [BIG] * 3 + ["def main():\n    return 1\n" * 20,
                                    "let me look. done: it returns 1. rejected by user error"]
 
 
@@ -114,7 +115,7 @@ def test_read_call_runs_and_result_is_fed_back(engine, tok, repo):
     kinds = [e.kind for e in events]
     assert kinds.index("tool_call") < kinds.index("tool_result") < len(kinds) - 1
     assert kinds[-1] == "turn_end"
-    assert "".join(e["text"] for e in events if e.kind == "text") == \
+    assert "".join(e.text for e in events if e.kind == "text") == \
         "let me look.done: it returns 1."
     # a second turn prefills only the new tokens and keeps the identity
     script.replies.append(reply(tok, "ok."))
@@ -204,7 +205,7 @@ def test_context_drops_old_output_then_turns(engine, tok, repo):
     agent.run_turn("read it", on_event=events.append)
     assert not [e for e in events if e.kind == "status"]
     agent.run_turn("again", on_event=events.append)
-    status = [e["text"] for e in events if e.kind == "status"]
+    status = [e.text for e in events if e.kind == "status"]
     assert status == ["context full: dropped 1 old tool output"]
     assert agent.messages[3]["content"] == DROPPED and agent.messages[7]["content"] != DROPPED
     assert all(script.identity)
@@ -215,7 +216,7 @@ def test_context_drops_old_output_then_turns(engine, tok, repo):
     script.replies, script.i = [reply(tok, "fine")], -1
     events.clear()
     res = agent.run_turn("third", on_event=events.append)
-    status = [e["text"] for e in events if e.kind == "status"]
+    status = [e.text for e in events if e.kind == "status"]
     assert status == ["context full: dropped 1 old tool output and 2 earlier turns"], status
     assert agent.messages[0]["role"] == "system" and agent.messages[1]["content"] == "third"
     assert res.answer == "fine" and all(script.identity)
@@ -413,7 +414,7 @@ def test_request_too_long_for_the_context(engine, tok, repo):
     events = []
     res = agent.run_turn("value_1 = 2 * 3 " * 800, on_event=events.append)
     assert res.stop_reason == "context"
-    assert any("does not fit the context" in e["text"] for e in events if e.kind == "status")
+    assert any("does not fit the context" in e.text for e in events if e.kind == "status")
     # the next request fits once the oversized turn is dropped as an old turn
     events.clear()
     assert agent.run_turn("short", on_event=events.append).answer == "ok"

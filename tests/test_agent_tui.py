@@ -10,14 +10,15 @@ import time
 import numpy as np
 import pytest
 
-from agent.loop import DROPPED, REJECTED, Agent
-from agent.prompt import PROMPT
+from agent.loop import Agent
+from nanocode.protocol import DROPPED, REJECTED
+from nanocode.protocol import system_prompt
 from agent.sessions import SessionStore, find_session, load_session
 from agent.tui import ApprovalPanel, HistoryInput, NanocodeApp, Reply, ToolCard
 from nanocode.engine import Engine
 from tiny_models import commit_all, random_params, tiny, tiny_tokenizer
 
-TEXTS = [PROMPT] * 3 + ["def main():\n    return 1\n" * 20,
+TEXTS = [system_prompt("{cwd}")] * 3 + ["def main():\n    return 1\n" * 20,
                         "let me look. done: it returns 1. rejected by user error x = 2\n" * 5]
 
 

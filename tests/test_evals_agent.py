@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 import evals.agent as ea
-from agent.prompt import PROMPT
+from nanocode.protocol import system_prompt
 from train.synth_tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
 
 FAMILIES = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
@@ -21,7 +21,7 @@ def tok():
     from nanocode.tokenizer import train_tokenizer
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return train_tokenizer(iter([PROMPT] * 3 + ["def f(x):\n    return x + 1\n" * 30]), 1024)
+        return train_tokenizer(iter([system_prompt("{cwd}")] * 3 + ["def f(x):\n    return x + 1\n" * 30]), 1024)
 
 
 def test_task_seeds_match_eval_tasks_and_interleave():

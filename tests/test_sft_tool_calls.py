@@ -62,7 +62,7 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(monkeypatch):
     from nanocode.gpt import init_params
     from nanocode.tokenizer import train_tokenizer
     from tiny_models import tiny
-    from tools.dispatch import check_call
+    from nanocode.protocol import check_call
     from train.cli import main
     from train.synth import TRAIN_FAMILIES, make_task
 

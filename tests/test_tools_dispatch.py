@@ -3,7 +3,8 @@ import random
 
 import pytest
 
-from tools.dispatch import TOOL_ARGS, check_call, run_tool
+from nanocode.protocol import TOOL_ARGS, check_call
+from tools.dispatch import run_tool
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from agent.loop import Agent
-from agent.prompt import PROMPT
+from nanocode.protocol import system_prompt
 from nanocode.engine import Engine
 from nanocode.tokenizer import train_tokenizer
 from test_agent_loop import Script
@@ -20,7 +20,7 @@ from train.synth import make_task
 def tok():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return train_tokenizer(iter([PROMPT] * 3 + ["def f(x):\n    return x + 1\n" * 30]), 1024)
+        return train_tokenizer(iter([system_prompt("{cwd}")] * 3 + ["def f(x):\n    return x + 1\n" * 30]), 1024)
 
 
 @pytest.fixture(scope="module")

@@ -33,15 +33,12 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from tools.dispatch import TOOL_ARGS
+from nanocode.protocol import MODE_TOOLS, MODES, PLAN_REASON, TOOLS
 from tools.shell import destructive, normalized, split_command
 from tools.workspace import is_inside, real_root, resolve
 
-MODES = ("ask", "accept-edits", "auto", "plan")
 _KINDS = ("allow", "ask", "deny")
-TOOLS = tuple(TOOL_ARGS)
 _ALLOWED = {"allow": "allowed by rule", "session": "allowed for this session"}
-PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
 
 
 @dataclass(frozen=True)
@@ -275,7 +272,7 @@ class Policy:
             return Decision("deny", "unknown tool")
         if not isinstance(args, dict):
             return Decision("deny", "malformed arguments")
-        if self.mode == "plan" and name in ("Edit", "Bash"):
+        if name not in MODE_TOOLS[self.mode]:
             return Decision("deny", PLAN_REASON)
         if name == "Bash":
             return self._check_bash(args.get("command"))

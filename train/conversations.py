@@ -50,13 +50,12 @@ import re
 import sys
 from collections.abc import Iterable
 
+from nanocode.protocol import INT_ARGS, REJECTED, TOOL_ARGS, check_call
 from nanocode.tokenizer import ROLES
-from tools.dispatch import INT_ARGS, TOOL_ARGS, check_call
 from train.hub_rows import hub_rows, is_schema_error, read_jsonl
 
 _NUMBERED = re.compile(r"^\s*\d+→")
 _GREP_LINE = re.compile(r"^.+?(:\d+:|-\d+-)")
-_REJECTED = "rejected by user"
 
 
 # ---- normalisation -------------------------------------------------------------------------------
@@ -124,7 +123,7 @@ def _as_our_result(call: dict, content: str) -> str:
 # ---- validation ----------------------------------------------------------------------------------
 def _check_result(tool: str, content: str) -> str | None:
     """Why `content` does not look like `tool`'s result, or None if it does."""
-    if content == _REJECTED:
+    if content == REJECTED:
         return None
     if content.startswith("error: ") and tool != "Bash":  # Bash output is whatever the command printed
         return None if "\n" not in content else "an error result must be one line"

@@ -61,7 +61,7 @@ def is_val(cid: str, fraction: float) -> bool:
 
 def generate_one(job: tuple) -> tuple[dict, dict | None]:
     """One conversation (and maybe its preference pair) for index i of a run."""
-    from agent.prompt import system_prompt
+    from nanocode.protocol import system_prompt
     from train.synth_projects import HELDOUT_WORDS
     from train.synth_text import code_conversation
     seed, i, families, code_ratio, pref_ratio, base = job

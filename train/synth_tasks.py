@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from agent.prompt import read_memory, system_prompt
+from nanocode.protocol import REJECTED, read_memory, system_prompt
 from tools.dispatch import run_tool
 from train.synth_projects import (
     MODULE_WORDS, TEMPLATES, Func, Project, commit_all, generate_project, pick_word,
@@ -28,7 +28,6 @@ from train.synth_projects import (
 from train.synth_text import ASKS_MORE, off_style, phrase
 
 BASE = "/tmp/nanocode-synth"
-REJECTED = "rejected by user"
 SAFE_REPEAT = ("python -m pytest", "git ", "ls", "wc ")
 
 

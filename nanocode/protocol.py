@@ -1,0 +1,304 @@
+"""The agent protocol, defined once: special tokens, the tools and their arguments, the permission
+modes and what each lets the model call, the fixed result strings, the tool-call wire format
+(render, parse, validate) and the typed events the agent loop emits.
+
+Everything that speaks the protocol imports it from here: the tokenizer (specials, the call
+format), the tools (argument shapes), the agent (prompt, grammar, loop, faces), `train synth` and
+`train sft` (the data must be what the agent sees) and `evals agent`. It imports nothing from the
+project, so it sits at the bottom of the dependency graph.
+
+Wire format of one call, inside an assistant message after its prose:
+    <|tool_call_start|>Name(<|tool_arg|>key<|tool_val|>value)*<|tool_call_end|>
+Arguments come in the order TOOLS lists them (the grammar enforces it; the data follows it). An
+Edit of an existing file gives old_string; an Edit that creates a file gives none (file_path, then
+new_string), so the grammar knows from the path alone which of the two a call is.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+SPECIAL_TOKENS = [
+    "<|bos|>",  # starts every document and every conversation
+    "<|user_start|>",
+    "<|user_end|>",
+    "<|assistant_start|>",
+    "<|assistant_end|>",
+    "<|tool_call_start|>",
+    "<|tool_arg|>",
+    "<|tool_val|>",
+    "<|tool_call_end|>",
+    "<|tool_result_start|>",
+    "<|tool_result_end|>",
+]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool: its arguments in wire order, which are required, and its line in the prompt."""
+    name: str
+    args: tuple[str, ...]
+    required: tuple[str, ...]
+    prompt: str  # rendered after "- " in the system prompt's tool list
+
+    @property
+    def optional(self) -> tuple[str, ...]:
+        return tuple(a for a in self.args if a not in self.required)
+
+
+TOOLS = {t.name: t for t in (
+    Tool("Read", ("file_path", "offset", "limit"), ("file_path",),
+         'Read(file_path, offset?, limit?): numbered lines of a file. e.g. Read(file_path="src/app.py")'),
+    Tool("Edit", ("file_path", "old_string", "new_string"), ("file_path", "new_string"),
+         "Edit(file_path, old_string?, new_string): replace the unique old_string; no old_string "
+         'creates the file. e.g. Edit(file_path="src/app.py", old_string="return a", '
+         'new_string="return a + b")'),
+    Tool("Grep", ("pattern", "path", "-A", "-B"), ("pattern",),
+         "Grep(pattern, path?, -A?, -B?): regex search in every text file under path. "
+         'e.g. Grep(pattern="def main", path="src")'),
+    Tool("Bash", ("command",), ("command",),
+         'Bash(command): run a shell command in the project root. e.g. Bash(command="python -m pytest -q")'),
+)}
+TOOL_ARGS = {t.name: (t.required, t.optional) for t in TOOLS.values()}  # name -> (required, optional)
+INT_ARGS = frozenset({"offset", "limit", "-A", "-B"})  # decimal digits on the wire, ints once parsed
+PATH_ARGS = {"Read": "file_path", "Edit": "file_path", "Grep": "path"}
+
+MODES = ("ask", "accept-edits", "auto", "plan")
+MODE_TOOLS = {"ask": tuple(TOOLS), "accept-edits": tuple(TOOLS), "auto": tuple(TOOLS),
+              "plan": ("Read", "Grep")}  # what the grammar offers (the policy still decides)
+
+# fixed tool results and notes: the data and the agent write exactly these
+REJECTED = "rejected by user"
+DROPPED = "[output dropped to save context]"
+REPEATED = "error: the same call three times in a row; stopped so the user can step in"
+PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
+STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "context")
+
+
+def tools_prompt(mode: str = "ask") -> str:
+    """The system prompt's tool list. Modes that offer every tool render the text the shipped
+    models were trained on; plan mode lists its tools and says that it is on."""
+    names = MODE_TOOLS[mode]
+    lines = ["tools (one call per message):"] + [f"- {TOOLS[n].prompt}" for n in names]
+    if mode == "plan":
+        lines.append(mode_note(mode))
+    return "\n".join(lines)
+
+
+def mode_note(mode: str) -> str:
+    """The line that says which mode is on (in plan mode's system prompt, and in the user message
+    after a switch that changes the tools offered)."""
+    if mode == "plan":
+        return "mode: plan (read-only: Read and Grep; no edits, no commands)"
+    return f"mode: {mode} (every tool)"
+
+
+MEMORY_FILES = ("NANOCODE.md", "AGENTS.md")
+MEMORY_CHARS = 4000  # ~1,000 tokens: memory beyond this is cut (the marker says so)
+
+PROMPT = """\
+you are nanocode, a coding agent working in the user's project.
+style: lowercase prose, brief. think out loud in a sentence before acting. read before you edit; \
+make small, precise edits; say plainly when unsure; do only what was asked. when done, say what \
+changed and why. no flattery, never ask "anything else?".
+{tools}
+working directory: {cwd}"""
+
+
+def read_memory(root) -> tuple[str, str] | None:
+    """(file name, text) of the project's memory file, cut to MEMORY_CHARS, or None."""
+    for name in MEMORY_FILES:
+        path = os.path.join(os.fspath(root), name)
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if len(text) > MEMORY_CHARS:
+                text = text[:MEMORY_CHARS] + f"\n[... {name} cut at {MEMORY_CHARS} characters]"
+            return name, text
+    return None
+
+
+def system_prompt(cwd, memory: tuple[str, str] | None = None, mode: str = "ask") -> str:
+    """The system message for a project shown at `cwd` in `mode`, with its memory file appended.
+    Short (~330 tokens at a 4k vocab): a small model's context is precious and every turn re-reads
+    it. `train synth` renders the same text, so the model sees at inference what it trained on."""
+    text = PROMPT.format(tools=tools_prompt(mode), cwd=os.fspath(cwd))
+    if memory:
+        name, body = memory
+        text += f"\n\nproject notes ({name}):\n{body}"
+    return text
+
+
+def check_call(name, args) -> str | None:
+    """The `error:` line for a call of the wrong shape, or None when its shape is right."""
+    if name not in TOOLS:
+        return "error: unknown tool"
+    if not isinstance(args, dict):
+        return "error: arguments must be a mapping of names to values"
+    tool = TOOLS[name]
+    for key in args:
+        if key not in tool.args:
+            return f"error: unknown argument {key} for {name} (valid: {', '.join(tool.args)})"
+    for key in tool.required:
+        if args.get(key) is None:
+            return f"error: missing argument {key}"
+    return None
+
+
+def canonical_args(name: str, args: dict) -> dict:
+    """`args` in the tool's wire order (unknown keys last, in their own order)."""
+    order = TOOLS[name].args if name in TOOLS else ()
+    return {**{k: args[k] for k in order if k in args}, **{k: v for k, v in args.items() if k not in order}}
+
+
+# --- the wire format ----------------------------------------------------------------------------
+
+def check_shape(tc, where: str) -> None:
+    """Raise ValueError unless `tc` is {"name": non-empty str, "args": {str: str | int}}."""
+    if not isinstance(tc, dict):
+        raise ValueError(f"{where}: tool_call must be a dict with name and args, got {type(tc).__name__}")
+    if not isinstance(tc.get("name"), str) or not tc["name"].strip():
+        raise ValueError(f"{where}: tool_call needs a non-empty string name, got {tc.get('name')!r}")
+    args = tc.get("args", None)
+    if not isinstance(args, dict):
+        raise ValueError(f"{where}: tool_call args must be a dict of str -> str|int, got {args!r}")
+    for key, value in args.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{where}: tool_call argument names must be non-empty strings, got {key!r}")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError(f"{where}: tool_call argument {key!r} must be str or int, got {type(value).__name__}")
+
+
+def encode_call(tok, tool_call: dict) -> list[int]:
+    """Token ids of one call (tok: a nanocode.tokenizer.Tokenizer); ints are written in decimal."""
+    check_shape(tool_call, "tool_call")
+    s = tok.special_ids
+    ids = [s["<|tool_call_start|>"], *tok.encode(tool_call["name"])]
+    for key, value in tool_call["args"].items():
+        ids += [s["<|tool_arg|>"], *tok.encode(key), s["<|tool_val|>"], *tok.encode(str(value))]
+    return ids + [s["<|tool_call_end|>"]]
+
+
+def parse_call(tok, ids) -> dict | None:
+    """Generated ids -> {"name", "args"} of the first call in them, None when there is none.
+
+    Prose before <|tool_call_start|> is ignored. Name and keys are stripped, values kept exactly;
+    integer-looking INT_ARGS become ints. Raises ValueError on an unterminated or malformed call
+    (the agent turns it into an `error:` tool result)."""
+    s = tok.special_ids
+    start, end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
+    arg, val = s["<|tool_arg|>"], s["<|tool_val|>"]
+    ids = [int(i) for i in ids]
+    if start not in ids:
+        return None
+    body = ids[ids.index(start) + 1:]
+    if end not in body:
+        raise ValueError("malformed tool call: no <|tool_call_end|> (generation stopped inside the call)")
+    body = body[:body.index(end)]
+    stray = [t for t in body if tok.is_special(t) and t not in (arg, val)]
+    if stray:
+        raise ValueError(f"malformed tool call: unexpected {tok.id_to_token(stray[0])} inside the call")
+    parts = _split(body, arg)
+    name = tok.decode(parts[0]).strip()
+    if not name:
+        raise ValueError("malformed tool call: no tool name before the first argument")
+    args: dict[str, str | int] = {}
+    for part in parts[1:]:
+        if part.count(val) != 1:
+            raise ValueError(f"malformed tool call: argument {tok.decode(part)!r} needs exactly one <|tool_val|>")
+        k, v = _split(part, val)
+        key, value = tok.decode(k).strip(), tok.decode(v)
+        if not key:
+            raise ValueError("malformed tool call: an argument has an empty name")
+        if key in args:
+            raise ValueError(f"malformed tool call: argument {key!r} given twice")
+        args[key] = int(value) if key in INT_ARGS and re.fullmatch(r"\s*-?\d+\s*", value) else value
+    return {"name": name, "args": args}
+
+
+def _split(ids: list[int], sep: int) -> list[list[int]]:
+    parts: list[list[int]] = [[]]
+    for t in ids:
+        if t == sep:
+            parts.append([])
+        else:
+            parts[-1].append(t)
+    return parts
+
+
+# --- events the agent loop emits (agent/loop.py); faces render them ------------------------------
+
+@dataclass
+class Text:
+    """A piece of the assistant's prose, streamed as it is sampled."""
+    kind: ClassVar[str] = "text"
+    text: str
+
+
+@dataclass
+class ToolCall:
+    """A call the model made (args may be invalid); step counts calls in the turn from 1."""
+    kind: ClassVar[str] = "tool_call"
+    name: str
+    args: dict
+    step: int
+
+
+@dataclass
+class Approval:
+    """A call the policy asked about and the user's answer ("yes", "no", "always")."""
+    kind: ClassVar[str] = "approval"
+    name: str
+    args: dict
+    decision: str
+    reason: str
+    answer: str
+
+
+@dataclass
+class ToolResult:
+    kind: ClassVar[str] = "tool_result"
+    name: str
+    args: dict
+    result: str
+    step: int
+
+
+@dataclass
+class Status:
+    """A note for the user: context dropped, loop stopped, a retry, undo unavailable ..."""
+    kind: ClassVar[str] = "status"
+    text: str
+    dropped_outputs: int = 0
+    dropped_turns: int = 0
+
+
+@dataclass
+class TurnEnd:
+    kind: ClassVar[str] = "turn_end"
+    stop_reason: str
+    steps: int
+    retries: int = 0
+
+
+Event = Text | ToolCall | Approval | ToolResult | Status | TurnEnd
+
+
+@dataclass
+class TurnResult:
+    """What one user turn did: run_turn's return value (and a headless run's JSON)."""
+    answer: str = ""
+    tool_calls: list = field(default_factory=list)  # [{"name", "args", "result"}]
+    files_changed: list = field(default_factory=list)
+    steps: int = 0
+    stop_reason: str = "done"
+    retries: int = 0
+
+    def to_dict(self) -> dict:
+        return {"answer": self.answer, "tool_calls": self.tool_calls, "files_changed": self.files_changed,
+                "steps": self.steps, "stop_reason": self.stop_reason, "retries": self.retries}
