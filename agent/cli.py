@@ -1,7 +1,8 @@
 """`nanocode`: the terminal coding agent. Only argparse at import time, so --help is instant
 (no jax, numpy, textual or prompt-toolkit until a model is actually run).
 
-Faces of the one loop (agent/loop.Agent): `-p PROMPT` headless (agent/headless.py), `--plain` a
+Faces of the one loop (agent/loop.Agent): `-p PROMPT` headless (agent/headless.py; with
+`--best-of N` N rollouts in copies of the project, agent/best_of.py), `--plain` a
 prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI when agent/tui.py exists (its
 `run(agent, args) -> int`), else the REPL.
 """
@@ -64,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-format", choices=["text", "json"], default="text",
                    help="with -p: the answer as text, or JSON with answer, tool_calls, "
                    "files_changed, steps, stop_reason")
+    p.add_argument("--best-of", type=int, default=1, metavar="N",
+                   help="with -p: run the request N times in copies of the project and apply only "
+                   "the best (tests pass for a change, agreement for a question) as one undoable "
+                   "turn; rollout 1 uses --temperature/--seed, the others sample (default 1: off)")
+    p.add_argument("--best-of-temperature", type=float, default=0.7, metavar="T",
+                   help="with --best-of: sampling temperature of rollouts 2..N (default 0.7)")
+    p.add_argument("--test-command", metavar="CMD",
+                   help="with --best-of: the shell command that verifies a change (default: "
+                   "python -m pytest -q when the project has tests)")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("-c", "--continue", dest="continue_", action="store_true",
                         help="continue the latest session of this project")
@@ -77,7 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.best_of < 1:
+        parser.error(f"--best-of must be at least 1, got {args.best_of}")
+    if args.best_of > 1 and args.prompt is None:
+        parser.error("--best-of needs -p PROMPT (it runs headless)")
+    if args.best_of_temperature <= 0:
+        parser.error("--best-of-temperature must be > 0 (the extra rollouts sample)")
     # No default in argparse so that `--yes --mode ask` is still a conflict. Without a flag the
     # settings files decide (mode_given False), and ask when none names a mode.
     args.mode_given = args.mode is not None
@@ -126,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModelError as e:
         _err(str(e))
         return e.code
+    if args.prompt is not None and args.best_of > 1:
+        from agent.headless import run_best_of
+        return run_best_of(agent, args.prompt, args.best_of, args.output_format,
+                           args.best_of_temperature, args.test_command)
     if args.prompt is not None:
         from agent.headless import run_headless
         return run_headless(agent, args.prompt, args.output_format)

@@ -1,166 +1,533 @@
 """The tool-call grammar as a logits mask: what the model may write next, given what it wrote.
 
-States, driven one generated token at a time:
-  content  prose: every ordinary token, `<|tool_call_start|>`, `<|assistant_end|>` (never another
-           special: a stray `<|user_start|>` in prose would decode to text that re-encodes as
-           plain tokens, breaking the train/inference identity of the token history)
-  name     after `<|tool_call_start|>`: tokens whose bytes extend the name so far towards a tool
-           name (any split of "Read" is fine, "Rea"+"d" or "R"+"ead"); once the name is whole,
-           only `<|tool_arg|>` (every tool has a required argument)
-  key      after `<|tool_arg|>`: tokens extending an argument name of that tool not given yet;
-           once whole, `<|tool_val|>`
-  value    after `<|tool_val|>`: ordinary tokens (digit-only tokens for offset/limit/-A/-B, at
-           least one), `<|tool_arg|>` while arguments remain, `<|tool_call_end|>` once every
-           required argument is given
-  done     after `<|tool_call_end|>` or `<|assistant_end|>` (the engine stops there anyway)
+Phases, driven one generated token at a time:
+  content  prose: every ordinary token, `<|tool_call_start|>` (when some tool is offered),
+           `<|assistant_end|>` (never another special: a stray `<|user_start|>` in prose would
+           decode to text that re-encodes as plain tokens, breaking the train/inference identity)
+  name     tokens extending the name so far towards an offered tool (any split); once whole,
+           `<|tool_arg|>`
+  key      the next argument in TOOLS[name].args order: optional ones may be skipped, required
+           ones never; once whole, `<|tool_val|>`. Grounded, an Edit of an existing file must
+           give old_string next and an Edit that creates one must not
+  value    the argument's automaton (below); `<|tool_arg|>` / `<|tool_call_end|>` only where it
+           may stop, `<|tool_call_end|>` only once every required argument is given
+  done     after `<|tool_call_end|>` or `<|assistant_end|>` (the engine draws one unused token)
 
-Masks are numpy bool arrays built once per distinct situation and memoised, so a step costs a
-dict lookup (measured in tests/test_agent_loop.py: a few microseconds per token). A sequence the
-mask admits always parses (Tokenizer.parse_tool_call) to a known tool with valid arguments
-(protocol.check_call passes), once it is terminated.
+Values: INT_ARGS are digits (at least one; limit not all zeros), Bash.command free text with a
+non-blank byte, new_string free text. Without grounding the rest is free text too. With a
+Grounding (agent/grounding.py): Read.file_path, Grep.path and Edit.file_path are admissible
+paths, Edit.old_string a unique substring of the file's current bytes, Grep.pattern at most
+PATTERN_BYTES whose identifier runs lie inside known words (a backslash and the byte after it
+are regex syntax, so `\\b`, `\\w`, `\\(` are not identifiers).
+
+Everything is byte-level: the ordinary tokens form a trie (VocabTrie) walked together with the
+value's automaton, so every split of an admissible value is admissible and nothing else is.
+Masks are memoised per (automaton state, stop tokens): the same array object for the same
+situation (the loop keeps device copies by identity), at most MEMO_MASKS per automaton.
+What the mask admits parses (protocol.parse_call), once terminated, to an offered tool with
+valid arguments; no mask is ever all False.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
-from nanocode.protocol import INT_ARGS, TOOL_ARGS
+from agent.grounding import NAME_CHARS, SortedStrings
+from nanocode.protocol import INT_ARGS, TOOLS
+
+PATTERN_BYTES = 256
+MEMO_MASKS = 128
+VALUES_KEPT = 16
+FEW_STRINGS = 4        # a span this small is walked string by string
+FEW_CHILDREN = 8       # a trie node with this few children probes each
+FEW_OCCURRENCES = 32   # an occurrence set this small is walked in Python
+BYTE = [bytes((c,)) for c in range(256)]
+ANY = [True] * 256
+IDENT = [chr(c).isascii() and (chr(c).isalnum() or c == 95) for c in range(256)]
+IDENT_BYTES = bytes(c for c in range(256) if IDENT[c])
+CONTENT, NAME, KEY, VALUE, DONE = range(5)
+
+
+class VocabTrie:
+    """The ordinary tokens' bytes as a trie: node 0 is the empty prefix, kids[n] maps a byte to
+    a child node, tid[n] is the token ending at n (-1: none). Edges are also kept as sorted
+    keys node * 257 + byte for vectorised walks (257: byte 256 marks the end of a text)."""
+
+    def __init__(self, pieces: dict[int, bytes]):
+        kids, tid = [{}], [-1]
+        for i, b in pieces.items():
+            n = 0
+            for c in b:
+                nxt = kids[n].get(c)
+                if nxt is None:
+                    nxt = kids[n][c] = len(kids)
+                    kids.append({})
+                    tid.append(-1)
+                n = nxt
+            tid[n] = i
+        self.kids, self.tid, self.tids = kids, tid, np.array(tid, np.int64)
+        self.max_len = max(len(b) for b in pieces.values())
+        edges = sorted((n * 257 + c, m) for n, d in enumerate(kids) for c, m in d.items())
+        edges.append((2**31 - 1, 0))  # a last key above every other: searches stay in bounds
+        self.edge_keys = np.array([k for k, _ in edges], np.int32)
+        self.edge_child = np.array([m for _, m in edges], np.int32)
+        self.first = np.full(257, -1, np.int32)  # byte -> node (the first level, dense)
+        self.second = np.full(257 * 257, -1, np.int32)  # two bytes -> node (the second level)
+        for c, n in kids[0].items():
+            self.first[c] = n
+            for c2, n2 in kids[n].items():
+                self.second[c * 257 + c2] = n2
+
+    def node(self, b: bytes) -> int:
+        n = 0
+        for c in b:
+            n = self.kids[n][c]
+        return n
+
+    def walk_sorted(self, strings, q: bytes, byte_ok=ANY) -> set[int]:
+        """Nodes u with q + bytes(u) a prefix of one of `strings` (a SortedStrings), every byte
+        of u passing byte_ok; node 0 included when q itself is such a prefix."""
+        items, kids = strings.items, self.kids
+        lo, hi = strings.span(q)
+        nodes: set[int] = set()
+        stack = [(0, q, lo, hi)] if lo < hi else []
+        while stack:
+            node, s, lo, hi = stack.pop()
+            nodes.add(node)
+            children, d = kids[node], len(s)
+            if not children:
+                continue
+            if hi - lo <= FEW_STRINGS:
+                for item in items[lo:hi]:
+                    n = node
+                    for c in item[d:d + self.max_len]:
+                        n = kids[n].get(c) if byte_ok[c] else None
+                        if n is None:
+                            break
+                        nodes.add(n)
+            elif len(children) <= FEW_CHILDREN:
+                for c, child in children.items():
+                    if byte_ok[c]:
+                        lo2, hi2 = strings.span(s + BYTE[c], lo, hi)
+                        if lo2 < hi2:
+                            stack.append((child, s + BYTE[c], lo2, hi2))
+            else:  # many children: visit the distinct next bytes of the strings instead
+                i = lo
+                while i < hi and len(items[i]) == d:
+                    i += 1
+                while i < hi:
+                    c = items[i][d]
+                    j = bisect_left(items, s + BYTE[c + 1], i, hi) if c < 255 else hi
+                    child = children.get(c)
+                    if child is not None and byte_ok[c]:
+                        stack.append((child, s + BYTE[c], i, j))
+                    i = j
+        return nodes
+
+    def walk_occurrences(self, anchor, P: np.ndarray, L: int) -> np.ndarray:
+        """Tokens t with text[p + L : p + L + len(t)] == t for some p in P (an AnchorText)."""
+        if len(P) <= FEW_OCCURRENCES:
+            ids, data, kids, tid = set(), anchor.data, self.kids, self.tid
+            for p in P.tolist():
+                n = 0
+                for c in data[p + L:p + L + self.max_len]:
+                    n = kids[n].get(c)
+                    if n is None:
+                        break
+                    if tid[n] >= 0:
+                        ids.add(tid[n])
+            return np.fromiter(ids, np.int64, len(ids))
+        keys, child, arr = self.edge_keys, self.edge_child, anchor.arr
+        seen = np.zeros(len(self.kids), bool)
+        pos = P + L  # the first two trie levels from dense tables, then one level at a time
+        node = self.first[arr[pos]]  # for every occurrence at once
+        seen[node[node >= 0]] = True
+        node = self.second[arr[pos] * 257 + arr[pos + 1]]
+        pos, node = pos[node >= 0] + 2, node[node >= 0]
+        seen[node] = True
+        for _ in range(self.max_len - 2):
+            key = node * 257 + arr[pos]
+            idx = np.searchsorted(keys, key)
+            ok = keys[idx] == key
+            node, pos = child[idx[ok]], pos[ok] + 1
+            if not len(node):
+                break
+            seen[node] = True
+        ids = self.tids[seen]
+        return ids[ids >= 0]
+
+
+class Value:
+    """One argument value's automaton walked with the vocabulary: start() -> state,
+    step(state, piece) -> state, key(state) (equal keys: equal futures), fill(state, m) sets
+    the admissible ordinary tokens in m and says whether the value may stop here."""
+
+    def __init__(self, g: "Grammar", automaton=None):
+        self.g, self.auto, self.memo = g, automaton, {}  # automaton: what grounding gave
+
+    def mask(self, state, stops: tuple) -> np.ndarray:
+        k = (self.key(state), stops)
+        m = self.memo.get(k)
+        if m is None:
+            m = np.zeros(self.g.n_vocab, bool)
+            if self.fill(state, m):
+                m[list(stops)] = True
+            if len(self.memo) >= MEMO_MASKS:
+                del self.memo[next(iter(self.memo))]
+            self.memo[k] = m
+        return m
+
+    def key(self, state):
+        return state
+
+
+class Text(Value):
+    """Free text (ordinary tokens). State: whether the value may stop."""
+    nonblank = False
+
+    def start(self):
+        return not self.nonblank
+
+    def step(self, state, piece):
+        return state or bool(piece.strip())
+
+    def fill(self, state, m):
+        m |= self.g.text
+        return state
+
+
+class Command(Text):
+    """Bash.command: stops only once a non-blank byte came (Bash refuses a blank command)."""
+    nonblank = True
+
+
+class Digits(Value):
+    """INT_ARGS: decimal digits, at least one. State: 0 nothing yet, 1 zeros only, 2 a
+    non-zero digit seen."""
+    positive = False
+
+    def start(self):
+        return 0
+
+    def step(self, state, piece):
+        return max(state, 2 if piece.strip(b"0") else 1)
+
+    def fill(self, state, m):
+        m |= self.g.digits
+        return state == 2 or (state == 1 and not self.positive)
+
+
+class Limit(Digits):
+    """Read.limit: not all zeros (Read needs a limit of at least 1)."""
+    positive = True
+
+
+class PathValue(Value):
+    """Read.file_path / Grep.path: a prefix of an admissible path, stopping at one. Where the
+    paths need disk checks (paths.checked), a token is kept only if some admissible path
+    still lies ahead of it."""
+
+    def start(self):
+        return b""
+
+    def step(self, q, piece):
+        return q + piece
+
+    def fill(self, q, m):
+        g, paths = self.g, self.auto
+        ids = g.ids_of(g.trie.walk_sorted(paths.strings, q))
+        m[[t for t in ids.tolist() if paths.live(q + g.pieces[t])] if paths.checked else ids] = True
+        return paths.closable(q)
+
+
+class EditPathValue(PathValue):
+    """Edit.file_path: known paths plus, in new-name mode, every NAME_CHARS token that fits
+    the name's room (one that fills it only where the name is free)."""
+
+    def fill(self, q, m):
+        g, paths = self.g, self.auto
+        room = paths.name_room(q)
+        if room:
+            short, fits = np.searchsorted(g.name_lens, [room, room + 1])
+            m[g.name_ids[:short]] = True
+            m[[t for t in g.name_ids[short:fits].tolist() if paths.closable(q + g.pieces[t])]] = True
+        return super().fill(q, m)
+
+    def existing(self, q: bytes) -> bool:
+        return self.auto.existing(q)
+
+
+class AnchorValue(Value):
+    """Edit.old_string: (bytes so far while not unique, occurrence starts P, length L)."""
+
+    def start(self):
+        return b"", self.auto.starts, 0
+
+    def step(self, state, piece):
+        q, P, L = state
+        P = self.auto.step(P, L, piece)
+        return (q + piece if len(P) > 1 else None), P, L + len(piece)
+
+    def key(self, state):
+        q, P, L = state
+        return q if len(P) > 1 else (int(P[0]) + L, L > 0)
+
+    def fill(self, state, m):
+        _, P, L = state
+        m[self.g.trie.walk_occurrences(self.auto, P, L)] = True
+        return self.auto.closable(P, L)
+
+
+class PatternValue(Value):
+    """Grep.pattern: state (in an escape, the identifier run so far, bytes so far).
+
+    A token is its leading identifier bytes (which must extend the run inside some word) then,
+    if it has more, a remainder read from a fresh run: whether that remainder is admissible
+    depends only on the words, so it is decided once per word set for every token (the
+    remainders of all tokens that share a leading part hang off that part's trie node)."""
+
+    def __init__(self, g, words):
+        super().__init__(g, words)
+        lead, runs, runs_escaped, self.ends_escaped = g.pattern_lexicon()
+        inside = {r: words.has_prefix(r) for rs in (*runs.values(), *runs_escaped.values()) for r in rs}
+        groups: dict[int, list[int]] = {}
+        for t, rs in runs.items():
+            if all(inside[r] for r in rs):
+                groups.setdefault(lead[t], []).append(t)
+        self.groups = {n: np.array(ts, np.int64) for n, ts in groups.items()}
+        self.escaped = np.array([t for t, rs in runs_escaped.items() if all(inside[r] for r in rs)], np.int64)
+        self.options: dict = {}
+
+    def start(self):
+        return False, b"", 0
+
+    def step(self, state, piece):
+        escaped, run, n = state
+        for c in piece:
+            if escaped:
+                escaped, run = False, b""
+            elif c == 92:
+                escaped, run = True, b""
+            elif IDENT[c]:
+                run += BYTE[c]
+            else:
+                run = b""
+        return escaped, run, n + len(piece)
+
+    def key(self, state):
+        escaped, run, n = state
+        return escaped, run, min(PATTERN_BYTES - n, self.g.trie.max_len), n > 0
+
+    def fill(self, state, m):
+        escaped, run, n = state
+        m[self.tokens(escaped, run, PATTERN_BYTES - n)] = True
+        return n > 0 and not escaped
+
+    def tokens(self, escaped: bool, run: bytes, room: int) -> np.ndarray:
+        """The admissible tokens, memoised apart from the masks: an empty pattern and one
+        whose run just ended differ only in whether they may stop."""
+        g, k = self.g, (escaped, run, min(room, self.g.trie.max_len))
+        ids = self.options.get(k)
+        if ids is not None:
+            return ids
+        if escaped:
+            ids, ends = self.escaped, self.ends_escaped[1]
+        else:
+            nodes = g.trie.walk_sorted(self.auto, run, IDENT)
+            whole = [g.trie.tid[u] for u in nodes if u and g.trie.tid[u] >= 0]
+            ids = np.concatenate([np.array(whole, np.int64), self.groups.get(0, np.zeros(0, np.int64))]
+                                 + [self.groups[u] for u in nodes if u and u in self.groups])
+            ends = self.ends_escaped[0]
+        if room < g.trie.max_len:  # near the cap: no token past it, none that ends it escaped
+            lens = g.lens[ids]
+            ids = ids[(lens < room) | ((lens == room) & ~ends[ids])]
+        if len(self.options) >= MEMO_MASKS:
+            del self.options[next(iter(self.options))]
+        self.options[k] = ids
+        return ids
 
 
 class Grammar:
     """Precomputed pieces for one tokenizer and a model vocabulary of `n_vocab` logits."""
 
     def __init__(self, tokenizer, n_vocab: int | None = None):
-        self.tok = tokenizer
         self.n_vocab = int(n_vocab or tokenizer.vocab_size)
         s = tokenizer.special_ids
         self.call_start, self.call_end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
-        self.arg, self.val = s["<|tool_arg|>"], s["<|tool_val|>"]
-        self.a_end = s["<|assistant_end|>"]
-        n_text = tokenizer.bos_id  # ordinary tokens are ids 0 .. bos_id - 1
+        self.arg, self.val, self.a_end = s["<|tool_arg|>"], s["<|tool_val|>"], s["<|assistant_end|>"]
+        n_text = min(tokenizer.bos_id, self.n_vocab)  # ordinary tokens are ids 0 .. bos_id - 1
+        self.pieces = {i: b for b, i in tokenizer.mergeable_ranks.items() if i < n_text}
+        self.lens = np.zeros(self.n_vocab, np.int64)
+        self.lens[list(self.pieces)] = [len(b) for b in self.pieces.values()]
         self.text = np.zeros(self.n_vocab, bool)
         self.text[:n_text] = True
-        self.content = self._with(self.text, self.call_start, self.a_end)
-        self.tools = {name: (tuple(req), tuple(opt)) for name, (req, opt) in TOOL_ARGS.items()}
-        words = set(self.tools) | {a for req, opt in self.tools.values() for a in req + opt}
-        longest = max(len(w) for w in words)
-        # every ordinary token whose bytes occur inside some name (the only candidates for names)
-        self.pieces: list[tuple[int, bytes]] = [
-            (i, b) for b, i in tokenizer.mergeable_ranks.items()
-            if i < self.n_vocab and len(b) <= longest and any(b in w.encode() for w in words)]
-        digits = [i for b, i in tokenizer.mergeable_ranks.items() if b.isdigit() and i < self.n_vocab]
+        self.content, self.prose = self.text.copy(), self.text.copy()
+        self.content[[self.call_start, self.a_end]] = self.prose[self.a_end] = True
         self.digits = np.zeros(self.n_vocab, bool)
-        self.digits[digits] = True
+        self.digits[[i for i, b in self.pieces.items() if b.isdigit()]] = True
+        names = sorted((len(b), i) for i, b in self.pieces.items() if not b.translate(None, NAME_CHARS))
+        self.name_lens = np.array([n for n, _ in names], np.int64)
+        self.name_ids = np.array([i for _, i in names], np.int64)
+        self.trie = VocabTrie(self.pieces)
+        self.free, self.command, self.count, self.limit = Text(self), Command(self), Digits(self), Limit(self)
         self._memo: dict = {}
+        self._values: dict = {}  # grounding automaton -> its Value, the newest VALUES_KEPT
+        self._lexicon = None
 
-    def _with(self, base, *ids):
-        m = base.copy()
-        for i in ids:
-            if i < self.n_vocab:
-                m[i] = True
-        return m
+    def ids_of(self, nodes) -> np.ndarray:
+        ids = self.trie.tids[np.fromiter(nodes, np.int64, len(nodes))]
+        return ids[ids >= 0]
 
-    def _extend(self, prefix: bytes, targets) -> np.ndarray:
-        """Tokens t with prefix + bytes(t) a prefix of one of `targets` (bytes)."""
-        m = np.zeros(self.n_vocab, bool)
-        for i, b in self.pieces:
-            p = prefix + b
-            if any(t.startswith(p) for t in targets):
-                m[i] = True
-        return m
+    def state(self, tools=tuple(TOOLS), ground=None) -> "GrammarState":
+        """A fresh reply: only `tools` may be called; `ground` (a Grounding) or None."""
+        return GrammarState(self, tuple(tools), ground)
 
-    def mask(self, key) -> np.ndarray:
-        m = self._memo.get(key)
+    # ---- names and keys ------------------------------------------------------------------------
+    def words_mask(self, kind: str, targets: tuple, prefix: bytes) -> np.ndarray:
+        """Tokens extending `prefix` towards one of `targets`; once whole, the special after."""
+        k = (kind, targets, prefix)
+        m = self._memo.get(k)
         if m is None:
-            m = self._memo[key] = self._build(key)
+            m = np.zeros(self.n_vocab, bool)
+            enc = [w.encode() for w in targets]
+            m[self.ids_of(self.trie.walk_sorted(SortedStrings(enc), prefix))] = True
+            if prefix in enc:
+                m[self.arg if kind == "name" else self.val] = True
+            self._memo[k] = m
         return m
 
-    def _build(self, key) -> np.ndarray:
-        kind = key[0]
-        if kind == "content":
-            return self.content
-        if kind == "name":
-            prefix = key[1]
-            m = self._extend(prefix, [n.encode() for n in self.tools])
-            if prefix.decode("utf-8", "replace") in self.tools:
-                m[self.arg] = True
-            return m
-        if kind == "key":
-            _, tool, used, prefix = key
-            req, opt = self.tools[tool]
-            left = [a.encode() for a in req + opt if a not in used]
-            m = self._extend(prefix, left)
-            if prefix in left:
-                m[self.val] = True
-            return m
-        if kind == "value":
-            _, tool, used, arg, n_digits = key  # used includes arg
-            req, opt = self.tools[tool]
-            if arg in INT_ARGS:
-                m = self.digits.copy()
-                if n_digits == 0:
-                    return m
-            else:
-                m = self.text.copy()
-            if any(a not in used for a in req + opt):
-                m[self.arg] = True
-            if all(a in used for a in req):
-                m[self.call_end] = True
-            return m
-        raise KeyError(key)
+    # ---- values --------------------------------------------------------------------------------
+    def value(self, tool: str, arg: str, ground, file_path: bytes) -> Value:
+        """The automaton of one argument's value (`file_path`: the Edit's, for old_string)."""
+        if arg in INT_ARGS:
+            return self.limit if arg == "limit" else self.count
+        if arg == "command":
+            return self.command
+        if ground is None or arg == "new_string":
+            return self.free
+        if (tool, arg) == ("Edit", "old_string"):
+            return self._grounded(AnchorValue, ground.anchor(file_path.decode("utf-8", "replace"),
+                                                             self.trie.max_len + 1))
+        cls, automaton = {("Read", "file_path"): (PathValue, ground.read_paths),
+                          ("Grep", "path"): (PathValue, ground.grep_paths),
+                          ("Edit", "file_path"): (EditPathValue, ground.edit_paths),
+                          ("Grep", "pattern"): (PatternValue, ground.words)}[tool, arg]
+        return self._grounded(cls, automaton())
 
-    def state(self) -> "GrammarState":
-        return GrammarState(self)
+    def _grounded(self, cls, automaton) -> Value:
+        if automaton is None:
+            return self.free
+        v = self._values.get(automaton)
+        if v is None:
+            if len(self._values) >= VALUES_KEPT:  # the oldest go (and their automata with them)
+                del self._values[next(iter(self._values))]
+            v = self._values[automaton] = cls(self, automaton)
+        return v
+
+    def pattern_lexicon(self):
+        """Per token, for Grep patterns: the trie node of its leading identifier bytes, the
+        identifier runs after them (for tokens that do not end there), the runs when the token
+        starts escaped, and whether it ends in an escape (read normally, read escaped)."""
+        if self._lexicon is None:
+            lead, runs, runs_escaped = {}, {}, {}
+            ends = np.zeros((2, self.n_vocab), bool)
+            for t, b in self.pieces.items():
+                k = len(b) - len(b.lstrip(IDENT_BYTES))
+                if k < len(b):
+                    lead[t] = self.trie.node(b[:k])
+                    runs[t], ends[0, t] = _runs(b[k:], False)
+                runs_escaped[t], ends[1, t] = _runs(b, True)
+            self._lexicon = lead, runs, runs_escaped, ends
+        return self._lexicon
+
+
+def _runs(b: bytes, escaped: bool) -> tuple[tuple, bool]:
+    """The identifier runs of b read from a fresh run (`escaped`: its first byte is escaped),
+    and whether it ends in an escape."""
+    runs, start = [], None
+    for i, c in enumerate(b):
+        if not escaped and IDENT[c]:
+            start = i if start is None else start
+            continue
+        if start is not None:
+            runs.append(b[start:i])
+            start = None
+        escaped = not escaped and c == 92
+    if start is not None:
+        runs.append(b[start:])
+    return tuple(runs), escaped
 
 
 class GrammarState:
-    """Follows one generation; `allowed(out)` is the engine's mask hook (out = tokens so far)."""
+    """Follows one reply; `allowed(out)` is the engine's mask hook (out = tokens so far)."""
 
-    def __init__(self, g: Grammar):
-        self.g = g
-        self.seen = 0
-        self.key: tuple = ("content",)
-        self.tool: str | None = None
-        self.used: frozenset = frozenset()
-        self.buf = b""  # name / key bytes so far, or the digit count's carrier for int values
-        self.n_digits = 0
-        self.arg: str | None = None
+    def __init__(self, g: Grammar, tools: tuple, ground):
+        self.g, self.tools, self.ground = g, tools, ground
+        self.seen, self.phase, self.buf = 0, CONTENT, b""
+        self.tool, self.last, self.existing = "", -1, None  # last: index of the last argument given
+        self.value, self.vstate, self.stops, self.file_path = None, None, (), b""
+        self.in_path = False  # the value being written is a file_path (kept for old_string)
+
+    def next_keys(self) -> tuple:
+        """The arguments that may come next, in wire order, up to the first required one."""
+        tool = TOOLS[self.tool]
+        if self.tool == "Edit" and self.last == 0 and self.existing is not None:
+            return ("old_string",) if self.existing else ("new_string",)
+        out = []
+        for a in tool.args[self.last + 1:]:
+            out.append(a)
+            if a in tool.required:
+                break
+        return tuple(out)
 
     def feed(self, t: int) -> None:
-        g, kind = self.g, self.key[0]
-        if kind == "content":
+        g, phase = self.g, self.phase
+        if phase == CONTENT:
             if t == g.call_start:
-                self.key, self.buf = ("name", b""), b""
+                self.phase, self.buf = NAME, b""
             elif t == g.a_end:
-                self.key = ("done",)
-        elif kind == "name":
+                self.phase = DONE
+        elif phase == NAME:
             if t == g.arg:
-                self.tool = self.buf.decode("utf-8", "replace")
-                self.buf, self.key = b"", ("key", self.tool, self.used, b"")
+                self.tool, self.phase, self.buf = self.buf.decode(), KEY, b""
             else:
-                self.buf += self.g.tok.id_to_bytes(t)
-                self.key = ("name", self.buf)
-        elif kind == "key":
+                self.buf += g.pieces[t]
+        elif phase == KEY:
             if t == g.val:
-                self.arg = self.buf.decode("utf-8", "replace")
-                self.used = self.used | {self.arg}
-                self.n_digits = 0
-                self.key = ("value", self.tool, self.used, self.arg, 0)
+                self._start_value(self.buf.decode())
             else:
-                self.buf += self.g.tok.id_to_bytes(t)
-                self.key = ("key", self.tool, self.used, self.buf)
-        elif kind == "value":
-            if t == g.arg:
-                self.buf, self.key = b"", ("key", self.tool, self.used, b"")
-            elif t == g.call_end:
-                self.key = ("done",)
-            elif self.arg in INT_ARGS:
-                self.n_digits = 1
-                self.key = ("value", self.tool, self.used, self.arg, 1)
+                self.buf += g.pieces[t]
+        elif phase == VALUE:
+            if t == g.arg or t == g.call_end:
+                if isinstance(self.value, EditPathValue):
+                    self.existing = self.value.existing(self.vstate)
+                self.phase, self.buf = (KEY if t == g.arg else DONE), b""
+            else:
+                self.vstate = self.value.step(self.vstate, g.pieces[t])
+                if self.in_path:
+                    self.file_path += g.pieces[t]
+
+    def _start_value(self, arg: str) -> None:
+        g = self.g
+        self.last = TOOLS[self.tool].args.index(arg)
+        self.value = g.value(self.tool, arg, self.ground, self.file_path)
+        self.vstate, self.phase, self.in_path = self.value.start(), VALUE, arg == "file_path"
+        rest = TOOLS[self.tool].args[self.last + 1:]
+        self.stops = ((g.arg,) if rest else ()) + (
+            () if any(a in TOOLS[self.tool].required for a in rest) else (g.call_end,))
 
     def allowed(self, out) -> np.ndarray:
         while self.seen < len(out):
             self.feed(int(out[self.seen]))
             self.seen += 1
-        if self.key[0] == "done":  # the engine still draws one token after a stop (unused):
-            return self.g.content  # an array, not None, so no second compile of the step
-        return self.g.mask(self.key)
+        g, phase = self.g, self.phase
+        if phase == CONTENT:
+            return g.content if self.tools else g.prose
+        if phase == NAME:
+            return g.words_mask("name", self.tools, self.buf)
+        if phase == KEY:
+            return g.words_mask("key", self.next_keys(), self.buf)
+        if phase == VALUE:
+            return self.value.mask(self.vstate, self.stops)
+        return g.content  # done: the engine still draws one token after a stop (unused)

@@ -8,6 +8,14 @@ stop_reason "rejected") unless the mode allows it: `--mode accept-edits` lets Ed
 `--yes`/`--mode auto` lets Edit and Bash run (destructive commands are still rejected), and
 `--mode plan` denies Edit and Bash outright. Ctrl-C cancels the run (stop_reason "cancelled").
 Exit status 0 when the loop ran (whatever its stop_reason), 1 if it crashed.
+
+`--best-of N` (run_best_of): N rollouts in copies of the project, the verifier's pick applied as
+one undoable turn (agent/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
+and in JSON a `best_of` object beside the winner's fields (every rollout's stop reason, changed
+files, test verdict and score; pass_at_1 = rollout 0). Rollouts share the agent's engine, policy
+(re-rooted at the copy), sampling settings and conversation, so `-c --best-of N` continues it; the
+winner's conversation, relocated to the project, is what the session saves. Exit 1 when the pick
+could not be applied (the project changed meanwhile), nothing written.
 """
 from __future__ import annotations
 
@@ -32,30 +40,88 @@ def format_call(name, args, width: int = 100) -> str:
     return out if len(out) <= width else out[:width] + "..."
 
 
-def run_headless(agent, prompt: str, output_format: str = "text") -> int:
-    cancel = threading.Event()
+def on_event(ev) -> None:
+    """Progress on stderr: each call, a line of its result, approvals refused, status notes."""
+    if ev.kind == "tool_call":
+        print(f"> {format_call(ev.name, ev.args)}", file=sys.stderr, flush=True)
+    elif ev.kind == "tool_result":
+        print(f"  {summarize(ev.result)}", file=sys.stderr, flush=True)
+    elif ev.kind == "approval" and ev.answer == "no":
+        print(f"  (needs approval: {ev.reason}; rejected in headless mode, see --mode)",
+              file=sys.stderr, flush=True)
+    elif ev.kind == "status":
+        print(f"[{ev.text}]", file=sys.stderr, flush=True)
 
-    def on_event(ev):
-        if ev.kind == "tool_call":
-            print(f"> {format_call(ev.name, ev.args)}", file=sys.stderr, flush=True)
-        elif ev.kind == "tool_result":
-            print(f"  {summarize(ev.result)}", file=sys.stderr, flush=True)
-        elif ev.kind == "approval" and ev.answer == "no":
-            print(f"  (needs approval: {ev.reason}; rejected in headless mode, see --mode)",
-                  file=sys.stderr, flush=True)
-        elif ev.kind == "status":
-            print(f"[{ev.text}]", file=sys.stderr, flush=True)
 
+def _with_sigint(cancel: threading.Event, fn):
+    """fn() with Ctrl-C setting `cancel` instead of raising (main thread only)."""
+    main = threading.current_thread() is threading.main_thread()
     old = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is threading.main_thread():
+    if main:
         signal.signal(signal.SIGINT, lambda *a: cancel.set())
     try:
-        res = agent.run_turn(prompt, approve=None, on_event=on_event, cancel=cancel)
+        return fn()
     finally:
-        if threading.current_thread() is threading.main_thread():
+        if main:
             signal.signal(signal.SIGINT, old)
+
+
+def _print(res, output_format: str, **extra) -> None:
     if output_format == "json":
-        print(json.dumps({**res.to_dict(), "session": agent.meta.get("id")}, ensure_ascii=False))
+        print(json.dumps({**res.to_dict(), **extra}, ensure_ascii=False))
     else:
         print(res.answer)
+
+
+def run_headless(agent, prompt: str, output_format: str = "text") -> int:
+    cancel = threading.Event()
+    res = _with_sigint(cancel, lambda: agent.run_turn(prompt, approve=None, on_event=on_event,
+                                                      cancel=cancel))
+    _print(res, output_format, session=agent.meta.get("id"))
+    return 0
+
+
+def rollout_agent(agent, root, temperature: float, seed: int):
+    """A fresh Agent like `agent` (engine, policy, sampling, grounding, retries, copy bias,
+    conversation) working in `root`, without undo snapshots (best_of takes its own)."""
+    import copy
+    from dataclasses import replace
+    from pathlib import Path
+
+    from agent.loop import Agent
+    policy = replace(agent.policy, root=Path(root), session=list(agent.policy.session))
+    return Agent(agent.engine, root, policy=policy, messages=agent.messages,
+                 meta=copy.deepcopy(agent.meta), temperature=temperature, top_k=agent.top_k,
+                 top_p=agent.top_p, seed=seed, max_tokens=agent.max_tokens, max_steps=agent.max_steps,
+                 reserve=agent.reserve, tool_timeout=agent.tool_timeout, extra_mask=agent.extra_mask,
+                 constrain=agent.constrain, memory=agent.memory, checkpoints=False,
+                 ground=agent.grounding is not None, retries=agent.retries, copy_bias=agent.copy_bias)
+
+
+def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
+                sample_temperature: float = 0.7, test_command: str | None = None) -> int:
+    from agent.best_of import BestOfError, best_of
+    cancel = threading.Event()
+
+    def run():
+        return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, n,
+                       seed=agent.seed, temperature=agent.temperature,
+                       sample_temperature=sample_temperature, test_command=test_command,
+                       on_event=on_event, cancel=cancel)
+    try:
+        res = _with_sigint(cancel, run)
+    except BestOfError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if res.pick is not None:  # the session keeps the winner's conversation, as a plain run would
+        agent.messages, agent.meta = res.messages, res.meta
+        if agent.meta.get("turns"):
+            agent.meta["turns"][-1].update(files_changed=res.applied, checkpoint=res.checkpoint,
+                                           best_of={"n": n, "pick": res.pick})
+        if agent.store is not None:
+            try:
+                agent.store.save(agent.messages, agent.meta)
+            except OSError as e:
+                print(f"[could not save the session: {e}]", file=sys.stderr)
+    _print(res.result, output_format, session=agent.meta.get("id"), best_of=res.to_dict())
     return 0

@@ -20,11 +20,15 @@ decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn en
 Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`),
 a reply cut by `max_tokens`, a request that does not fit the context.
 
-Context. Before new tokens go in, they plus `reserve` slots for the reply must fit; if not,
-old tool outputs are replaced by `[output dropped to save context]` (oldest first, never the
-newest message, never one shorter than the marker), then the oldest whole turns are dropped
-(never the system prompt or the current request); the Session is rebuilt and a status event
-says what was dropped. `compact()` (/compact) drops old outputs the same way on request.
+Retries. A reply whose call is malformed, repeats a call made since the turn's last Edit or
+Bash, or fails with an `error:` from Read, Grep or Edit (which change nothing on disk) is taken
+back and resampled, `retries` times at most per step (at retry_temperature when the agent is
+greedy); then it stands as today (and three identical calls in a row end the turn). Taken-back
+replies are not in the conversation; `TurnResult.retries` counts them.
+
+Context. Before new tokens go in, they plus `reserve` slots for the reply must fit; if not, old
+tool outputs and then old turns are dropped (agent/context.py), the Session is rebuilt and a
+status event says what was dropped. `compact()` (/compact) drops old outputs the same way.
 
 Undo. The first Edit or Bash of a turn takes a tools.undo.Checkpoints snapshot (begin); the turn's
 end records its changes (end). Turns that only read cost nothing. `undo()` / `diff()` act on the
@@ -50,15 +54,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agent.grammar import Grammar
+from agent.context import ContextFull, droppable, dropped_note, fit
+from agent.copy_bias import CopyBias
+from agent.grammar import CONTENT, Grammar
+from agent.grounding import Grounding
 from nanocode.protocol import (
     DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, Text, ToolCall, ToolResult, TurnEnd,
     TurnResult, check_call, mode_note, read_memory, system_prompt)
 from tools.dispatch import run_tool
-
-
-class ContextFull(Exception):
-    """Even after dropping everything droppable the request does not fit the context."""
 
 
 class Agent:
@@ -71,15 +74,21 @@ class Agent:
     of the conversation uses seed + n); max_tokens per model reply. max_steps: tool calls per
     user turn. reserve: context slots kept free for a reply (default min(max_tokens,
     max_len // 4)). extra_mask(out) -> bool (V,) or None is ANDed with the grammar mask (tests
-    script the model with it; constrain=False turns the grammar off). store: an
-    agent.sessions.SessionStore saved after every turn. checkpoints: False disables undo.
+    script the model with it; constrain=False turns the grammar off). ground: the grammar also
+    grounds paths, edit anchors and grep names in the project (agent/grounding.py). retries: how
+    many times a failed or repeated call is resampled before it stands (retry_temperature when
+    sampling is greedy). copy_bias: +beta on the logits of tokens that continue a copy of the
+    context, in prose and answers only (agent/copy_bias.py; 0 = off). store: an
+    agent.sessions.SessionStore saved after every turn.
+    checkpoints: False disables undo.
     """
 
     def __init__(self, engine, root, *, mode: str = "ask", policy=None, messages=None, meta=None,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                  max_tokens: int = 1024, max_steps: int = 25, reserve: int | None = None,
                  tool_timeout: float | None = 30.0, extra_mask=None, constrain: bool = True,
-                 memory: bool = True, store=None, checkpoints: bool = True):
+                 memory: bool = True, store=None, checkpoints: bool = True, ground: bool = True,
+                 retries: int = 2, retry_temperature: float = 0.7, copy_bias: float = 0.0):
         if engine.tokenizer is None:
             raise ValueError("the engine has no tokenizer (the checkpoint was saved without one)")
         self.engine, self.tok = engine, engine.tokenizer
@@ -93,6 +102,11 @@ class Agent:
         self.reserve = reserve if reserve is not None else min(max_tokens, engine.max_len // 4)
         self.extra_mask, self.constrain, self.memory = extra_mask, constrain, memory
         self.grammar = Grammar(self.tok, engine.cfg.vocab_size)
+        self.grounding = Grounding(self.root) if ground and constrain else None
+        self._grounded = 0  # messages[:_grounded] were given to grounding.add_text
+        self._notes = 0  # grounding.notes[:_notes] were shown
+        self._copy, self._copy_session, self._copy_seen = None, None, 0  # agent/copy_bias.py
+        self.retries, self.retry_temperature, self.copy_bias = retries, retry_temperature, copy_bias
         self.messages: list[dict] = [dict(m) for m in messages] if messages else []
         self.meta = meta if meta is not None else {}
         self.meta.setdefault("id", uuid.uuid4().hex[:8])
@@ -140,7 +154,7 @@ class Agent:
         if self.store is not None:
             self.store = self.store.fresh(self.meta["id"])
         self.session = self.engine.session()
-        self._k, self._dirty, self._n_gen = 0, True, 0
+        self._k, self._dirty, self._n_gen, self._grounded = 0, True, 0, 0
 
     def undo(self) -> list[str]:
         """Restore the files the last recorded turn changed; returns their paths."""
@@ -164,7 +178,7 @@ class Agent:
         are never touched) and return the tokens freed. Trade-off: the session is rebuilt from
         the render right away (one prefill of what is left, ~17k tok/s on the CPU d4 model)
         so the context count is true at once; call it between turns, not during one."""
-        olds = self._droppable(len(self.messages))
+        olds = droppable(self.messages, self.tok, len(self.messages))
         drop = olds[:max(0, len(olds) - keep)]
         if not drop:
             return 0
@@ -199,13 +213,15 @@ class Agent:
         self._turn_start = len(self.messages) - 1
         self._emit = emit
         last_calls: list[str] = []
+        attempt = 0  # retries spent on the current step
+        seen: set[str] = set()  # calls since the last Edit or Bash (after one, a call may rightly recur)
         try:
             while True:
                 if cancel.is_set():
                     res.stop_reason = "cancelled"
                     break
                 try:
-                    out, stop = self._generate(emit, cancel)
+                    out, stop = self._generate(emit, cancel, retry=attempt > 0)
                 except ContextFull as e:
                     emit(Status(str(e)))
                     res.stop_reason = "context"
@@ -217,10 +233,14 @@ class Agent:
                     if res.stop_reason == "max_tokens":
                         emit(Status(f"reply cut at {self.max_tokens} tokens"))
                     break
-                res.steps += 1
                 name, args = (call["name"], call["args"]) if call else ("?", {})
-                emit(ToolCall(name, args, res.steps))
                 key = json.dumps([name, args], sort_keys=True)
+                why = ("a malformed call" if error is not None else
+                       "a repeat of an earlier call" if key in seen else None)
+                if why and attempt < self.retries and stop != "cancelled":
+                    attempt = self._retry(attempt, why, res)
+                    continue
+                emit(ToolCall(name, args, res.steps + 1))
                 last_calls = (last_calls + [key])[-3:]
                 stop_after = None
                 if error is not None:
@@ -229,6 +249,16 @@ class Agent:
                     result, stop_after = REPEATED, "repeat"
                 else:
                     result, stop_after = self._run_call(name, args, approve, emit, cancel)
+                if (stop_after is None and name in ("Read", "Grep", "Edit") and result.startswith("error:")
+                        and attempt < self.retries and not cancel.is_set()):  # no effect on disk: resample
+                    emit(ToolResult(name, args, result, res.steps + 1))
+                    last_calls.pop()
+                    attempt = self._retry(attempt, "a failed call", res)
+                    continue
+                attempt = 0
+                changes = name in ("Edit", "Bash") and not result.startswith("error:")
+                seen = (set() if changes else seen) | {key}
+                res.steps += 1
                 res.tool_calls.append({"name": name, "args": args, "result": result})
                 emit(ToolResult(name, args, result, res.steps))
                 self.messages.append({"role": "tool_result", "content": result})
@@ -302,6 +332,8 @@ class Agent:
             self._begin_checkpoint()
         result = run_tool(self.root, name, args, allow_outside=True, timeout=self.tool_timeout,
                           cancel=cancel)
+        if name in ("Edit", "Bash") and self.grounding is not None:
+            self.grounding.refresh()  # the tree may have changed
         return result, None
 
     def _checkpoints(self):
@@ -329,32 +361,50 @@ class Agent:
     # ---- generation ------------------------------------------------------------------------------
     def _hook(self):
         import jax
-        state = self.grammar.state() if self.constrain else None
-        extra = self.extra_mask
-        full = self._full
-
-        dev = self._device_masks
+        state = self.grammar.state(tools=MODE_TOOLS[self.mode], ground=self.grounding) \
+            if self.constrain else None
+        extra, full, dev, copy = self.extra_mask, self._full, self._device_masks, self._copy
 
         def allowed(out):
             t0 = time.perf_counter()
             m = state.allowed(out) if state is not None else full
             e = extra(out) if extra is not None else None
+            row = None
             if e is not None:
                 both = m & np.asarray(e, bool)
                 m = both if both.any() else m  # never an all-False row
-            else:  # a memoised grammar mask: hand the engine its device copy (no transfer)
+            elif copy is not None and (state is None or state.phase == CONTENT):
+                row = copy.bias(out, m)  # prose and answers: a float row, mask included
+            if row is not None:
+                m = row
+            elif e is None:  # a grammar mask seen before: hand the engine its device copy
                 d = dev.get(id(m))
                 if d is None:
-                    d = dev[id(m)] = (m, jax.device_put(m))
+                    if len(dev) >= 1024:  # anchors make a mask per token: bounded
+                        dev.clear()
+                    d = dev[id(m)] = (m, jax.device_put(m))  # keeps m alive, so its id stays its
                 m = d[1]
             self.mask_time += time.perf_counter() - t0
             self.mask_calls += 1
             return m
         return allowed
 
-    def _generate(self, emit, cancel):
-        """Open a reply and stream it. Returns (generated ids, "stop" | "length" | "cancelled")."""
+    def _retry(self, attempt: int, why: str, res: TurnResult) -> int:
+        """Take back the reply just made (its call is not kept) so the next one is resampled."""
+        self.messages.pop()
+        self._dirty = True  # the session holds the dropped reply: rebuilt at the next flush
+        res.retries += 1
+        self._emit(Status(f"{why}: resampling ({attempt + 1} of {self.retries})"))
+        return attempt + 1
+
+    def _generate(self, emit, cancel, retry: bool = False):
+        """Open a reply and stream it. Returns (generated ids, "stop" | "length" | "cancelled").
+        A retry samples at retry_temperature when the agent is greedy (greedy would repeat itself)."""
         self._flush(open_reply=True)
+        if self.grounding is not None:
+            for m in self.messages[min(self._grounded, len(self.messages)):]:
+                self.grounding.add_text(m["content"])
+            self._grounded = len(self.messages)
         budget = min(self.max_tokens, self.session.room() - 1)  # one slot for <|assistant_end|>
         if budget < 1:
             raise ContextFull("the context is full: no room left for a reply")
@@ -362,7 +412,14 @@ class Agent:
         self._n_gen += 1
         dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         out, in_call, cancelled = [], False, False
-        for t in self.session.generate(max_tokens=budget, temperature=self.temperature,
+        if self.copy_bias:  # the copy index follows the session (rebuilt when the session is)
+            if self._copy is None or self._copy_session is not self.session:
+                self._copy = CopyBias.for_tokenizer(self.tok, self.engine.cfg.vocab_size, self.copy_bias)
+                self._copy_session, self._copy_seen = self.session, 0
+            self._copy.extend(self.session.ids[self._copy_seen:])
+            self._copy_seen = len(self.session.ids)
+        temperature = self.temperature or (self.retry_temperature if retry else 0.0)
+        for t in self.session.generate(max_tokens=budget, temperature=temperature,
                                        top_k=self.top_k, top_p=self.top_p, seed=seed,
                                        allowed=self._hook()):
             out.append(t)
@@ -382,6 +439,10 @@ class Agent:
             tail = dec.decode(b"", final=True)
             if tail:
                 emit(Text(tail))
+        if self.grounding is not None:  # e.g. a project too large to ground: said once
+            for note in self.grounding.notes[self._notes:]:
+                emit(Status(note))
+            self._notes = len(self.grounding.notes)
         if out and out[-1] in self._stops:
             return out, "stop"
         return out, "cancelled" if cancelled else "length"
@@ -445,42 +506,16 @@ class Agent:
         self._k, self._dirty = len(self.messages), False
 
     def _fit(self, extra: int) -> list[int]:
-        """Render the conversation, dropping old tool outputs then old turns until it fits with
-        `extra` more slots. Emits one status event saying what was dropped."""
-        limit = self.engine.max_len
-        self._dropped = [0, 0]
+        """The render, compacted (agent/context.py) to fit with `extra` more slots; one status
+        event says what was dropped, also when it still does not fit."""
         try:
-            return self._drop_until_fit(extra, limit)
-        finally:
-            outputs, turns = self._dropped
-            if outputs or turns:
-                what = " and ".join(x for x in (
-                    f"{outputs} old tool output{'s' * (outputs != 1)}" if outputs else "",
-                    f"{turns} earlier turn{'s' * (turns != 1)}" if turns else "") if x)
-                self._emit(Status(f"context full: dropped {what}", outputs, turns))
-
-    def _droppable(self, end: int) -> list[int]:
-        """Indices of the tool outputs in messages[:end] that the marker would shorten."""
-        short = len(self.tok.encode(DROPPED))
-        return [i for i, m in enumerate(self.messages[:end]) if m["role"] == "tool_result"
-                and m["content"] != DROPPED and len(self.tok.encode(m["content"])) > short]
-
-    def _drop_until_fit(self, extra: int, limit: int) -> list[int]:
-        while True:
-            ids = self.rendered_ids()
-            if len(ids) + extra <= limit:
-                return ids
-            idx = next(iter(self._droppable(len(self.messages) - 1)), None)
-            if idx is not None:
-                self.messages[idx] = {"role": "tool_result", "content": DROPPED}
-                self._dropped[0] += 1
-                continue
-            users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
-            if len(users) >= 2 and users[1] <= self._turn_start:
-                del self.messages[users[0]:users[1]]
-                self._turn_start -= users[1] - users[0]
-                self._dropped[1] += 1
-                continue
-            raise ContextFull(f"the request does not fit the context ({len(ids)} + {extra} "
-                              f"tokens > {limit}) even after dropping old output and turns; "
-                              "shorten it or /clear")
+            ids, self._turn_start, outputs, turns = fit(self.messages, self.tok, self.engine.max_len,
+                                                        extra, self._turn_start)
+        except ContextFull as e:
+            ids, self._turn_start, outputs, turns = None, e.turn_start, e.outputs, e.turns
+            full = e
+        if outputs or turns:
+            self._emit(Status(dropped_note(outputs, turns), outputs, turns))
+        if ids is None:
+            raise full
+        return ids

@@ -36,11 +36,22 @@ Trade-offs and numbers:
   (55) take 78 s with the oracle and 18 s doing nothing, 2 workers on a shared 2-core box.
 - Baselines (no model): --policy oracle replays task.rollout() and must resolve 100%; --policy
   nothing answers "" with no tool calls and must resolve 0%.
+- --best-of N (agent/best_of.py): N rollouts per task, each in its own copy of the task's project
+  (rollout 0 at --temperature with the task seed, the others at --best-of-temperature with seed +
+  i), the verifier picks one (the project's tests for a change, agreement for a question; never
+  the hidden check), and the hidden check scores the pick in its copy. The record's usual keys
+  describe the pick; `at_1` holds the same metrics for rollout 0 (pass@1) and `best_of` every
+  rollout's summary. Summary groups then add resolved_at_1 and pass_at_1_rate beside resolve_rate
+  (best-of-N). Each check runs pytest again in the copy, so a task costs N rollouts + N verifier
+  runs + 2 checks. The system prompt check compares with task.system at the copy's path.
+- --no-ground, --retries, --copy-bias pass through to the Agent (grounded grammar, resampling of
+  failed calls, copy bias) and are recorded in the summary, so paired runs are one flag apart.
 
 Outputs (under $NANOCODE_HOME/evals/<model tag>/, `reference/` for the baselines, or --out):
 agent_step<N>.json (or agent_oracle.json / agent_nothing.json) summary, the .jsonl of per-task
 records beside it and <name>_transcripts/<task id>.jsonl (one line: {"messages", "meta"}, the
-session file format).
+session file format; with --best-of the pick's). Runs of one step that differ only in flags
+(--best-of, --no-ground ...) write the same names: give each its own --out.
 """
 from __future__ import annotations
 
@@ -57,6 +68,7 @@ from pathlib import Path
 from nanocode.protocol import REJECTED
 
 POLICIES = ("model", "oracle", "nothing")
+AGENT_OPTS = ("ground", "retries", "copy_bias")  # Agent kwargs passed through when opts has them
 
 _engine = None  # the worker's engine, loaded once per process by _init
 _load_error = None  # or why it could not be loaded: raised by run_task, so the parent says it
@@ -148,10 +160,12 @@ def oracle_calls(messages: list[dict]) -> list[dict]:
             if m["role"] == "assistant" and m.get("tool_call") and nxt["role"] == "tool_result"]
 
 
-def score(task, answer: str, calls: list[dict], ref: dict | None) -> dict:
-    """Resolution and the dense metrics of one finished task."""
+def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | None = None) -> dict:
+    """Resolution and the dense metrics of one finished task, its project at `root` (default:
+    task.root; a best-of rollout's copy otherwise)."""
+    root = root or task.root
     try:
-        resolved = bool(task.check(task.root, answer))
+        resolved = bool(task.check(root, answer))
         check_error = None
     except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout on a broken edit
         resolved, check_error = False, f"{type(e).__name__}: {e}".splitlines()[0]
@@ -164,7 +178,7 @@ def score(task, answer: str, calls: list[dict], ref: dict | None) -> dict:
             "edit_calls": len(edits), "edits_applied": len(applied),
             "first_call": first and {"name": first["name"], "args": first["args"]},
             "oracle_first_call": ref,
-            "first_call_correct": bool(first and ref and same_target(first, ref, task.root)),
+            "first_call_correct": bool(first and ref and same_target(first, ref, root)),
             **({"check_error": check_error} if check_error else {})}
 
 
@@ -189,19 +203,49 @@ def _init(model: str | None, step: int | None) -> None:
         _engine = Engine(params, cfg, tok)
 
 
-def run_model(task, opts: dict) -> tuple[list[dict], dict, str, list[dict], list[str]]:
-    """The real loop, headless: (messages, meta, final answer, calls, stop reasons)."""
+def make_agent(task, opts: dict, root: str, temperature: float, seed: int):
+    """The headless Agent of one run of `task` in `root` (the task's project or a copy of it)."""
     from agent.loop import Agent
     from tools.permissions import Policy
     mode = "ask" if task.followup is not None else "auto"
-    agent = Agent(_engine, task.root, policy=Policy(Path(os.path.realpath(task.root)), mode),
-                  temperature=opts["temperature"], seed=task.seed, max_tokens=opts["max_tokens"],
-                  max_steps=opts["max_steps"], checkpoints=False)
+    return Agent(_engine, root, policy=Policy(Path(os.path.realpath(root)), mode),
+                 temperature=temperature, seed=seed, max_tokens=opts["max_tokens"],
+                 max_steps=opts["max_steps"], checkpoints=False,
+                 **{k: opts[k] for k in AGENT_OPTS if k in opts})
+
+
+def drive(agent, task) -> list:
+    """The task's turns: its prompt, then (user_rejects, when refused) its follow-up."""
     turns = [agent.run_turn(task.prompt, approve=None)]
     if task.followup is not None and turns[0].stop_reason == "rejected":
         turns.append(agent.run_turn(task.followup, approve=None))
+    return turns
+
+
+def run_model(task, opts: dict) -> tuple[list[dict], dict, str, list[dict], list[str]]:
+    """The real loop, headless: (messages, meta, final answer, calls, stop reasons)."""
+    agent = make_agent(task, opts, task.root, opts["temperature"], task.seed)
+    turns = drive(agent, task)
     calls = [c for t in turns for c in t.tool_calls]
     return agent.messages, agent.meta, turns[-1].answer, calls, [t.stop_reason for t in turns]
+
+
+def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
+    """--best-of, copies under `workdir`: the pick's (messages, meta, answer, calls, stop reasons,
+    root) and the record's extra fields: `at_1` (rollout 0 scored in its copy) and `best_of`."""
+    from agent.best_of import best_of
+    res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt,
+                  opts["best_of"], seed=task.seed, temperature=opts["temperature"],
+                  sample_temperature=opts["best_of_temperature"],
+                  drive=lambda agent, _: drive(agent, task), apply=False, workdir=workdir)
+    r0, pick = res.rollouts[0], res.rollouts[res.pick]
+    calls = lambda r: [c for t in r.turns for c in t.tool_calls]  # noqa: E731
+    at_1 = score(task, r0.result.answer, calls(r0), ref, r0.root)
+    del at_1["oracle_first_call"]
+    return (pick.messages, {**pick.meta, "best_of": {"n": opts["best_of"], "pick": res.pick}},
+            pick.result.answer, calls(pick), [t.stop_reason for t in pick.turns], pick.root,
+            {"at_1": {**at_1, "stop_reasons": [t.stop_reason for t in r0.turns]},
+             "best_of": res.to_dict()})
 
 
 def run_task(job: tuple) -> dict:
@@ -225,7 +269,7 @@ def run_task(job: tuple) -> dict:
                     raise
         system, ref = task.system, oracle_first_call(task)
         rec.update(prompt=task.prompt, check=task.desc)
-        meta = {"cwd": task.root}
+        meta, root, extra = {"cwd": task.root}, task.root, {}
         if policy == "oracle":
             messages = task.rollout()["messages"]
             answer, calls, stops = messages[-1]["content"], oracle_calls(messages), ["done"]
@@ -233,10 +277,13 @@ def run_task(job: tuple) -> dict:
             messages = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt},
                         {"role": "assistant", "content": ""}]
             answer, calls, stops = "", [], ["done"]
+        elif opts.get("best_of", 1) > 1:
+            messages, meta, answer, calls, stops, root, extra = run_best_of(
+                task, opts, ref, os.path.join(base, "best_of"))
         else:
             messages, meta, answer, calls, stops = run_model(task, opts)
-        rec.update(score(task, answer, calls, ref), answer=answer, stop_reasons=stops,
-                   system_prompt_ok=messages[0]["content"] == system)
+        rec.update(score(task, answer, calls, ref, root), answer=answer, stop_reasons=stops,
+                   system_prompt_ok=messages[0]["content"] == system.replace(task.root, root), **extra)
         with open(Path(transcripts) / f"{tid}.jsonl", "w", encoding="utf-8") as f:
             f.write(json.dumps({"messages": messages, "meta": {**meta, "task": tid, "policy": policy}},
                                ensure_ascii=False) + "\n")
@@ -276,23 +323,29 @@ def _ratio(num: int, den: int) -> float | None:
     return round(num / den, 4) if den else None
 
 
-def metrics(records: list[dict]) -> dict:
+def metrics(records: list[dict], at_1: bool = False) -> dict:
+    """A group's metrics; at_1 (--best-of runs) adds pass@1, rollout 0's, beside best-of-N."""
     n = len(records)
     total = lambda key: sum(r[key] for r in records)  # noqa: E731
-    return {"tasks": n, "resolved": total("resolved"), "resolve_rate": _ratio(total("resolved"), n),
-            "valid_tool_call_rate": _ratio(total("valid_calls"), total("steps")),
-            "first_call_correct_rate": _ratio(total("first_call_correct"), n),
-            "mean_steps": _ratio(total("steps"), n),
-            "edits_applied_rate": _ratio(total("edits_applied"), total("edit_calls")),
-            "tool_calls": total("steps"), "edit_calls": total("edit_calls")}
+    out = {"tasks": n, "resolved": total("resolved"), "resolve_rate": _ratio(total("resolved"), n),
+           "valid_tool_call_rate": _ratio(total("valid_calls"), total("steps")),
+           "first_call_correct_rate": _ratio(total("first_call_correct"), n),
+           "mean_steps": _ratio(total("steps"), n),
+           "edits_applied_rate": _ratio(total("edits_applied"), total("edit_calls")),
+           "tool_calls": total("steps"), "edit_calls": total("edit_calls")}
+    if at_1:  # a task that did not run resolved neither
+        first = sum(bool(r.get("at_1", {}).get("resolved")) for r in records)
+        out.update(resolved_at_1=first, pass_at_1_rate=_ratio(first, n))
+    return out
 
 
 def summarize(records: list[dict]) -> dict:
     trained, eval_only = all_families()
+    at_1 = any("at_1" in r for r in records)  # a --best-of run: every group reports pass@1
     fams = [f for f in trained + eval_only if any(r["family"] == f for r in records)]
-    by = {f: metrics([r for r in records if r["family"] == f]) for f in fams}
-    group = lambda names: metrics([r for r in records if r["family"] in names])  # noqa: E731
-    return {"overall": metrics(records), "trained_families": group(trained),
+    by = {f: metrics([r for r in records if r["family"] == f], at_1) for f in fams}
+    group = lambda names: metrics([r for r in records if r["family"] in names], at_1)  # noqa: E731
+    return {"overall": metrics(records, at_1), "trained_families": group(trained),
             "eval_only_families": group(eval_only), "families": by,
             "errors": sum("error" in r for r in records),
             "system_prompt_mismatches": sum(r.get("system_prompt_ok") is False for r in records)}
@@ -303,13 +356,16 @@ def _fmt(v, pct: bool = True) -> str:
 
 
 def print_table(summary: dict) -> None:
+    """One row per family and group; with --best-of the rate is best-of-N and `@1` is pass@1."""
     trained, eval_only = all_families()
-    print(f"{'family':<18} {'tasks':>5} {'resolved':>9} {'rate':>7} {'valid':>7} {'1st ok':>7} "
-          f"{'steps':>6} {'edits':>7}")
+    at_1 = "pass_at_1_rate" in summary["overall"]
+    print(f"{'family':<18} {'tasks':>5} {'resolved':>9} {'rate':>7} " + (f"{'@1':>7} " if at_1 else "")
+          + f"{'valid':>7} {'1st ok':>7} {'steps':>6} {'edits':>7}")
 
     def row(name, m):
         print(f"{name:<18} {m['tasks']:>5} {m['resolved']:>9} {_fmt(m['resolve_rate']):>7} "
-              f"{_fmt(m['valid_tool_call_rate']):>7} {_fmt(m['first_call_correct_rate']):>7} "
+              + (f"{_fmt(m.get('pass_at_1_rate')):>7} " if at_1 else "")
+              + f"{_fmt(m['valid_tool_call_rate']):>7} {_fmt(m['first_call_correct_rate']):>7} "
               f"{_fmt(m['mean_steps'], False):>6} {_fmt(m['edits_applied_rate']):>7}")
     for title, names, key in (("trained families", trained, "trained_families"),
                               ("eval-only families", eval_only, "eval_only_families")):
@@ -336,8 +392,15 @@ def main(args) -> int:
         print(f"error: unknown task family {', '.join(bad)} (trained: {', '.join(trained)}; "
               f"eval-only: {', '.join(eval_only)})", file=sys.stderr)
         return 2
-    if args.per_family < 1 or args.max_steps < 1 or args.max_tokens < 1:
-        print("error: --per-family, --max-steps and --max-tokens must be >= 1", file=sys.stderr)
+    if args.per_family < 1 or args.max_steps < 1 or args.max_tokens < 1 or args.best_of < 1:
+        print("error: --per-family, --max-steps, --max-tokens and --best-of must be >= 1",
+              file=sys.stderr)
+        return 2
+    if args.retries < 0 or args.best_of_temperature <= 0:
+        print("error: --retries must be >= 0 and --best-of-temperature > 0", file=sys.stderr)
+        return 2
+    if args.best_of > 1 and args.policy != "model":
+        print("error: --best-of needs --policy model (the baselines are deterministic)", file=sys.stderr)
         return 2
     info: dict = {"policy": args.policy}
     model = step = None
@@ -359,7 +422,10 @@ def main(args) -> int:
             return 2
         model = str(ckpt)
         info.update(model=tag, checkpoint=model, step=int(step), temperature=args.temperature,
-                    max_tokens=args.max_tokens, max_steps=args.max_steps)
+                    max_tokens=args.max_tokens, max_steps=args.max_steps, ground=not args.no_ground,
+                    retries=args.retries, copy_bias=args.copy_bias, best_of=args.best_of)
+        if args.best_of > 1:
+            info["best_of_temperature"] = args.best_of_temperature
         dest, name = out_dir(args, tag), f"agent_step{step}"
     else:
         info["model"] = args.policy
@@ -367,7 +433,9 @@ def main(args) -> int:
     jobs = task_jobs(families, args.per_family, args.seed, args.limit)
     transcripts = dest / f"{name}_transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)
-    opts = {"temperature": args.temperature, "max_tokens": args.max_tokens, "max_steps": args.max_steps}
+    opts = {"temperature": args.temperature, "max_tokens": args.max_tokens, "max_steps": args.max_steps,
+            "ground": not args.no_ground, "retries": args.retries, "copy_bias": args.copy_bias,
+            "best_of": args.best_of, "best_of_temperature": args.best_of_temperature}
     workers = max(1, min(args.workers or min(2, os.cpu_count() or 1), len(jobs)))
     bar = tqdm(total=len(jobs), desc=f"agent {args.policy}", unit="task", disable=args.quiet,
                file=sys.stderr, dynamic_ncols=True)
@@ -414,6 +482,16 @@ def add_arguments(p) -> None:
     a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
     a("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling seed = task seed")
     a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
+    a("--best-of", type=int, default=1, metavar="N", help="N rollouts per task in copies of its "
+      "project, the verifier (tests / agreement, never the hidden check) picks one; the summary "
+      "gives pass@1 (rollout 0) beside best-of-N (default 1: off)")
+    a("--best-of-temperature", type=float, default=0.7, metavar="T",
+      help="sampling temperature of rollouts 2..N (default 0.7); rollout 1 uses --temperature")
+    a("--no-ground", action="store_true", help="the grammar does not ground paths, anchors and "
+      "names in the project (Agent ground=False)")
+    a("--retries", type=int, default=2, help="resamples of a failed or repeated call per step (default 2)")
+    a("--copy-bias", type=float, default=0.0, metavar="BETA",
+      help="copy bias toward tokens seen in the context (default 0.0: off)")
     a("--workers", type=int, default=0, help="task processes, each loading the model once "
       "(default min(2, cpus); 1 = in this process)")
     a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, or reference/ for baselines)")

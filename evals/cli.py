@@ -14,13 +14,14 @@ EVALS = {
     "bpb": "bits per byte on held-out shards (tokenizer-independent loss)",
     "agent": "the agentic task suite: generated repo tasks run headless, scored by hidden checks",
     "core": "CORE (DCLM) of the base model; offline only a subset of its tasks",
+    "compare": "two `evals agent` runs on the same tasks, paired per task (McNemar's exact test)",
     "report": "a markdown report of a run: training curves (PNG) and a table of every eval found",
 }
 CODE_TASKS = ("humaneval", "mbpp", "humanevalplus", "mbppplus")
 
 
 MODULES = {**{t: "codegen" for t in CODE_TASKS}, "bpb": "bpb", "agent": "agent", "core": "core",
-           "report": "report"}
+           "compare": "compare", "report": "report"}
 
 
 def build_parser() -> argparse.ArgumentParser:

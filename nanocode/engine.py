@@ -24,8 +24,12 @@ Numbers below: bench/infer.py, cpu-d4, random weights, 2-core CPU, max_len 512.
 - The streaming path syncs to the host once per token (it must, to yield): ~1.2 ms/token at
   batch 1. `Engine.generate` runs the decode as `lax.while_loop`s (one per kv_len bucket crossed),
   stopping on stop tokens or the budget inside the loop: ~0.9 ms/token at batch 1 (nanochat:
-  ~1.7), ~3.2 ms per step of 8 rows. The fused loop does NOT support the logits-mask hook (a host
-  callable); constrain output through the streaming path.
+  ~1.7), ~3.2 ms per step of 8 rows. The fused loop does NOT support the logits hook (a host
+  callable); constrain or bias output through the streaming path.
+- The streaming hook returns, per draw, None, a bool (V,) mask (False = never drawn) or a float
+  (V,) additive bias (-inf = never drawn, 0 = neutral, +beta = favoured: agent/copy_bias.py).
+  The step is traced per hook kind (none / bool / float32), so each kind compiles once per kv_len
+  bucket: bool-only callers compile exactly what they did before the float kind existed.
 - Sampling settings are static (`Sampling`, hashable): greedy compiles to a bare argmax, and only
   top-p pays for a full sort of the vocab. One compile per distinct setting.
 - Seeds: token i of a generation is drawn with fold_in(PRNGKey(seed), i), so both paths give the
@@ -62,10 +66,16 @@ class Sampling(NamedTuple):
 
 # ---- pure, jitted pieces -------------------------------------------------------------------------
 def sample(logits: jax.Array, key: jax.Array, sampling: Sampling, allowed=None) -> jax.Array:
-    """logits (B, V) fp32 -> (B,) int32. allowed: optional bool (B, V) or (V,); False slots are
-    never drawn (at least one slot per row must be allowed)."""
+    """logits (B, V) fp32 -> (B,) int32. allowed: optional (B, V) or (V,) array, either bool
+    (False slots are never drawn) or float, an additive bias on the logits before temperature,
+    top-k and top-p (-inf slots are never drawn; greedy picks argmax(logits + bias); +inf is not
+    supported). At least one slot per row must be allowed (True, or a finite bias)."""
     if allowed is not None:
-        logits = jnp.where(allowed, logits, -jnp.inf)
+        allowed = jnp.asarray(allowed)
+        if allowed.dtype == jnp.bool_:
+            logits = jnp.where(allowed, logits, -jnp.inf)
+        else:
+            logits = logits + allowed.astype(logits.dtype)
     if sampling.temperature <= 0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     logits = logits / sampling.temperature
@@ -337,9 +347,13 @@ class Session:
                  allowed: Callable[[list[int]], object] | None = None) -> Iterator[int]:
         """Stream token ids (the stop token included). max_tokens None = until a stop token or
         the context is full (stop_reason "context"); an explicit max_tokens larger than room()
-        raises ContextOverflow now, before any token. allowed(generated_so_far) -> bool (V,)
-        mask or None is called before each draw (the tool-call grammar hook). Breaking out of the
-        loop early leaves the session consistent."""
+        raises ContextOverflow now, before any token. allowed(generated_so_far) is called before
+        each draw (the same growing list every call) and returns None, a (V,) mask (bool, or any
+        non-float dtype, cast to bool as before: the tool-call grammar) or a float (V,) additive
+        bias (cast to float32; -inf = disallowed, 0 = neutral, +beta = favoured: the copy bias),
+        numpy or on device; at least one slot must stay allowed, and a returned array must not
+        be mutated afterwards (a host float row goes to the jitted step as is, which may read it
+        asynchronously). Breaking out of the loop early leaves the session consistent."""
         if self.logits is None:
             raise ValueError("append a prompt before generating")
         budget = self.engine._budget(len(self.ids), max_tokens)
@@ -351,9 +365,15 @@ class Session:
         e, out = self.engine, []
         self.stats["generated"], self.stop_reason = 0, None
 
-        def mask():
+        def mask():  # None, a bool mask or a float32 bias: one trace of the step per kind
             m = None if allowed is None else allowed(out)
-            return None if m is None else jnp.asarray(m, bool)
+            if m is None:
+                return None
+            if not jnp.issubdtype(getattr(m, "dtype", bool), jnp.floating):
+                return jnp.asarray(m, bool)  # a mask (the grammar's): as it always was
+            if isinstance(m, np.ndarray):  # the jitted call transfers it: a jnp.asarray first
+                return m.astype(np.float32, copy=False)  # cost ~100-200 us/token (2-core CPU)
+            return jnp.asarray(m, jnp.float32)
 
         tok = _sample_first(self.logits, key, sampling, mask())  # (1,)
         for i in range(budget):

@@ -152,7 +152,7 @@ def check_call(name, args) -> str | None:
 
 def canonical_args(name: str, args: dict) -> dict:
     """`args` in the tool's wire order (unknown keys last, in their own order)."""
-    order = TOOLS[name].args if name in TOOLS else ()
+    order = TOOLS[name].args if isinstance(name, str) and name in TOOLS else ()
     return {**{k: args[k] for k in order if k in args}, **{k: v for k, v in args.items() if k not in order}}
 
 

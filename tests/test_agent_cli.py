@@ -158,3 +158,22 @@ def test_repl_slash_commands_and_a_turn(ckpt, proj):
     text = "".join(con.out)
     assert "/undo" in text and "mode: plan" in text and "unknown mode" in text
     assert "new conversation" in text and agent.messages == []
+
+
+def test_headless_best_of_json(ckpt, proj, capsys):
+    """--best-of 2 on a project without git: two rollouts in copies, progress on stderr, the
+    rollouts summary in the JSON, the winner's conversation saved at the project's path."""
+    rc = cli.main(["-p", "what is x?", "--model", str(ckpt), "--cwd", str(proj), "--best-of", "2",
+                   "--output-format", "json", "--max-tokens", "8"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    data = json.loads(out)
+    bo = data["best_of"]
+    assert bo["n"] == 2 and [r["index"] for r in bo["rollouts"]] == [0, 1] and bo["pick"] in (0, 1)
+    assert (bo["pass_at_1"]["temperature"], bo["rollouts"][1]["temperature"]) == (0.0, 0.7)
+    assert "rollout 1/2" in err and "rollout 2/2" in err and "best of 2" in err
+    assert (proj / "a.py").read_text() == "x = 1\n" and data["files_changed"] == bo["applied"]
+    [path] = list_sessions(proj)
+    messages, meta = load_session(path)
+    assert meta["id"] == data["session"] and messages[1]["content"] == "what is x?"
+    assert str(proj) in messages[0]["content"] and "nanocode-best-of" not in json.dumps(messages)

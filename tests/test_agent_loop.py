@@ -89,6 +89,9 @@ def reply(tok, text):
 
 
 def make(engine, repo, replies, **kw):
+    """An Agent whose model writes `replies`, one per generation (no retries unless asked: a
+    retried reply would take the next scripted one)."""
+    kw.setdefault("retries", 0)
     script = Script(engine.tokenizer, replies)
     script.V = engine.cfg.vocab_size
     agent = Agent(engine, repo, extra_mask=script, **kw)
@@ -153,11 +156,27 @@ def test_always_then_runs(engine, tok, repo):
 
 
 def test_plan_mode_denies_and_continues(engine, tok, repo):
+    # the grammar offers no Edit in plan mode (below); the policy denies it even without the grammar
     agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", new_string="y"),
-                                   reply(tok, "ok")], mode="plan")
+                                   reply(tok, "ok")], mode="plan", constrain=False)
     res = agent.run_turn("edit", approve=lambda *a: pytest.fail("plan mode must not ask"))
     assert res.tool_calls[0]["result"].startswith("error: plan mode is read-only")
     assert res.stop_reason == "done" and res.answer == "ok"
+    assert "mode: plan (read-only" in agent.messages[0]["content"]
+    assert "- Edit(" not in agent.messages[0]["content"]
+
+
+def test_plan_mode_grammar_offers_only_read_and_grep(engine, tok, repo):
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", new_string="y")], mode="plan",
+                    max_tokens=30)
+    res = agent.run_turn("edit")
+    assert all(c["name"] in ("Read", "Grep") for c in res.tool_calls)
+    assert repo.joinpath("a.py").read_text() == "x = 1\n"
+    agent.set_mode("auto")  # a switch that changes the tools offered is said in the next request
+    agent.extra_mask = None
+    agent.max_tokens = 1
+    agent.run_turn("now edit it")
+    assert agent.messages[agent._turn_start]["content"] == "mode: auto (every tool)\nnow edit it"
 
 
 @pytest.mark.parametrize("name, args, want", [
@@ -306,7 +325,7 @@ def test_cancel_stops_a_running_command(engine, tok, repo):
 
 def test_sessions_are_saved_and_render(engine, tok, repo):
     from agent.sessions import SessionStore
-    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", new_string="z"),
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="b.py", new_string="z"),
                                    reply(tok, "ok")])
     agent.store = SessionStore(repo, agent.meta["id"])
     agent.run_turn("make a.py", approve=lambda *a: "no")
@@ -420,3 +439,27 @@ def test_request_too_long_for_the_context(engine, tok, repo):
     assert agent.run_turn("short", on_event=events.append).answer == "ok"
     assert [m["role"] for m in agent.messages] == ["system", "user", "assistant"]
     assert agent.session.ids == agent.rendered_ids()
+
+
+# ---- retries -----------------------------------------------------------------------------------
+def test_a_repeated_call_is_resampled_not_run(engine, tok, repo):
+    agent, script = make(engine, repo, [call(tok, "", "Read", file_path="a.py"),
+                                        call(tok, "again.", "Read", file_path="a.py"),
+                                        reply(tok, "x is 1.")], retries=1)
+    events = []
+    res = agent.run_turn("what is x?", on_event=events.append)
+    assert res.answer == "x is 1." and res.retries == 1 and len(res.tool_calls) == 1
+    assert [m["role"] for m in agent.messages] == ["system", "user", "assistant", "tool_result", "assistant"]
+    assert any(e.kind == "status" and "repeat of an earlier call" in e.text for e in events)
+    assert all(script.identity)  # the session was rebuilt without the taken-back reply
+
+
+def test_a_failed_read_is_resampled_and_a_rerun_after_an_edit_is_not(engine, tok, repo):
+    agent, script = make(engine, repo, [call(tok, "", "Read", file_path="nope.py"),
+                                        call(tok, "", "Bash", command="cat a.py"),
+                                        call(tok, "", "Edit", file_path="a.py", old_string="x = 1", new_string="x = 2"),
+                                        call(tok, "", "Bash", command="cat a.py"),
+                                        reply(tok, "done.")], retries=1, ground=False, mode="auto")
+    res = agent.run_turn("bump x")
+    assert res.retries == 1 and [c["name"] for c in res.tool_calls] == ["Bash", "Edit", "Bash"]
+    assert res.tool_calls[2]["result"].startswith("x = 2") and all(script.identity)

@@ -182,6 +182,45 @@ def test_logits_mask_hook_constrains_streaming():
     assert seen[:8] == list(range(8))
 
 
+def test_float_bias_adds_to_the_logits_and_minus_inf_blocks():
+    logits = jnp.array([[1.0, 3.0, 2.0, 0.0]])
+    key = jax.random.PRNGKey(0)
+    greedy = lambda a: int(sample(logits, key, Sampling(), a)[0])  # noqa: E731
+    assert greedy(None) == 1
+    assert greedy(np.array([2.5, 0, 0, 0], np.float32)) == 0  # argmax(logits + bias)
+    assert greedy(np.array([0, -np.inf, 0, 0], np.float32)) == 2
+    assert greedy(np.array([[0, -np.inf, 0, 0]], np.float32)) == 2  # (B, V) too
+    assert greedy(np.array([True, False, False, True])) == 0  # bool: a mask, not a bias
+    keys = jax.random.split(key, 300)
+    bias = jnp.array([0, -jnp.inf, 0, -jnp.inf])
+    draw = jax.vmap(lambda k: sample(logits, k, Sampling(1.0), bias))
+    assert set(np.asarray(draw(keys)).ravel()) == {0, 2}
+
+
+def test_float_bias_hook_streams_and_bool_path_is_unchanged():
+    from nanocode.engine import _decode_step
+    p, kw = prompt_ids(12, seed=11), dict(max_tokens=6, temperature=1.0, seed=4)
+    allowed = np.zeros(CFG.vocab_size, bool)
+    allowed[[5, 6, 7, 40]] = True
+    as_bias = np.where(allowed, 0, -np.inf).astype(np.float32)
+    want = _stream(p, allowed=lambda out: allowed, **kw)
+    n_compiled = _decode_step._cache_size()
+    assert _stream(p, allowed=lambda out: allowed, **kw) == want
+    assert _decode_step._cache_size() == n_compiled  # the bool path: nothing new
+    # the same constraint as a 0/-inf bias (host or device, fresh each step) draws the same tokens
+    assert _stream(p, allowed=lambda out: as_bias.copy(), **kw) == want
+    assert _decode_step._cache_size() == n_compiled + 1  # one more trace: the float32 kind
+    assert _stream(p, allowed=lambda out: jnp.asarray(as_bias), **kw) == want
+    free = _stream(p, **kw)
+    pick = next(t for t in range(CFG.vocab_size) if t not in free)
+    boost = np.zeros(CFG.vocab_size, np.float32)
+    boost[pick] = 1e4
+    # a float64 bias on some steps, none on the others (float64 runs as the float32 kind)
+    out = _stream(p, allowed=lambda out: boost.astype(np.float64) if len(out) % 2 == 0 else None,
+                  **kw)
+    assert out[::2] == [pick] * 3 and pick not in out[1::2]
+
+
 # ---- context limits ----------------------------------------------------------------------------
 def test_prompt_longer_than_context_is_a_clear_error():
     too_long = prompt_ids(CFG.sequence_len + 1)

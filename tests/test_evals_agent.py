@@ -198,3 +198,63 @@ def test_checkpoint_without_tokenizer_is_a_one_line_error(tmp_path, capsys):
                      "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "tokenizer" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow  # ~30-50 s on a shared 2-core box: decode compiles at a second temperature
+def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeypatch):
+    """--best-of 2 through the real Agent: rollout 0 gives up, rollout 1 replays the oracle; the
+    verifier (the project's tests, not the hidden check) picks 1, the hidden check scores it in its
+    copy, and the record keeps rollout 0's pass@1 beside it."""
+    import agent.loop
+    from test_agent_loop import Script
+    family = "fix_bug"
+    seed = ea.task_jobs([family], 1)[0][1]
+    oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()
+    replies = [tok.encode(m["content"]) + (tok.encode_tool_call(m["tool_call"]) if m.get("tool_call")
+                                           else [tok.encode_special("<|assistant_end|>")])
+               for m in oracle["messages"] if m["role"] == "assistant"]
+    scripts = [Script(tok, [tok.encode("i do not know.") + [tok.encode_special("<|assistant_end|>")]]),
+               Script(tok, replies)]
+    made = []
+
+    class Scripted(agent.loop.Agent):
+        def __init__(self, *a, **kw):
+            script = scripts[len(made)]
+            script.V = engine.cfg.vocab_size
+            made.append(kw["temperature"])
+            super().__init__(*a, extra_mask=script, **kw)
+            script.agent = self
+    monkeypatch.setattr(agent.loop, "Agent", Scripted)
+    monkeypatch.setattr(ea, "_engine", engine)
+    (tmp_path / "t").mkdir()
+    opts = {"temperature": 0.0, "max_tokens": 1024, "max_steps": 15, "best_of": 2,
+            "best_of_temperature": 0.7}
+    rec = ea.run_task((family, seed, "model", opts, str(tmp_path / "t")))
+    assert "error" not in rec, rec["error"]
+    assert made == [0.0, 0.7]
+    assert rec["resolved"] and rec["system_prompt_ok"] and not rec["at_1"]["resolved"]
+    bo = rec["best_of"]
+    assert (bo["n"], bo["kind"], bo["pick"], bo["applied"]) == (2, "change", 1, [])
+    assert [r["tests_passed"] for r in bo["rollouts"]] == [None, True]
+    assert rec["steps"] == bo["rollouts"][1]["steps"] and rec["at_1"]["steps"] == 0
+    s = ea.summarize([rec])
+    assert (s["overall"]["resolve_rate"], s["overall"]["pass_at_1_rate"]) == (1.0, 0.0)
+    assert s["families"][family]["resolved_at_1"] == 0
+    conv = json.loads((tmp_path / "t" / f"{rec['id']}.jsonl").read_text())
+    assert conv["meta"]["best_of"] == {"n": 2, "pick": 1}
+
+
+def test_tiny_random_model_best_of_and_agent_flags(tiny_run, tmp_path, capsys):
+    out = _run(["--model", str(tiny_run), "--limit", "2", "--max-steps", "2", "--max-tokens", "12",
+                "--workers", "1", "--out", str(tmp_path), "--best-of", "2", "--no-ground",
+                "--retries", "0", "--copy-bias", "0.5"], capsys)
+    s = json.loads((tmp_path / "agent_step2.json").read_text())
+    assert (s["best_of"], s["best_of_temperature"], s["ground"], s["retries"], s["copy_bias"]) == \
+        (2, 0.7, False, 0, 0.5)
+    assert s["errors"] == 0 and s["system_prompt_mismatches"] == 0
+    for group in ("overall", "trained_families", "eval_only_families"):
+        assert set(METRICS) | {"resolved_at_1", "pass_at_1_rate"} <= set(s[group])
+    for r in map(json.loads, (tmp_path / "agent_step2.jsonl").read_text().splitlines()):
+        assert r["best_of"]["n"] == 2 and len(r["best_of"]["rollouts"]) == 2
+        assert set(r["at_1"]) >= {"resolved", "steps", "valid_calls", "first_call_correct"}
+    assert " @1 " in out.splitlines()[0] + " "

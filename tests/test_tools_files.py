@@ -1,5 +1,8 @@
 """Golden and adversarial tests for tools/workspace.py and tools/files.py (Read, Edit)."""
 import os
+import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -161,7 +164,8 @@ def test_edit_errors_golden(proj):
     (proj / "d").mkdir()
     (proj / "b.bin").write_bytes(b"\x00\x01x")
     assert edit(proj, {"file_path": "a.txt", "old_string": "zz", "new_string": "q"}) == "error: old_string not found"
-    assert edit(proj, {"file_path": "a.txt", "old_string": "x", "new_string": "q"}) == "error: old_string is not unique"
+    assert edit(proj, {"file_path": "a.txt", "old_string": "x", "new_string": "q"}) == \
+        "error: old_string is not unique (2 matches, line 1); include more surrounding lines"
     assert edit(proj, {"file_path": "nope.txt", "old_string": "x", "new_string": "q"}) == "error: file not found"
     assert edit(proj, {"file_path": "d", "old_string": "x", "new_string": "q"}) == "error: is a directory"
     assert edit(proj, {"file_path": "b.bin", "old_string": "x", "new_string": "q"}) == "error: binary file"
@@ -220,7 +224,8 @@ def test_edit_strips_line_number_prefixes(proj):
     assert (proj / "a.py").read_text() == "def g():\n    return 1\n"
     # not every line prefixed: left alone (so not found)
     assert edit(proj, {"file_path": "a.py", "old_string": "    1→def g():\n    return 1",
-                       "new_string": "x"}) == "error: old_string not found"
+                       "new_string": "x"}) == \
+        "error: old_string not found in a.py; closest lines 1-2, differing at line 1: def g():"
     assert files.strip_prefixes("12→a\n  3→b\n") == "a\nb\n"
     assert files.strip_prefixes("12→a\nb") == "12→a\nb"
 
@@ -320,3 +325,112 @@ def test_root_is_symlink_and_sibling_prefix(proj, tmp_path):
 
 def test_adversarial_count():
     assert len(ADVERSARIAL) == 20
+
+
+# ------------------------------------------------------------------ errors name what to copy
+CALC = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+
+
+def calc_repo(p, git=True):
+    if git:
+        subprocess.run(["git", "init", "-q", str(p)], check=True)
+    (p / "src").mkdir()
+    (p / "tests").mkdir()
+    (p / "src" / "calc.py").write_text(CALC)
+    (p / "tests" / "test_calc.py").write_text("from src.calc import add\n")
+    (p / "README.md").write_text("calc\n")
+    return p
+
+
+@needs_git
+def test_missing_path_names_closest(proj):
+    calc_repo(proj)
+    (proj / ".gitignore").write_text("build/\n")
+    (proj / "build").mkdir()
+    (proj / "build" / "calc.py").write_text("x\n")  # ignored by git: never suggested
+    both = " (closest: src/calc.py, tests/test_calc.py)"
+    assert read(proj, {"file_path": "calc.py"}) == "error: file not found: calc.py" + both
+    assert read(proj, {"file_path": "lib/calc.py"}) == "error: file not found: lib/calc.py" + both
+    assert read(proj, {"file_path": str(proj / "src" / "calcs.py")}) == \
+        "error: file not found: src/calcs.py (closest: src/calc.py)"
+    assert read(proj, {"file_path": "src/Clac.py"}) == "error: file not found: src/Clac.py (closest: src/calc.py)"
+    assert edit(proj, {"file_path": "calc.py", "old_string": "a", "new_string": "b"}) == \
+        "error: file not found: calc.py" + both
+    assert read(proj, {"file_path": "zzzz.txt"}) == "error: file not found"  # nothing close: unchanged
+    assert read(proj, {"file_path": "a\x00b"}) == "error: file not found"
+
+
+def test_missing_path_walk_without_git(proj):
+    calc_repo(proj, git=False)
+    (proj / "node_modules").mkdir()
+    (proj / "node_modules" / "calc.py").write_text("x\n")  # skipped directory
+    assert read(proj, {"file_path": "calc.py"}) == \
+        "error: file not found: calc.py (closest: src/calc.py, tests/test_calc.py)"
+
+
+def test_edit_old_string_not_found_names_closest_line(proj):
+    calc_repo(proj, git=False)
+    r = edit(proj, {"file_path": "src/calc.py", "old_string": "    return a-b", "new_string": "x"})
+    assert r == "error: old_string not found in src/calc.py; closest line 6:     return a - b"
+    r = edit(proj, {"file_path": "src/calc.py", "old_string": "def sub(a, b):\n    return a-b\n", "new_string": "x"})
+    assert r == "error: old_string not found in src/calc.py; closest lines 5-6, differing at line 6:     return a - b"
+    r = edit(proj, {"file_path": "src/calc.py", "old_string": "def sub(a,b):\n    return a-b", "new_string": "x"})
+    assert r == ("error: old_string not found in src/calc.py; closest lines 5-6, differing at line 5: "
+                 "def sub(a, b):; line 6:     return a - b")
+    assert edit(proj, {"file_path": "src/calc.py", "old_string": "nothing like it at all", "new_string": "x"}) == \
+        "error: old_string not found"
+    assert (proj / "src" / "calc.py").read_text() == CALC
+
+
+def test_edit_closest_line_crlf_and_long_lines_stay_one_short_line(proj):
+    (proj / "w.txt").write_bytes(b"alpha = 1\r\nbeta = 2\r\n")
+    assert edit(proj, {"file_path": "w.txt", "old_string": "beta = 3", "new_string": "x"}) == \
+        "error: old_string not found in w.txt; closest line 2: beta = 2"
+    (proj / "long.txt").write_text("y = " + "a" * 1000 + "\n")
+    r = edit(proj, {"file_path": "long.txt", "old_string": "y = " + "a" * 999 + "b", "new_string": "x"})
+    assert r.startswith("error: old_string not found in long.txt; closest line 1: y = aaa") and r.endswith(" …")
+    assert "\n" not in r and len(r) < 400
+
+
+def test_edit_not_unique_lists_lines(proj):
+    calc_repo(proj, git=False)
+    assert edit(proj, {"file_path": "src/calc.py", "old_string": "return", "new_string": "x"}) == \
+        "error: old_string is not unique (2 matches, lines 2, 6); include more surrounding lines"
+    (proj / "m.txt").write_text("k\n" * 8 + "k k\n")
+    assert edit(proj, {"file_path": "m.txt", "old_string": "k", "new_string": "x"}) == \
+        "error: old_string is not unique (10 matches, lines 1, 2, 3, 4, 5, ...); include more surrounding lines"
+
+
+@needs_git
+def test_hints_deterministic_and_root_relative(tmp_path):
+    outs = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        p = calc_repo(tmp_path / name)
+        calls = [read(p, {"file_path": "calc.py"}),
+                 edit(p, {"file_path": "src/calc.py", "old_string": "return a-b", "new_string": "x"})]
+        outs.append(calls + [read(p, {"file_path": "calc.py"})])
+    assert outs[0] == outs[1] and outs[0][0] == outs[0][2]
+    assert not any(str(tmp_path) in o for o in outs[0])
+
+
+@needs_git
+def test_missing_path_big_project_is_bounded(proj):
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    for i in range(5000):
+        d = proj / f"pkg{i % 50}" / f"sub{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"mod_{i}.py").write_text("x\n")
+    t = time.perf_counter()
+    r = read(proj, {"file_path": "mod_4321.py"})
+    assert time.perf_counter() - t < 3.0
+    assert r.startswith("error: file not found: mod_4321.py (closest: pkg21/sub2/mod_4321.py, ")
+
+
+def test_edit_closest_line_huge_file_is_bounded(proj):
+    (proj / "big.py").write_text("".join(f"    value_{i} = compute(a, b, {i})\n" for i in range(60000)))
+    t = time.perf_counter()
+    r = edit(proj, {"file_path": "big.py", "old_string": "    value_17 = compute(a,b, 17)", "new_string": "x"})
+    assert time.perf_counter() - t < 3.0
+    assert r == "error: old_string not found in big.py; closest line 18:     value_17 = compute(a, b, 17)"

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from tools import closest
 from tools import grep as grep_mod
 from tools.grep import grep
 
@@ -224,3 +225,49 @@ def test_grep_rg_used_and_falls_back(proj):
     assert grep_mod._rg_search("(?<=two )needle", [str(proj / "notes.md")], 0, 0) is None
     assert grep(proj, {"pattern": "(?<=two )needle"}) == "notes.md:2:two needle"
     assert grep_mod._rg_search("[e&&d]", [str(proj / "notes.md")], 0, 0) is None
+
+
+# ------------------------------------------------------------------ no matches names what to copy
+def names_tree(p):
+    (p / "src").mkdir()
+    (p / "src" / "merge.py").write_text("def merge_obsidian(x):\n    return x\n\n\ndef merge_all(xs):\n"
+                                        "    return [merge_obsidian(x) for x in xs]\n")
+    (p / "docs").mkdir()
+    (p / "docs" / "notes.md").write_text("merge_everything later\n")
+
+
+@pytest.mark.parametrize("use_rg", [True, False])
+def test_grep_no_matches_names_closest_identifiers(proj, use_rg):
+    names_tree(proj)
+    both = "no matches found (closest names: merge_obsidian, merge_all)"
+    assert grep(proj, {"pattern": r"def merge_obsidan\(", "path": "src"}, use_rg=use_rg) == both
+    assert grep(proj, {"pattern": r"\bmerge_al\b", "path": "src"}, use_rg=use_rg) == \
+        "no matches found (closest names: merge_all, merge_obsidian)"
+    assert grep(proj, {"pattern": "(?i)MERGE_OBSIDIANS"}, use_rg=use_rg) == \
+        "no matches found (closest names: merge_obsidian)"
+    # only the searched files give names; every identifier present, or nothing close: unchanged
+    assert grep(proj, {"pattern": r"merge_everythin\b"}, use_rg=use_rg) == \
+        "no matches found (closest names: merge_everything)"
+    assert grep(proj, {"pattern": r"merge_everythin\b", "path": "src"}, use_rg=use_rg) == "no matches found"
+    assert grep(proj, {"pattern": "merge_all.*merge_everything"}, use_rg=use_rg) == "no matches found"
+    assert grep(proj, {"pattern": "[a-z]+zzqqxx"}, use_rg=use_rg) == "no matches found"
+    assert grep(proj, {"pattern": r"\d{3}"}, use_rg=use_rg) == "no matches found"
+
+
+def test_grep_missing_path_names_closest(proj):
+    names_tree(proj)
+    assert grep(proj, {"pattern": "x", "path": "srcs"}) == "error: file not found: srcs (closest: src)"
+    assert grep(proj, {"pattern": "x", "path": "src/merg.py"}) == \
+        "error: file not found: src/merg.py (closest: src/merge.py)"
+    assert grep(proj, {"pattern": "x", "path": "zzz"}) == "error: file not found"
+
+
+def test_grep_names_deterministic_and_bounded(proj, monkeypatch):
+    names_tree(proj)
+    args = {"pattern": r"def merge_obsidan\("}
+    assert grep(proj, args) == grep(proj, args)
+    (proj / "zz.py").write_text("merge_obsidiam = 1\n")  # searched after src/: past a 2-file bound
+    monkeypatch.setattr(closest, "SCAN_FILES", 2)
+    assert grep(proj, args) == "no matches found (closest names: merge_obsidian, merge_all)"
+    monkeypatch.setattr(closest, "SCAN_FILES", 3)
+    assert grep(proj, args) == "no matches found (closest names: merge_obsidian, merge_obsidiam, merge_all)"

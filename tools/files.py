@@ -16,6 +16,11 @@ the target is re-resolved right before the rename. What remains: a parent direct
 symlink between that re-check and the rename could still redirect the rename (no openat/O_NOFOLLOW
 walk), and a file created by another process between the create check and the rename is replaced. Result: the path, then the whole new file line-numbered when it
 has at most WHOLE_FILE_LINES lines, else the changed lines with CONTEXT_LINES lines around them.
+
+Errors name what the model can copy instead (tools/closest.py; plain message when nothing is close):
+`file not found: x.py (closest: src/x.py, ...)`, `old_string not found in f.py; closest line 12: ...`
+(a multi-line old_string: `closest lines 12-14, differing at line 13: ...`), and
+`old_string is not unique (3 matches, lines 4, 9, 17); include more surrounding lines`.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import os
 import re
 import tempfile
 
+from tools.closest import lines_hint, path_hint
 from tools.workspace import PathOutside, display, resolve
 
 DEFAULT_LIMIT = 100
@@ -130,7 +136,7 @@ def _read(root, args, allow_outside):
     if p.is_dir():
         return _err("is a directory")
     if not p.exists():
-        return _err("file not found")
+        return _err("file not found" + path_hint(root, p))
     if not p.is_file():  # FIFO, socket, device: opening could block forever
         return _err("not a regular file")
     try:
@@ -219,6 +225,21 @@ def _atomic_write(root, target, data: bytes, path_arg: str, mode=None):
         raise
 
 
+def _where(text: str, s: str, count: int, shown: int = 5) -> str:
+    """`N matches, lines a, b, ...`: the distinct 1-based lines where the first non-overlapping
+    occurrences of `s` start (one search per line, so a line holding many costs one step)."""
+    lines, n, prev, at = [], 1, 0, text.find(s)
+    while at != -1 and len(lines) <= shown:
+        n += text.count("\n", prev, at)
+        lines.append(n)
+        eol = text.find("\n", at)
+        prev = at
+        at = text.find(s, max(at + len(s), eol + 1 if eol != -1 else len(text)))
+    more = ", ..." if len(lines) > shown else ""
+    named = ", ".join(map(str, lines[:shown]))
+    return f"{count} matches, line{'s' if len(lines) > 1 else ''} {named}{more}"
+
+
 def edit(root, args: dict) -> str:
     try:
         return _edit(root, args)
@@ -260,7 +281,7 @@ def _edit(root, args):
         return shown + ("\n" + body if body else "")
 
     if not p.exists():
-        return _err("file not found")
+        return _err("file not found" + path_hint(root, p))
     if not p.is_file():
         return _err("not a regular file")
     with open(p, "rb") as f:
@@ -287,9 +308,10 @@ def _edit(root, args):
         if stripped != old_n and stripped:
             old_n, count = stripped, work.count(stripped)
     if count == 0:
-        return _err("old_string not found")
+        hint = lines_hint(work, old_n)
+        return _err(f"old_string not found in {shown}; {hint}" if hint else "old_string not found")
     if count > 1:
-        return _err("old_string is not unique")
+        return _err(f"old_string is not unique ({_where(work, old_n, count)}); include more surrounding lines")
     idx = work.index(old_n)
     result = work[:idx] + new_n + work[idx + len(old_n):]
     out_text = result.replace("\n", "\r\n") if crlf else result

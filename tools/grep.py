@@ -1,9 +1,11 @@
 """Grep tool: Python regex over every text file under a path; never raises.
 
 Output: `path:line:content` for matches, `path-line-content` for -A/-B context lines, `--` between
-non-adjacent groups of one file when context is asked for, `no matches found` when empty. Paths are
-relative to the project root when inside it. At most MAX_MATCHES matching lines are shown; then a
-final line `... (N more matches not shown)`.
+non-adjacent groups of one file when context is asked for, `no matches found` when empty (followed
+by ` (closest names: a, b)` when an identifier of the pattern occurs in none of the searched files,
+tools/closest.py). Paths are relative to the project root when inside it. At most MAX_MATCHES
+matching lines are shown; then a final line `... (N more matches not shown)`. A missing path is
+`error: file not found`, naming the closest existing paths when some are close.
 
 Files: when `git ls-files --cached --others --exclude-standard` works for the search directory (it
 is in a git work tree and git is installed), its list is used, so .gitignore is respected; otherwise
@@ -33,6 +35,7 @@ import sys
 import time
 import warnings
 
+from tools.closest import SKIP_DIRS, git_files, names_hint, path_hint
 from tools.files import SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
 from tools.workspace import PathOutside, display, is_inside, resolve
 
@@ -42,20 +45,12 @@ MAX_LINE_CHARS = 2000
 MAX_SECONDS = 20      # the Python search stops (and says so) after this long; rg gets the same limit
 RG_BATCH = 1000       # paths per rg process (argv stays far below ARG_MAX)
 TIMED_OUT = object()  # key in the search result: the Python search hit MAX_SECONDS
-SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache",
-             ".pytest_cache", ".tox", ".ruff_cache", ".ipynb_checkpoints"}
+NO_MATCHES = "no matches found"
 
 
 def _git_files(d: str):
-    try:
-        r = subprocess.run(["git", "-C", d, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if r.returncode != 0:
-        return None
-    names = [os.fsdecode(x) for x in r.stdout.split(b"\0") if x]
-    return sorted(set(os.path.join(d, n) for n in names))
+    names = git_files(d)
+    return None if names is None else [os.path.join(d, n) for n in names]
 
 
 def _gitignore(d: str):
@@ -141,7 +136,7 @@ def _grep(root, args, allow_outside, use_rg):
     except ValueError:
         return _err("file not found")
     if not os.path.exists(base):
-        return _err("file not found")
+        return _err("file not found" + path_hint(root, base, dirs=True))
     if os.path.isdir(base):
         files = _git_files(os.fspath(base))
         if files is None:
@@ -168,7 +163,8 @@ def _grep(root, args, allow_outside, use_rg):
     found = _rg_search(pattern, [r for _, r in candidates], before, after) if use_rg else None
     if found is None:
         found = _py_search(rx, [r for _, r in candidates])
-    return _format(candidates, found, before, after)
+    out = _format(candidates, found, before, after)
+    return out + names_hint(pattern, [r for _, r in candidates]) if out == NO_MATCHES else out
 
 
 def _lines(data: bytes) -> list[str]:
@@ -281,7 +277,7 @@ def _format(candidates, found, before, after) -> str:
     if found.get(TIMED_OUT):
         out.append(f"... (search stopped after {MAX_SECONDS} s: narrow the path or the pattern)")
     if not out:
-        return "no matches found"
+        return NO_MATCHES
     if hidden:
         out.append(f"... ({hidden} more matches not shown)")
     return "\n".join(out)

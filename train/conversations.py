@@ -50,7 +50,7 @@ import re
 import sys
 from collections.abc import Iterable
 
-from nanocode.protocol import INT_ARGS, REJECTED, TOOL_ARGS, check_call
+from nanocode.protocol import INT_ARGS, REJECTED, TOOL_ARGS, canonical_args, check_call
 from nanocode.tokenizer import ROLES
 from train.hub_rows import hub_rows, is_schema_error, read_jsonl
 
@@ -66,7 +66,9 @@ def normalize(conv: dict) -> dict:
 
     It also re-spells what other publishers of this schema (the original nanocode datasets) wrote
     differently, without adding anything the row does not say:
-      - tool_call args stored as a JSON string (a flattened export) are parsed back into an object;
+      - tool_call args stored as a JSON string (a flattened export) are parsed back into an object,
+        and put in the tools' wire order (Edit: file_path, old_string, new_string), the order the
+        agent's grammar admits;
       - an Edit result that is only numbered lines (the original datasets print the edited file
         without its path) gets the call's own file_path as its first line, which is our Edit
         format (a relative path in the normal form our tool prints, `./a.py` -> `a.py`); without
@@ -83,7 +85,7 @@ def normalize(conv: dict) -> dict:
         if tc is not None:
             args = _json_object(tc.get("args")) if isinstance(tc, dict) else None
             if isinstance(args, dict):
-                args = {k: v for k, v in args.items() if v is not None}
+                args = canonical_args(tc.get("name"), {k: v for k, v in args.items() if v is not None})
             m["tool_call"] = {"name": tc.get("name"), "args": args} if isinstance(tc, dict) else tc
         if m["role"] == "tool_result" and isinstance(m["content"], str) and call is not None:
             m["content"] = _as_our_result(call, m["content"])
@@ -138,7 +140,7 @@ def _check_result(tool: str, content: str) -> str | None:
             return None
         return "Edit results are the path, then numbered lines, or an error line"
     if tool == "Grep":
-        if content == "no matches found" or all(
+        if content.startswith("no matches found") and "\n" not in content or all(
                 _GREP_LINE.match(l) or l == "--" or l.startswith("... (") for l in lines):
             return None
         return "Grep results are `path:line:text` / `path-line-text` lines or `no matches found`"

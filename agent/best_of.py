@@ -1,0 +1,488 @@
+"""Best-of-N for one request: N rollouts of the agent, each in its own copy of the project, a
+verifier that needs no hidden answer picks one, and only the winner's changes reach the user's
+tree, as one turn that /undo restores.
+
+Rollouts. Rollout 0 runs as the user configured it (greedy stays greedy, the user's seed);
+rollout i > 0 samples at `sample_temperature` (0.7) with seed + i. They run one after another on
+one engine (its KV cache is per agent; an agent is dropped when its rollout ends). Every copy is
+made before the first rollout, so all start from the same state, and the user's tree is only read
+until the pick is applied.
+
+Copies. A copy holds the work tree's tracked and untracked-not-ignored files (what `git ls-files
+--cached --others --exclude-standard` lists, symlinks as symlinks; outside git every file) under
+<temp>/<i>/<project dir name>, the agent running at the same subdirectory of it as the user's
+root. Its .git is a fresh repository that borrows the user's objects through
+objects/info/alternates and has a copy of the user's index, info/exclude and HEAD (branch name
+and commit), so `git status`, `git diff`, `git log` and commits work in the copy, cost O(index)
+rather than O(history) to set up, and can never write to the user's repository. Not copied, by
+design: ignored files (build outputs, .env, an in-project venv: tests that need them fail in every
+copy alike), .nanocode/, __pycache__/ and .pytest_cache/ (a Python run recreates them; they never
+count as changes), submodule contents, the repo's config, other refs and the stash.
+
+Changes. A rollout's changes are the listed files whose content, exec bit or symlink target
+differ between its copy before and after it ran (created, modified, deleted; a file it only made
+ignored, e.g. by editing .gitignore, is still compared, never "deleted"), saved aside before
+the verifier runs anything in the copy, so a test run that writes files cannot leak into what is
+applied. Commits or staging done inside a copy are not carried over, only work-tree files.
+
+Verifier (never a hidden check):
+- Code change: when any rollout changed files, the project's tests run in each changed copy:
+  `test_command` (a shell line), else `python -m pytest -q -p no:cacheprovider` when the project
+  has a tests/ directory or test_*.py / *_test.py files, within `test_timeout` seconds (past it:
+  failed). Score = (verdict, agreement, finished, -steps). Verdict: 3 changed and the tests pass,
+  2 changed with no verdict (no test command, or pytest collected nothing), 1 changed nothing, 0
+  changed and the tests fail: a change the tests reject never beats leaving the tree alone (a
+  first version ranked any change above none and, on a real run of the shipped model where no
+  rollout fixed the bug, applied a junk new file). Agreement: how many other rollouts made the
+  identical change (same paths, same resulting files), self-consistency for when tests cannot
+  tell. Finished: the turn ended "done" (not at the step limit, a repeat, a cut reply). Then
+  fewer tool calls.
+- Question: when no rollout changed files, agreement decides. From each answer (the copy's path
+  stripped) the cited `path:line`s, the `backticked` spans and the numbers are extracted; each
+  citation gets one vote per rollout whose answer has it, and only agreement (2+ votes) counts.
+  Score = (votes of its most-agreed path:line, of its most-agreed span, of its most-agreed
+  number, finished): specific citations outrank numbers, which every answer has; with no
+  agreement a finished answer beats an unfinished one.
+- Ties go to the lowest index, so with nothing to tell them apart the pick is rollout 0, what a
+  plain run would have done.
+
+Applying. The winner's changed paths must still be as they were when the copies were made (the
+user did not edit them meanwhile), else BestOfError names them and nothing is written. Then one
+tools.undo.Checkpoints turn wraps the writes (begin, write, end), so /undo restores the tree;
+the user's other uncommitted and ignored files, index and HEAD are never touched. The winner's
+conversation, answer and calls have the copy's path replaced by the user's root, so a saved
+session continues in the user's project. Cancelling (the `cancel` event) stops after the current
+rollout and applies nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from nanocode.protocol import Status, TurnResult
+from tools.undo import _SAFE_CONFIG
+from tools.workspace import is_inside
+
+SAMPLE_TEMPERATURE = 0.7
+TEST_TIMEOUT = 120.0
+_SKIP = {".git", ".nanocode", "__pycache__", ".pytest_cache"}  # never copied, never a change
+_CITE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]*\w\.\w+):(\d+)\b")
+_SPAN = re.compile(r"`([^`\n]+)`")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+
+
+class BestOfError(Exception):
+    """The pick could not be applied; the message names the files and the fix."""
+
+
+@dataclass
+class Rollout:
+    """One rollout: its sampling, its copy and what the verifier made of it."""
+    index: int
+    seed: int
+    temperature: float
+    root: str                      # the agent's root in the copy (gone once best_of cleaned up)
+    top: str                       # the copy's work tree top (root, or a parent of it)
+    turns: list[TurnResult]
+    messages: list[dict]
+    meta: dict
+    changed: list[str]             # work-tree-relative paths it created, modified or deleted
+    tests_passed: bool | None = None  # None: not run (nothing changed, or no test command)
+    tests_output: str = ""         # the test run's last line ("2 passed in 0.05s")
+    score: tuple = ()
+    seconds: float = 0.0
+    changes: dict = field(default_factory=dict, repr=False)  # path -> (before, after) digests
+    stash: str = ""                # the after-state of the changed files, saved before verifying
+
+    @property
+    def result(self) -> TurnResult:
+        return self.turns[-1]
+
+    @property
+    def steps(self) -> int:
+        return sum(t.steps for t in self.turns)
+
+    def summary(self) -> dict:
+        return {"index": self.index, "seed": self.seed, "temperature": self.temperature,
+                "stop_reason": self.result.stop_reason, "stop_reasons": [t.stop_reason for t in self.turns],
+                "steps": self.steps, "changed": self.changed, "tests_passed": self.tests_passed,
+                "tests_output": self.tests_output, "score": list(self.score), "seconds": self.seconds}
+
+
+@dataclass
+class BestOf:
+    """best_of's answer: the pick (None when cancelled), the winner's last turn (answer and calls
+    relocated to the user's root, files_changed = what was applied), its conversation and every
+    rollout. pass@1 is rollout 0's outcome, reported beside the pick."""
+    kind: str                      # "change" | "question" | "cancelled"
+    pick: int | None
+    result: TurnResult
+    messages: list[dict]
+    meta: dict
+    rollouts: list[Rollout]
+    applied: list[str]
+    checkpoint: int | None         # the Checkpoints turn id that /undo restores
+    test_command: str | None
+
+    def to_dict(self) -> dict:
+        rolls = [r.summary() for r in self.rollouts]
+        return {"n": len(rolls), "kind": self.kind, "pick": self.pick, "applied": self.applied,
+                "checkpoint": self.checkpoint, "test_command": self.test_command,
+                "pass_at_1": rolls[0] if rolls else None, "rollouts": rolls}
+
+
+# ---- the project and its copies ----------------------------------------------------------------
+
+def _git(cwd: str, *args: str, check: bool = True) -> bytes | None:
+    """stdout of a git command run with hooks and fsmonitor off; failure: BestOfError, or None
+    when check is False."""
+    r = subprocess.run(["git", "-C", cwd, *args], capture_output=True,
+                       env={**os.environ, **_SAFE_CONFIG})
+    if r.returncode == 0:
+        return r.stdout
+    if check:
+        raise BestOfError(f"git {args[0]} failed in {cwd}: {r.stderr.decode(errors='replace').strip()}")
+    return None
+
+
+def _probe(root: str) -> tuple[str, dict | None]:
+    """(work tree top, the git facts a copy needs, or None outside git)."""
+    out = _git(root, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-path",
+               "objects", "--git-path", "index", "--git-path", "info/exclude", check=False)
+    if out is None:
+        return root, None
+    top, objects, index, exclude = os.fsdecode(out).splitlines()[:4]
+    top = os.path.realpath(top)
+    head = _git(top, "rev-parse", "-q", "--verify", "HEAD^{commit}", check=False)
+    ref = _git(top, "symbolic-ref", "-q", "HEAD", check=False)
+    return top, {"objects": objects, "index": index, "exclude": exclude,
+                 "head": head.decode().strip() if head else None,
+                 "ref": ref.decode().strip() if ref else None}
+
+
+def _skipped(path: str) -> bool:
+    return any(part in _SKIP for part in path.split("/"))
+
+
+def _list(top: str, git: bool) -> list[str]:
+    """Work-tree-relative paths of the project's files (git: tracked + untracked-not-ignored)."""
+    if git:
+        names = os.fsdecode(_git(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard"))
+        paths = dict.fromkeys(p for p in names.split("\0") if p)  # unmerged entries come thrice
+    else:
+        paths = {}
+        for dirpath, dirs, files in os.walk(top):
+            rel = os.path.relpath(dirpath, top).replace(os.sep, "/")
+            links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
+            dirs[:] = sorted(d for d in dirs if d not in _SKIP and d not in links)
+            for name in sorted(files + links):
+                paths[name if rel == "." else f"{rel}/{name}"] = None
+    out = []
+    for p in paths:
+        full = os.path.join(top, p)
+        if not _skipped(p) and os.path.lexists(full) and (os.path.islink(full) or not os.path.isdir(full)):
+            out.append(p)  # a tracked file deleted in the work tree, or a submodule, is left out
+    return out
+
+
+def _digest(full: str) -> str | None:
+    """What a change compares: symlink target, or exec bit + content sha1; None when absent."""
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "l:" + os.readlink(full)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    h = hashlib.sha1()
+    with open(full, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return ("x:" if st.st_mode & 0o111 else "f:") + h.hexdigest()
+
+
+def _manifest(top: str, git: bool) -> dict[str, str]:
+    return {p: d for p in _list(top, git) if (d := _digest(os.path.join(top, p))) is not None}
+
+
+def _copy_file(src: str, dst: str) -> None:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+def _make_copy(top: str, git: dict | None, files: list[str], dest: str) -> None:
+    """The copy the module docstring describes; .git borrows the user's objects (alternates)."""
+    os.makedirs(dest)
+    for p in files:
+        _copy_file(os.path.join(top, p), os.path.join(dest, p))
+    if git is None:
+        return
+    _git(dest, "init", "-q", "--template=")
+    dot = os.path.join(dest, ".git")
+    os.makedirs(os.path.join(dot, "objects", "info"), exist_ok=True)
+    with open(os.path.join(dot, "objects", "info", "alternates"), "w") as f:
+        f.write(git["objects"] + "\n")
+    if os.path.isfile(git["exclude"]):
+        os.makedirs(os.path.join(dot, "info"), exist_ok=True)
+        shutil.copyfile(git["exclude"], os.path.join(dot, "info", "exclude"))
+    if os.path.isfile(git["index"]):
+        shutil.copyfile(git["index"], os.path.join(dot, "index"))
+    if git["ref"]:
+        _git(dest, "symbolic-ref", "HEAD", git["ref"])
+    if git["head"]:
+        _git(dest, "update-ref", *([] if git["ref"] else ["--no-deref"]), "HEAD", git["head"])
+
+
+# ---- verification ---------------------------------------------------------------------------------
+
+def detect_tests(files: list[str]) -> str | None:
+    """The default test command when the file list looks like it has Python tests, else None."""
+    for p in files:
+        name = p.rsplit("/", 1)[-1]
+        if "tests" in p.split("/")[:-1] or (name.endswith(".py") and
+                                             (name.startswith("test_") or name.endswith("_test.py"))):
+            python = "python" if shutil.which("python") else sys.executable
+            return f"{python} -m pytest -q -p no:cacheprovider"
+    return None
+
+
+def run_tests(command: str, cwd: str, timeout: float) -> tuple[bool | None, str]:
+    """(passed, last output line). pytest's "no tests collected" (exit 5) is None: no verdict.
+    The command runs in its own process group, killed whole at the timeout."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return False, f"timed out after {timeout:g} s"
+    lines = [x for x in out.decode(errors="replace").splitlines() if x.strip()]
+    last = lines[-1].strip()[:200] if lines else ""
+    if proc.returncode == 5 and "pytest" in command:
+        return None, last
+    return proc.returncode == 0, last
+
+
+def citations(answer: str) -> tuple[set, set, set]:
+    """(path:line citations, backticked spans, numbers) in an answer; paths lose a leading ./"""
+    cites = {f"{os.path.normpath(m.group(1))}:{m.group(2)}" for m in _CITE.finditer(answer)}
+    spans = {s.strip() for s in _SPAN.findall(answer) if s.strip()}
+    numbers = {n for n in _NUMBER.findall(_CITE.sub(" ", answer))}
+    return cites, spans, numbers
+
+
+def _finished(r: Rollout) -> int:
+    return int(r.result.stop_reason == "done")
+
+
+def change_scores(rollouts: list[Rollout]) -> list[tuple]:
+    """(verdict, agreement, finished, -steps) per rollout (module docstring)."""
+    keys = [frozenset((p, after) for p, (_, after) in r.changes.items()) for r in rollouts]
+    same = Counter(keys)
+    scores = []
+    for r, key in zip(rollouts, keys):
+        verdict = {True: 3, None: 2, False: 0}[r.tests_passed] if r.changed else 1
+        scores.append((verdict, same[key] - 1 if r.changed else 0, _finished(r), -r.steps))
+    return scores
+
+
+def agreement_scores(answers: list[str]) -> list[tuple]:
+    """Per answer: the votes of its most-agreed citation of each kind (module docstring)."""
+    found = [citations(a) for a in answers]
+    scores = []
+    for own in found:
+        row = []
+        for k in range(3):
+            votes = Counter(c for other in found for c in other[k])
+            row.append(max((votes[c] for c in own[k] if votes[c] >= 2), default=0))
+        scores.append(tuple(row))
+    return scores
+
+
+def choose(rollouts: list[Rollout]) -> tuple[str, int]:
+    """Score every rollout (sets .score) and return (kind, index of the pick)."""
+    if any(r.changed for r in rollouts):
+        kind, scores = "change", change_scores(rollouts)
+    else:
+        answers = [relocate(r.result.answer, r.root + os.sep, "") for r in rollouts]
+        kind = "question"
+        scores = [s + (_finished(r),) for r, s in zip(rollouts, agreement_scores(answers))]
+    for r, s in zip(rollouts, scores):
+        r.score = s
+    best = max(rollouts, key=lambda r: (r.score, -r.index))
+    return kind, best.index
+
+
+# ---- applying the pick -----------------------------------------------------------------------------
+
+def relocate(obj, old: str, new: str):
+    """`obj` (str, list, dict, TurnResult) with every `old` in its strings replaced by `new`."""
+    if isinstance(obj, str):
+        return obj.replace(old, new)
+    if isinstance(obj, list):
+        return [relocate(x, old, new) for x in obj]
+    if isinstance(obj, dict):
+        return {k: relocate(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, TurnResult):
+        return replace(obj, answer=relocate(obj.answer, old, new),
+                       tool_calls=relocate(obj.tool_calls, old, new))
+    return obj
+
+
+def _apply(top: str, r: Rollout) -> None:
+    """Write the stashed after-state of each of r's changed paths into `top`. Deletions first,
+    then directories they emptied that are gone in the copy too."""
+    real = os.path.realpath(top)
+    for path in sorted((p for p, (_, after) in r.changes.items() if after is None), reverse=True):
+        full = os.path.join(top, path)
+        if os.path.lexists(full):
+            os.unlink(full)
+        parent = os.path.dirname(path)
+        while parent and not os.path.lexists(os.path.join(r.top, parent)):
+            d = os.path.join(top, parent)
+            if not os.path.isdir(d) or os.path.islink(d) or os.listdir(d):
+                break
+            os.rmdir(d)
+            parent = os.path.dirname(parent)
+    for path in sorted(p for p, (_, after) in r.changes.items() if after is not None):
+        full = os.path.join(top, path)
+        parent = os.path.dirname(full)
+        os.makedirs(parent, exist_ok=True)
+        if not is_inside(real, os.path.realpath(parent)):
+            raise BestOfError(f"refusing to write {path}: its directory resolves outside {top}")
+        tmp = os.path.join(parent, f".nanocode-best-of-{os.getpid()}.tmp")
+        _copy_file(os.path.join(r.stash, path), tmp)
+        os.replace(tmp, full)
+
+
+def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
+    """Apply one rollout's changes to the user's tree as one undoable turn: (paths, turn id)."""
+    moved = [p for p, (before, _) in rollout.changes.items() if _digest(os.path.join(top, p)) != before]
+    if moved:
+        raise BestOfError(f"not applied: {', '.join(sorted(moved))} changed in your project while the "
+                          "rollouts ran; commit or discard your edits and rerun")
+    from tools.undo import Checkpoints
+    ck = turn = None
+    try:
+        ck = Checkpoints(root)
+        turn = ck.begin(message[:200])
+    except Exception as e:  # noqa: BLE001 - as in the loop, undo is a convenience, never fatal
+        emit(Status(f"could not snapshot the project for /undo: {e}"))
+    try:
+        _apply(top, rollout)
+    finally:
+        if turn is not None:
+            turn = ck.end(turn)
+    return (turn.changed, turn.id) if turn is not None else (sorted(rollout.changes), None)
+
+
+# ---- the whole thing ------------------------------------------------------------------------------
+
+def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature: float = 0.0,
+            sample_temperature: float = SAMPLE_TEMPERATURE, test_command: str | None = None,
+            test_timeout: float = TEST_TIMEOUT, drive=None, on_event=None, cancel=None,
+            apply: bool = True, workdir: str | None = None) -> BestOf:
+    """Run `prompt` n times, pick one, apply it (module docstring).
+
+    make_agent(root, temperature, seed) -> a fresh Agent working in `root` (no undo snapshots
+    needed: best_of takes its own). drive(agent, prompt) -> [TurnResult] runs one rollout (default:
+    one headless turn, events to on_event, honouring cancel). on_event(event) also gets a Status
+    before and after each rollout and for the pick. apply=False leaves the user's tree alone (the
+    eval scores copies). workdir: where the copies go, left for the caller to remove (default: a
+    temp dir removed on return, so Rollout.root is gone by then)."""
+    if n < 1:
+        raise ValueError(f"best_of needs n >= 1, got {n}")
+    emit = on_event or (lambda event: None)
+    root = os.path.realpath(os.fspath(root))
+    if drive is None:
+        def drive(agent, text):
+            return [agent.run_turn(text, approve=None, on_event=emit, cancel=cancel)]
+    top, git = _probe(root)
+    rel = os.path.relpath(root, top)
+    files = _list(top, git is not None)
+    command = test_command or detect_tests(files)
+    base = os.path.realpath(workdir or tempfile.mkdtemp(prefix="nanocode-best-of-"))
+    name = os.path.basename(top) or "project"
+    try:
+        tops = [os.path.join(base, str(i), name) for i in range(n)]
+        for t in tops:
+            _make_copy(top, git, files, t)
+        rollouts = []
+        for i, t in enumerate(tops):
+            if cancel is not None and cancel.is_set():
+                break
+            rollouts.append(_rollout(i, t, rel, git is not None, make_agent, drive, prompt, emit,
+                                     seed, temperature if i == 0 else sample_temperature,
+                                     command, test_timeout, n))
+        return _finish(rollouts, root, top, prompt, command, apply, cancel, emit)
+    finally:
+        if workdir is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, command, timeout, n):
+    how = "greedy" if temp == 0 else f"temperature {temp:g}"
+    emit(Status(f"rollout {i + 1}/{n}: seed {seed + i}, {how}"))
+    t0 = time.perf_counter()
+    root = os.path.normpath(os.path.join(top, rel))
+    before = _manifest(top, git)
+    agent = make_agent(root, temp, seed + i)
+    turns = list(drive(agent, prompt))
+    messages, meta = agent.messages, agent.meta
+    del agent  # its KV cache goes with it
+    after = _manifest(top, git)
+    for p in set(before) - set(after):  # one the rollout made ignored is still there, unchanged
+        if (d := _digest(os.path.join(top, p))) is not None:
+            after[p] = d
+    changes = {p: (before.get(p), after.get(p)) for p in sorted(set(before) | set(after))
+               if before.get(p) != after.get(p)}
+    stash = os.path.dirname(top) + ".changes"  # <base>/<i>.changes: beside the copy, never in it
+    for p, (_, d) in changes.items():
+        if d is not None:
+            _copy_file(os.path.join(top, p), os.path.join(stash, p))
+    r = Rollout(i, seed + i, temp, root, top, turns, messages, meta, sorted(changes),
+                changes=changes, stash=stash)
+    if changes and command:
+        r.tests_passed, r.tests_output = run_tests(command, root, timeout)
+    r.seconds = round(time.perf_counter() - t0, 2)
+    tests = {True: "; tests pass", False: "; tests fail", None: ""}[r.tests_passed]
+    what = f"changed {', '.join(r.changed)}" if r.changed else "changed nothing"
+    emit(Status(f"rollout {i + 1}/{n}: {r.result.stop_reason}, {r.steps} steps, {what}{tests}"))
+    return r
+
+
+def _finish(rollouts, root, top, prompt, command, apply, cancel, emit) -> BestOf:
+    if not rollouts or (cancel is not None and cancel.is_set()):
+        last = rollouts[-1] if rollouts else None
+        result = relocate(last.result, last.top, top) if last else TurnResult()
+        emit(Status("best-of cancelled: nothing applied"))
+        return BestOf("cancelled", None, replace(result, stop_reason="cancelled", files_changed=[]),
+                      [], {}, rollouts, [], None, command)
+    kind, pick = choose(rollouts)
+    win = rollouts[pick]
+    applied, ck_id = [], None
+    if apply and win.changes:
+        applied, ck_id = apply_changes(root, top, win, prompt, emit)
+    why = ({3: "tests pass", 2: "changed, no test verdict", 1: "changed nothing", 0: "tests fail"}
+           [win.score[0]] if kind == "change" else f"agreement {list(win.score[:3])}")
+    emit(Status(f"best of {len(rollouts)}: rollout {pick + 1} ({why}, {win.steps} steps)"
+                + (f"; applied {', '.join(applied)} (/undo restores)" if applied else "")))
+    result = replace(relocate(win.result, win.top, top), files_changed=applied)
+    return BestOf(kind, pick, result, relocate(win.messages, win.top, top),
+                  relocate(win.meta, win.top, top), rollouts, applied, ck_id, command)

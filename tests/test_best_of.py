@@ -1,0 +1,252 @@
+"""Best-of-N (agent/best_of.py) on a REAL engine and loop: a tiny random model scripted per rollout
+(test_agent_loop's Script), real tools in copies of a real temp git repo. Checked on disk: the
+user's tree (and .git) is untouched while rollouts run, then gets exactly the winner's changes as
+one turn that Checkpoints.undo restores; uncommitted and ignored files survive; copies are
+removed; a question picks the agreed citation. Plus the verifier's rules, the copy machinery
+(subdirectory root, no git, a conflicting user edit) with a stub agent, and flag validation."""
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agent.best_of import BestOfError, agreement_scores, best_of, choose, citations, run_tests
+from agent.loop import Agent
+from nanocode.engine import Engine
+from nanocode.gpt import init_params
+from nanocode.protocol import TurnResult, system_prompt
+from test_agent_loop import Script, call, reply
+from tiny_models import commit_all, tiny, tiny_tokenizer
+from tools.permissions import Policy
+from tools.undo import Checkpoints
+
+TEXTS = [system_prompt("{cwd}")] * 3 + ["def f():\n    return 1\n" * 20,
+                                        "fixed: f returns 2. it is defined at `a.py:1`."] * 2
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer(TEXTS, 1024)
+
+
+@pytest.fixture(scope="module")
+def engine(tok):
+    """Noise params drawn with numpy (no per-shape jax.random compiles) and buckets that keep a
+    whole rollout (~300-450 tokens) in one decode bucket: the test pays ~6 compiles, not ~50."""
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=2048)
+    rng = np.random.default_rng(0)
+    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
+    params = jax.tree.map(lambda s: jnp.asarray(0.15 * rng.standard_normal(s.shape), s.dtype), shapes)
+    return Engine(params, cfg, tok, buckets=(64, 256))
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    """A git project with a failing test, an uncommitted edit, an untracked and an ignored file."""
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    root = tmp_path / "proj"
+    (root / "tests").mkdir(parents=True)
+    (root / "a.py").write_text("def f():\n    return 1\n")
+    (root / "tests" / "test_a.py").write_text("from a import f\n\n\ndef test_f():\n    assert f() == 2\n")
+    (root / "old.py").write_text("gone = True\n")
+    (root / "notes.md").write_text("v1\n")
+    (root / ".gitignore").write_text("build/\n__pycache__/\n")
+    commit_all(root)
+    (root / "notes.md").write_text("v2, not committed\n")
+    (root / "todo.txt").write_text("untracked\n")
+    (root / "build").mkdir()
+    (root / "build" / "cache.bin").write_bytes(b"\x00ignored")
+    return root
+
+
+def tree(root: Path, git: bool = False) -> dict:
+    """Every file under root (ignored ones too; .git only when asked) -> bytes."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and (git or not rel.startswith(".git/")):
+            out[rel] = p.read_bytes()
+    return out
+
+
+def scripted(engine, scripts, roots):
+    """make_agent for best_of: rollout i gets scripts[i] as its model; roots records where."""
+    def make(root, temperature, seed):
+        script = scripts[len(roots)]
+        script.V = engine.cfg.vocab_size
+        roots.append((root, temperature, seed))
+        agent = Agent(engine, root, policy=Policy(Path(root), "auto"), temperature=temperature,
+                      seed=seed, extra_mask=script, constrain=False, checkpoints=False)
+        script.agent = agent
+        return agent
+    return make
+
+
+def test_change_applies_only_the_winner_as_one_undoable_turn(engine, tok, user, tmp_path):
+    wrong = Script(tok, [call(tok, "", "Edit", file_path="a.py", old_string="return 1",
+                              new_string="return 3"), reply(tok, "done: f returns 3.")])
+    right = Script(tok, [call(tok, "", "Edit", file_path="a.py", old_string="return 1",
+                              new_string="return 2"),
+                         call(tok, "", "Bash", command="rm old.py"),
+                         call(tok, "", "Edit", file_path="b.py", new_string="b = 2\n"),
+                         reply(tok, "fixed: f returns 2.")])
+    idle = Script(tok, [reply(tok, "nothing to do.")])
+    before, before_git = tree(user), tree(user, git=True)
+    untouched = []
+
+    def on_event(ev):  # after every tool call of every rollout: the user's tree, .git included
+        if ev.kind == "tool_result":
+            untouched.append(tree(user, git=True) == before_git)
+    roots = []
+    res = best_of(scripted(engine, [wrong, right, idle], roots), user, "make the test pass", 3,
+                  seed=5, on_event=on_event)
+    assert untouched and all(untouched)
+    assert [(t, s) for _, t, s in roots] == [(0.0, 5), (0.7, 6), (0.7, 7)]
+    assert all(not r.startswith(str(user)) for r, _, _ in roots)
+    assert all(s.identity and all(s.identity) for s in (wrong, right, idle))
+    assert res.kind == "change" and res.pick == 1
+    assert [r.changed for r in res.rollouts] == [["a.py"], ["a.py", "b.py", "old.py"], []]
+    assert [r.tests_passed for r in res.rollouts] == [False, True, None]
+    assert res.to_dict()["pass_at_1"]["tests_passed"] is False
+    assert res.applied == res.result.files_changed == ["a.py", "b.py", "old.py"]
+    assert res.result.answer == "fixed: f returns 2." and res.result.steps == 3
+    # exactly the winner's changes; the uncommitted, untracked and ignored files are intact
+    want = {**before, "a.py": b"def f():\n    return 2\n", "b.py": b"b = 2\n"}
+    del want["old.py"]
+    assert tree(user) == want
+    git = ["git", "-C", str(user)]
+    assert subprocess.run(git + ["diff", "--cached", "--name-only"], capture_output=True,
+                          text=True).stdout == ""  # the user's index is not touched
+    assert subprocess.run(git + ["log", "--oneline"], capture_output=True, text=True).stdout.count("\n") == 1
+    assert str(user) in res.messages[0]["content"] and "nanocode-best-of" not in str(res.messages)
+    assert os.listdir(tmp_path / "tmp") == []  # the copies are gone
+    # /undo restores the user's tree
+    assert Checkpoints(user).undo() == ["a.py", "b.py", "old.py"]
+    assert tree(user) == before
+
+
+def test_question_picks_the_agreed_citation_and_changes_nothing(engine, tok, user):
+    scripts = [Script(tok, [call(tok, "", "Read", file_path="a.py"), reply(tok, text)]) for text in
+               ("f is defined at a.py:7.", "f is defined at `a.py:1`.", "see a.py:1, def f.")]
+    before = tree(user, git=True)
+    res = best_of(scripted(engine, scripts, []), user, "where is f defined?", 3)
+    assert res.kind == "question" and res.pick == 1 and res.applied == [] and res.checkpoint is None
+    assert [r.score for r in res.rollouts] == [(0, 0, 0, 1), (2, 0, 0, 1), (2, 0, 0, 1)]
+    assert res.result.answer == "f is defined at `a.py:1`."
+    assert tree(user, git=True) == before
+
+
+def test_verifier_rules():
+    assert citations("at ./pkg/a.py:12 and `x = 1`, 3 tests") == ({"pkg/a.py:12"}, {"x = 1"}, {"1", "3"})
+    assert agreement_scores(["a.py:3", "b.py:4", "a.py:3 and 7", "7"]) == [(2, 0, 0), (0, 0, 0),
+                                                                       (2, 0, 2), (0, 0, 2)]
+    assert agreement_scores(["a.py:3"]) == [(0, 0, 0)]  # one answer agrees with nobody
+
+    class R:
+        def __init__(self, index, change, passed, steps, answer="", stop="done"):
+            self.index, self.tests_passed, self.root, self.steps = index, passed, "/c", steps
+            self.changes = {p: ("f:old", after) for p, after in change.items()}
+            self.changed, self.result = sorted(change), TurnResult(answer=answer, stop_reason=stop)
+    a, b = {"a.py": "f:1"}, {"a.py": "f:2"}
+    # tests pass > changed, no verdict > unchanged > tests fail
+    assert choose([R(0, a, False, 1), R(1, {}, None, 1), R(2, a, True, 5)]) == ("change", 2)
+    assert choose([R(0, {}, None, 1), R(1, a, False, 1)]) == ("change", 0)
+    assert choose([R(0, {}, None, 1), R(1, a, None, 9)]) == ("change", 1)
+    # then the same change as others, then finished, then fewer steps, then the lowest index
+    assert choose([R(0, a, True, 1), R(1, b, True, 3), R(2, b, True, 4)]) == ("change", 1)
+    assert choose([R(0, a, True, 1, stop="step_limit"), R(1, b, True, 3)]) == ("change", 1)
+    assert choose([R(0, a, True, 4), R(1, b, True, 2), R(2, {"c": "f:3"}, True, 2)]) == ("change", 1)
+    assert choose([R(0, {}, None, 1, "x"), R(1, {}, None, 1, "y")]) == ("question", 0)
+    assert choose([R(0, {}, None, 9, "", "step_limit"), R(1, {}, None, 1, "y")]) == ("question", 1)
+
+
+class Stub:
+    """A stand-in agent: the copy machinery without a model."""
+    def __init__(self, root, temperature=0.0, seed=0):
+        self.root, self.messages, self.meta = root, [{"role": "system", "content": f"cwd {root}"}], {}
+
+
+def edit_drive(edits, during=None):
+    def drive(agent, prompt):
+        for path, text in edits.items():
+            full = Path(agent.root) / path
+            full.parent.mkdir(parents=True, exist_ok=True)
+            full.write_text(text)
+        if during:
+            during()
+        return [TurnResult(answer=f"edited in {agent.root}", steps=1)]
+    return drive
+
+
+def test_subdirectory_root_and_no_git(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    top = tmp_path / "mono"
+    (top / "svc").mkdir(parents=True)
+    (top / "svc" / "x.py").write_text("x = 1\n")
+    (top / "README").write_text("top\n")
+    commit_all(top)
+    seen = []
+
+    def drive(agent, prompt):  # the copy has the whole work tree and a working git
+        r = Path(agent.root)
+        seen.append((r.name, (r.parent / "README").exists(),
+                     subprocess.run(["git", "-C", str(r), "log", "--oneline"], capture_output=True,
+                                    text=True).stdout.count("\n")))
+        (r / "x.py").write_text("x = 2\n")
+        return [TurnResult(answer=f"done in {agent.root}")]
+    res = best_of(Stub, top / "svc", "edit", 2, drive=drive)
+    assert seen == [("svc", True, 1)] * 2
+    assert res.applied == ["svc/x.py"] and (top / "svc" / "x.py").read_text() == "x = 2\n"
+    assert res.result.answer == f"done in {top / 'svc'}"  # relocated to the user's project
+    plain = tmp_path / "plain"  # no git: every file is copied, undo uses the shadow repo
+    plain.mkdir()
+    (plain / "p.txt").write_text("1\n")
+    res = best_of(Stub, plain, "edit", 2, drive=edit_drive({"q/new.txt": "new\n"}))
+    assert res.applied == ["q/new.txt"] and (plain / "q" / "new.txt").read_text() == "new\n"
+    assert Checkpoints(plain).undo() == ["q/new.txt"] and sorted(os.listdir(plain)) == ["p.txt"]
+
+
+def test_a_user_edit_during_the_rollouts_blocks_the_apply(user):
+    before = tree(user)
+    with pytest.raises(BestOfError, match="a.py changed in your project"):
+        best_of(Stub, user, "edit", 2, test_command="true", drive=edit_drive(
+            {"a.py": "def f():\n    return 2\n"}, during=lambda: (user / "a.py").write_text("mine\n")))
+    assert tree(user) == {**before, "a.py": b"mine\n"}
+
+
+def test_a_file_the_rollout_makes_ignored_is_not_deleted(user):
+    res = best_of(Stub, user, "ignore todo", 1, test_command="true", drive=edit_drive(
+        {".gitignore": "build/\n__pycache__/\ntodo.txt\n"}))
+    assert res.applied == [".gitignore"] and (user / "todo.txt").read_text() == "untracked\n"
+
+
+def test_cancel_applies_nothing_and_a_hung_test_run_fails(user):
+    import threading
+    cancel, before = threading.Event(), tree(user)
+    res = best_of(Stub, user, "edit", 3, cancel=cancel, drive=edit_drive(
+        {"a.py": "x\n"}, during=cancel.set))
+    assert (res.kind, res.pick, res.applied, len(res.rollouts)) == ("cancelled", None, [], 1)
+    assert res.result.stop_reason == "cancelled" and tree(user) == before
+    assert run_tests("sleep 30", str(user), timeout=0.5) == (False, "timed out after 0.5 s")
+
+
+def test_cli_flag_validation(capsys):
+    from agent import cli
+    from evals import cli as evals_cli
+    assert cli.parse_args(["-p", "x", "--best-of", "3"]).best_of == 3
+    assert cli.parse_args(["-p", "x"]).best_of == 1
+    for argv in (["-p", "x", "--best-of", "0"], ["--best-of", "2"],
+                 ["-p", "x", "--best-of", "2", "--best-of-temperature", "0"]):
+        with pytest.raises(SystemExit) as e:
+            cli.parse_args(argv)
+        assert e.value.code == 2
+    assert "--best-of" in capsys.readouterr().err
+    assert evals_cli.main(["agent", "--policy", "oracle", "--best-of", "2", "--quiet"]) == 2
+    assert evals_cli.main(["agent", "--policy", "oracle", "--best-of", "0", "--quiet"]) == 2
+    assert "--best-of" in capsys.readouterr().err
