@@ -20,7 +20,7 @@ paths, Edit.old_string a unique substring of the file's current bytes, Grep.patt
 PATTERN_BYTES whose identifier runs lie inside known words (a backslash and the byte after it
 are regex syntax, so `\\b`, `\\w`, `\\(` are not identifiers).
 
-Everything is byte-level: the ordinary tokens form a trie (VocabTrie) walked together with the
+Everything is byte-level: the ordinary tokens form a trie (agent/vocab_trie.py) walked with the
 value's automaton, so every split of an admissible value is admissible and nothing else is.
 Masks are memoised per (automaton state, stop tokens): the same array object for the same
 situation (the loop keeps device copies by identity), at most MEMO_MASKS per automaton.
@@ -29,133 +29,18 @@ valid arguments; no mask is ever all False.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
-
 import numpy as np
 
 from agent.grounding import NAME_CHARS, SortedStrings
+from agent.vocab_trie import BYTE, VocabTrie
 from nanocode.protocol import INT_ARGS, TOOLS
 
 PATTERN_BYTES = 256
 MEMO_MASKS = 128
 VALUES_KEPT = 16
-FEW_STRINGS = 4        # a span this small is walked string by string
-FEW_CHILDREN = 8       # a trie node with this few children probes each
-FEW_OCCURRENCES = 32   # an occurrence set this small is walked in Python
-BYTE = [bytes((c,)) for c in range(256)]
-ANY = [True] * 256
 IDENT = [chr(c).isascii() and (chr(c).isalnum() or c == 95) for c in range(256)]
 IDENT_BYTES = bytes(c for c in range(256) if IDENT[c])
 CONTENT, NAME, KEY, VALUE, DONE = range(5)
-
-
-class VocabTrie:
-    """The ordinary tokens' bytes as a trie: node 0 is the empty prefix, kids[n] maps a byte to
-    a child node, tid[n] is the token ending at n (-1: none). Edges are also kept as sorted
-    keys node * 257 + byte for vectorised walks (257: byte 256 marks the end of a text)."""
-
-    def __init__(self, pieces: dict[int, bytes]):
-        kids, tid = [{}], [-1]
-        for i, b in pieces.items():
-            n = 0
-            for c in b:
-                nxt = kids[n].get(c)
-                if nxt is None:
-                    nxt = kids[n][c] = len(kids)
-                    kids.append({})
-                    tid.append(-1)
-                n = nxt
-            tid[n] = i
-        self.kids, self.tid, self.tids = kids, tid, np.array(tid, np.int64)
-        self.max_len = max(len(b) for b in pieces.values())
-        edges = sorted((n * 257 + c, m) for n, d in enumerate(kids) for c, m in d.items())
-        edges.append((2**31 - 1, 0))  # a last key above every other: searches stay in bounds
-        self.edge_keys = np.array([k for k, _ in edges], np.int32)
-        self.edge_child = np.array([m for _, m in edges], np.int32)
-        self.first = np.full(257, -1, np.int32)  # byte -> node (the first level, dense)
-        self.second = np.full(257 * 257, -1, np.int32)  # two bytes -> node (the second level)
-        for c, n in kids[0].items():
-            self.first[c] = n
-            for c2, n2 in kids[n].items():
-                self.second[c * 257 + c2] = n2
-
-    def node(self, b: bytes) -> int:
-        n = 0
-        for c in b:
-            n = self.kids[n][c]
-        return n
-
-    def walk_sorted(self, strings, q: bytes, byte_ok=ANY) -> set[int]:
-        """Nodes u with q + bytes(u) a prefix of one of `strings` (a SortedStrings), every byte
-        of u passing byte_ok; node 0 included when q itself is such a prefix."""
-        items, kids = strings.items, self.kids
-        lo, hi = strings.span(q)
-        nodes: set[int] = set()
-        stack = [(0, q, lo, hi)] if lo < hi else []
-        while stack:
-            node, s, lo, hi = stack.pop()
-            nodes.add(node)
-            children, d = kids[node], len(s)
-            if not children:
-                continue
-            if hi - lo <= FEW_STRINGS:
-                for item in items[lo:hi]:
-                    n = node
-                    for c in item[d:d + self.max_len]:
-                        n = kids[n].get(c) if byte_ok[c] else None
-                        if n is None:
-                            break
-                        nodes.add(n)
-            elif len(children) <= FEW_CHILDREN:
-                for c, child in children.items():
-                    if byte_ok[c]:
-                        lo2, hi2 = strings.span(s + BYTE[c], lo, hi)
-                        if lo2 < hi2:
-                            stack.append((child, s + BYTE[c], lo2, hi2))
-            else:  # many children: visit the distinct next bytes of the strings instead
-                i = lo
-                while i < hi and len(items[i]) == d:
-                    i += 1
-                while i < hi:
-                    c = items[i][d]
-                    j = bisect_left(items, s + BYTE[c + 1], i, hi) if c < 255 else hi
-                    child = children.get(c)
-                    if child is not None and byte_ok[c]:
-                        stack.append((child, s + BYTE[c], i, j))
-                    i = j
-        return nodes
-
-    def walk_occurrences(self, anchor, P: np.ndarray, L: int) -> np.ndarray:
-        """Tokens t with text[p + L : p + L + len(t)] == t for some p in P (an AnchorText)."""
-        if len(P) <= FEW_OCCURRENCES:
-            ids, data, kids, tid = set(), anchor.data, self.kids, self.tid
-            for p in P.tolist():
-                n = 0
-                for c in data[p + L:p + L + self.max_len]:
-                    n = kids[n].get(c)
-                    if n is None:
-                        break
-                    if tid[n] >= 0:
-                        ids.add(tid[n])
-            return np.fromiter(ids, np.int64, len(ids))
-        keys, child, arr = self.edge_keys, self.edge_child, anchor.arr
-        seen = np.zeros(len(self.kids), bool)
-        pos = P + L  # the first two trie levels from dense tables, then one level at a time
-        node = self.first[arr[pos]]  # for every occurrence at once
-        seen[node[node >= 0]] = True
-        node = self.second[arr[pos] * 257 + arr[pos + 1]]
-        pos, node = pos[node >= 0] + 2, node[node >= 0]
-        seen[node] = True
-        for _ in range(self.max_len - 2):
-            key = node * 257 + arr[pos]
-            idx = np.searchsorted(keys, key)
-            ok = keys[idx] == key
-            node, pos = child[idx[ok]], pos[ok] + 1
-            if not len(node):
-                break
-            seen[node] = True
-        ids = self.tids[seen]
-        return ids[ids >= 0]
 
 
 class Value:
@@ -348,6 +233,9 @@ class PatternValue(Value):
         return ids
 
 
+_SHARED: dict = {}
+
+
 class Grammar:
     """Precomputed pieces for one tokenizer and a model vocabulary of `n_vocab` logits."""
 
@@ -374,6 +262,17 @@ class Grammar:
         self._memo: dict = {}
         self._values: dict = {}  # grounding automaton -> its Value, the newest VALUES_KEPT
         self._lexicon = None
+
+    @classmethod
+    def shared(cls, tokenizer, n_vocab: int | None = None) -> "Grammar":
+        """One Grammar per (tokenizer, n_vocab) in this process: building the vocabulary trie
+        and the pattern lexicon is the grammar's cold cost, and every Agent (an eval task, a
+        best-of rollout, /clear) would otherwise pay it again."""
+        key = (id(tokenizer), n_vocab)
+        hit = _SHARED.get(key)
+        if hit is None or hit[0] is not tokenizer:
+            hit = _SHARED[key] = (tokenizer, cls(tokenizer, n_vocab))  # holds tokenizer: id stays valid
+        return hit[1]
 
     def ids_of(self, nodes) -> np.ndarray:
         ids = self.trie.tids[np.fromiter(nodes, np.int64, len(nodes))]

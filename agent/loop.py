@@ -101,7 +101,7 @@ class Agent:
         self.max_tokens, self.max_steps, self.tool_timeout = max_tokens, max_steps, tool_timeout
         self.reserve = reserve if reserve is not None else min(max_tokens, engine.max_len // 4)
         self.extra_mask, self.constrain, self.memory = extra_mask, constrain, memory
-        self.grammar = Grammar(self.tok, engine.cfg.vocab_size)
+        self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
         self.grounding = Grounding(self.root) if ground and constrain else None
         self._grounded = 0  # messages[:_grounded] were given to grounding.add_text
         self._notes = 0  # grounding.notes[:_notes] were shown

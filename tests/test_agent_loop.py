@@ -463,3 +463,9 @@ def test_a_failed_read_is_resampled_and_a_rerun_after_an_edit_is_not(engine, tok
     res = agent.run_turn("bump x")
     assert res.retries == 1 and [c["name"] for c in res.tool_calls] == ["Bash", "Edit", "Bash"]
     assert res.tool_calls[2]["result"].startswith("x = 2") and all(script.identity)
+
+
+def test_copy_bias_runs_in_prose(engine, tok, repo):
+    agent = Agent(engine, repo, copy_bias=3.0, max_tokens=4, retries=0)
+    res = agent.run_turn("what is x?")
+    assert agent._copy is not None and agent._copy_seen > 0 and res.stop_reason in ("done", "max_tokens")
