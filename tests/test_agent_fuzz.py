@@ -292,6 +292,7 @@ def fuzz(tok, world, n_streams, seed=0):
         agent = Agent(engine, world.root, policy=policy, tool_timeout=5.0,
                       max_tokens=int(streams.pick([16, 64, 256, 1024, 4096])),
                       max_steps=int(rng.integers(1, 8)), constrain=engine.obey,
+                      retries=2 if engine.obey else 0,  # raw streams: every bad call reaches the tools
                       checkpoints=rng.random() < 0.5)
         engine.agent = agent
         for _ in range(int(rng.integers(1, 6))):
