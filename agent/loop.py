@@ -39,8 +39,9 @@ offers only those; a switch between modes with different tools mid-conversation 
 next user message (protocol.mode_note).
 
 Events: `on_event(event)` with one of protocol's typed events (Text, ToolCall, Approval,
-ToolResult, Status, TurnEnd; `event.kind` names it). run_turn returns a TurnResult (answer, tool_calls, files_changed, steps, stop_reason). It may run
-on a worker thread (approve then blocks that thread); set `cancel` from any thread.
+ToolResult, Status, TurnEnd; `event.kind` names it). run_turn returns a TurnResult (answer,
+tool_calls, files_changed, steps, stop_reason, retries). It may run on a worker thread (approve
+then blocks that thread); set `cancel` from any thread.
 """
 from __future__ import annotations
 
@@ -50,7 +51,6 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -79,8 +79,7 @@ class Agent:
     many times a failed or repeated call is resampled before it stands (retry_temperature when
     sampling is greedy). copy_bias: +beta on the logits of tokens that continue a copy of the
     context, in prose and answers only (agent/copy_bias.py; 0 = off). store: an
-    agent.sessions.SessionStore saved after every turn.
-    checkpoints: False disables undo.
+    agent.sessions.SessionStore saved after every turn. checkpoints: False disables undo.
     """
 
     def __init__(self, engine, root, *, mode: str = "ask", policy=None, messages=None, meta=None,
