@@ -6,8 +6,10 @@ Trade-offs and numbers:
 - Tasks: task i of family k (k = its index in TRAIN_FAMILIES + EVAL_ONLY_FAMILIES, F of them) has
   seed EVAL_SEED0 + --seed + i * F + k, so with --seed 0 they are train synth's eval_tasks.jsonl,
   and a family's tasks do not depend on which other families run. Jobs interleave the families,
-  so --limit keeps a mix. Each task is built under its own mkdtemp base (never the shared
-  /tmp/nanocode-synth), so parallel runs cannot collide; it is removed after scoring.
+  so --limit keeps a mix. --split train draws seed --seed + i * F + k with training names and
+  phrasings instead (heldout=False): the split for choosing settings, never for reporting. Each
+  task is built under its own mkdtemp base (never the shared /tmp/nanocode-synth), so parallel
+  runs cannot collide; it is removed after scoring.
 - Headless as `nanocode -p`: Agent.run_turn with nobody to approve, mode auto (Edit and Bash run,
   destructive commands are asked about and so rejected), a Policy with no settings files (the
   user's own settings never change a score), no undo snapshots. user_rejects runs in mode ask
@@ -81,12 +83,14 @@ def all_families() -> tuple[list[str], list[str]]:
     return list(TRAIN_FAMILIES), list(EVAL_ONLY_FAMILIES)
 
 
-def task_jobs(families: list[str], per_family: int, seed: int = 0, limit: int | None = None):
+def task_jobs(families: list[str], per_family: int, seed: int = 0, limit: int | None = None,
+              split: str = "eval"):
     """[(family, task seed)], the families interleaved; seeds as the docstring says."""
     from train.synth import EVAL_SEED0
     trained, eval_only = all_families()
     order = trained + eval_only
-    jobs = [(f, EVAL_SEED0 + seed + i * len(order) + order.index(f))
+    seed0 = EVAL_SEED0 if split == "eval" else 0
+    jobs = [(f, seed0 + seed + i * len(order) + order.index(f))
             for i in range(per_family) for f in families]
     return jobs[:limit] if limit is not None else jobs
 
@@ -255,14 +259,15 @@ def run_task(job: tuple) -> dict:
     if _load_error is not None:
         raise _load_error
     family, seed, policy, opts, transcripts = job
-    tid = f"eval-{family}-{seed}"
+    heldout = opts.get("split", "eval") == "eval"
+    tid = f"{'eval' if heldout else 'train'}-{family}-{seed}"
     rec = {"id": tid, "family": family, "seed": seed}
     base = os.path.realpath(tempfile.mkdtemp(prefix="nanocode-evals-agent-"))
     t0 = time.perf_counter()
     try:
         for attempt in range(ATTEMPTS):  # as train synth does: a project the family cannot use
             try:  # (no function with a parameter spec, ...) gives way to the next one
-                task = make_task(family, seed + attempt * ATTEMPT_STRIDE, heldout=True, base=base)
+                task = make_task(family, seed + attempt * ATTEMPT_STRIDE, heldout=heldout, base=base)
                 break
             except Exception:  # noqa: BLE001 - re-raised (and reported) after the last attempt
                 if attempt == ATTEMPTS - 1:
@@ -430,12 +435,13 @@ def main(args) -> int:
     else:
         info["model"] = args.policy
         dest, name = out_dir(args, "reference"), f"agent_{args.policy}"
-    jobs = task_jobs(families, args.per_family, args.seed, args.limit)
+    jobs = task_jobs(families, args.per_family, args.seed, args.limit, args.split)
     transcripts = dest / f"{name}_transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)
     opts = {"temperature": args.temperature, "max_tokens": args.max_tokens, "max_steps": args.max_steps,
             "ground": not args.no_ground, "retries": args.retries, "copy_bias": args.copy_bias,
-            "best_of": args.best_of, "best_of_temperature": args.best_of_temperature}
+            "best_of": args.best_of, "best_of_temperature": args.best_of_temperature,
+            "split": args.split}
     workers = max(1, min(args.workers or min(2, os.cpu_count() or 1), len(jobs)))
     bar = tqdm(total=len(jobs), desc=f"agent {args.policy}", unit="task", disable=args.quiet,
                file=sys.stderr, dynamic_ncols=True)
@@ -454,7 +460,7 @@ def main(args) -> int:
     finally:
         bar.close()
     summary = {"eval": "agent", **info, **summarize(records), "per_family": args.per_family,
-               "limit": args.limit, "seed": args.seed, "workers": workers,
+               "limit": args.limit, "seed": args.seed, "split": args.split, "workers": workers,
                "task_families": families, "seconds": round(time.perf_counter() - t0, 1)}
     write_results(dest, name, records, summary)
     print_table(summary)
@@ -482,6 +488,9 @@ def add_arguments(p) -> None:
     a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
     a("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling seed = task seed")
     a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
+    a("--split", choices=("eval", "train"), default="eval", help="eval (default): held-out tasks; "
+      "train: tasks from the training distribution (training names, seeds below EVAL_SEED0), the "
+      "split on which settings such as --copy-bias are chosen")
     a("--best-of", type=int, default=1, metavar="N", help="N rollouts per task in copies of its "
       "project, the verifier (tests / agreement, never the hidden check) picks one; the summary "
       "gives pass@1 (rollout 0) beside best-of-N (default 1: off)")

@@ -31,6 +31,19 @@ def test_task_seeds_match_eval_tasks_and_interleave():
     assert [f for f, _ in jobs[:len(FAMILIES)]] == FAMILIES
     assert ea.task_jobs(["explain"], 2) == [f for f in jobs if f[0] == "explain"]
     assert ea.task_jobs(FAMILIES, 2, seed=5, limit=3)[0][1] == EVAL_SEED0 + 5
+    train = ea.task_jobs(FAMILIES, 2, split="train")  # the split settings are chosen on
+    assert [s for _, s in train] == list(range(2 * len(FAMILIES)))
+
+
+def test_train_split_runs_training_distribution_tasks(tmp_path):
+    """--split train: ids say so, tasks use training names (heldout=False), the oracle resolves."""
+    opts = {"split": "train"}
+    seed = ea.task_jobs(["fix_bug"], 1, split="train")[0][1]
+    (tmp_path / "t").mkdir()
+    rec = ea.run_task(("fix_bug", seed, "oracle", opts, str(tmp_path / "t")))
+    assert rec["id"] == f"train-fix_bug-{seed}" and rec["resolved"], rec
+    assert rec["prompt"] == make_task("fix_bug", seed, heldout=False, base=str(tmp_path)).prompt
+    assert rec["prompt"] != make_task("fix_bug", seed, heldout=True, base=str(tmp_path / "h")).prompt
 
 
 @pytest.mark.parametrize("family", FAMILIES)
