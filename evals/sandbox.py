@@ -6,17 +6,18 @@ stderr into files outside the sandbox (capped by RLIMIT_FSIZE, only the tail is 
 wall-clock timeout that SIGKILLs the whole group. Two isolation levels, picked once per process by
 a probe that runs through the real machinery and checks what held (`isolation()`):
 
-- "namespaces" (when `unshare -rnmpf` works; it does on the dev/CI machines, kernel 6.x, root or
-  not): a user + network + mount + pid namespace. The network namespace has only a downed `lo`,
-  so every connect fails, loopback included. In the mount namespace every mount is remounted
-  read-only except the sandbox dir (bind-mounted onto itself first), then the program enters a
-  nested user+mount namespace so the read-only flags are locked (root inside the namespace cannot
-  remount them rw). The program is pid 1 of its pid namespace: when it exits or is killed, the
-  kernel kills everything it started, even children that called setsid() to leave the group.
-  When running as root and nobody can run this interpreter, the program also drops to uid/gid
-  65534 outside the namespace (on the dev box the venv's python lives under /root, mode 700, so
-  it does not: the program stays real uid 0 and RLIMIT_NPROC is ignored by the kernel; the pids
-  cgroup below bounds the process count instead).
+- "namespaces" (when `unshare -nmpf` works; it does on the dev/CI machines, kernel 6.x, root or
+  not): tools/sandbox.py's machinery. A network namespace with only a downed `lo` (every connect
+  fails, loopback included); every mount read-only, /tmp, /var/tmp, /run, /dev/shm private
+  tmpfs; the work dir is a tmpfs of `work_mb` MiB (a cap on everything the program writes in
+  total, and nothing of it reaches the host disk), the program copied into it; a nested
+  user+mount namespace locks the read-only flags. The program is pid 1 of its pid namespace:
+  when it exits or is killed, the kernel kills everything it started, setsid() escapees too.
+  The program always runs as an unprivileged uid: as non-root, the caller's (mapped to 0 in a
+  user namespace); as root, the set-up runs as real root without a user namespace, covers the
+  dirs uid 65534 cannot traverse on the way to the interpreter (e.g. /root, mode 700, above the
+  pyenv install) with a tmpfs, carries the interpreter's dirs over read-only, then drops to uid
+  and gid 65534 (so a root-only 0600 file is unreadable, and RLIMIT_NPROC is enforced).
 - As root, fresh cgroup v1 `pids` (pids.max = nproc) and `memory` (group_memory_mb) groups bound
   a fork bomb and its total memory, and every process left in them is SIGKILLed at the end.
 - "rlimits" (fallback): the same process setup without namespaces. Writes outside the temp dir
@@ -24,10 +25,10 @@ a probe that runs through the real machinery and checks what held (`isolation()`
 
 Both set RLIMIT_AS (default 2 GiB: a 10 GB allocation raises MemoryError, reported "oom"),
 RLIMIT_CPU (timeout + 1 s), RLIMIT_FSIZE (16 MiB, also the output cap), RLIMIT_NOFILE (256),
-RLIMIT_CORE 0 and RLIMIT_NPROC (256). NPROC is counted per user and per user namespace, so it
-binds inside the namespaces even when the caller is root; in the rlimits fallback as root the
-kernel ignores it (reported in `isolation()["nproc"]`), and as non-root it is set to the user's
-current process count + 256 so other processes of the user do not starve the sandbox.
+RLIMIT_CORE 0 and RLIMIT_NPROC (256, counted per user: in the rlimits fallback as root the kernel
+ignores it, reported in `isolation()["nproc"]`; as non-root it is set to the user's current
+process count + 256 so other processes of the user do not starve the sandbox). The temp dir is
+removed without ever chmod-ing through a symlink the program left there (`_fix`).
 
 Cost (2-core dev box): ~60-80 ms per trivial program in the namespace mode (two interpreter
 starts: the set-up bootstrap execs a fresh `python -I`), ~35 ms in the fallback; HumanEval's 164
@@ -48,83 +49,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
+from tools.sandbox import (ENV_SWITCH, NOBODY, SETUP_FAILED, cgroup_oom, forced_off, make_cgroups,
+                           remove_cgroup, unshare_path, wrap)
+
 STATUSES = ("passed", "failed", "timeout", "oom", "error")
-NOBODY = 65534
-SETUP_FAILED = 97  # exit status of the bootstrap when the namespace set-up itself failed
-
-# Runs first inside the sandbox: argv = [work dir, mode, limits JSON, program]. In "ns" mode it
-# makes every mount but the work dir read-only and locks that with a nested user+mount namespace;
-# then it sets the rlimits and execs a fresh interpreter on the program.
-_BOOT = r"""
-import ctypes, json, os, resource, sys
-SETUP_FAILED = @SETUP_FAILED@
-work, mode, lim, groups, prog, keep_ro = sys.argv[1:7]
-lim = json.loads(lim)
-for d in json.loads(groups):  # join the pids/memory cgroups first: everything later inherits them
-    try:
-        with open(os.path.join(d, "cgroup.procs"), "w") as f:
-            f.write("0")
-    except OSError as e:
-        print(f"sandbox: cannot join {d}: {e}", file=sys.stderr)
-        sys.exit(SETUP_FAILED)
-if mode == "ns":
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
-    RDONLY, REMOUNT, BIND = 1, 32, 4096
-    OPT = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
-           "relatime": 1 << 21}
-    if libc.mount(work.encode(), work.encode(), None, BIND, None) != 0:
-        print("sandbox: bind mount failed: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-        sys.exit(SETUP_FAILED)
-    mounts = [line.split() for line in open("/proc/self/mountinfo")]
-    for f in mounts:
-        mp = f[4].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-        if mp == work:
-            continue
-        flags = REMOUNT | BIND | RDONLY
-        for o in f[5].split(","):
-            flags |= OPT.get(o, 0)
-        libc.mount(b"none", mp.encode(), None, flags, None)
-    # Hide the host's socket directories (docker, dbus, ssh-agent, X11 live there): a read-only
-    # mount still lets a program connect() to a socket file. What must stay visible below them
-    # (the work dir, and the interpreter's prefixes when a venv lives under /tmp) is carried over
-    # by bind mounts from fds opened before the directory is covered; the prefixes read-only.
-    covered = [d for d in ("/tmp", "/var/tmp", "/run", "/dev/shm") if os.path.isdir(d) and not os.path.islink(d)]
-    wanted = [(work, False)] + [(k, True) for k in json.loads(keep_ro)]
-    carried = [(p, ro, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p, ro in wanted
-               if any(p == d or p.startswith(d + "/") for d in covered)]
-    for d in covered:
-        if libc.mount(b"tmpfs", d.encode(), b"tmpfs", OPT["nosuid"] | OPT["nodev"], b"size=16m") != 0:
-            print(f"sandbox: cannot cover {d}: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-            sys.exit(SETUP_FAILED)
-    for p, ro, fd in carried:
-        os.makedirs(p, exist_ok=True)
-        ok = libc.mount(f"/proc/self/fd/{fd}".encode(), p.encode(), None, BIND, None) == 0
-        if ok and ro:
-            ok = libc.mount(b"none", p.encode(), None, REMOUNT | BIND | RDONLY, None) == 0
-        if not ok:
-            print(f"sandbox: cannot carry {p} over: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-            sys.exit(SETUP_FAILED)
-        os.close(fd)
-    try:
-        open(os.path.join("/", ".sandbox_probe"), "w").close()
-        print("sandbox: / is still writable", file=sys.stderr)
-        sys.exit(SETUP_FAILED)
-    except OSError:
-        pass
-    if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS: lock the ro flags
-        print("sandbox: nested unshare failed: " + os.strerror(ctypes.get_errno()), file=sys.stderr)
-        sys.exit(SETUP_FAILED)
-    os.chdir(work)  # the cwd still pointed below the bind mount, on the read-only "/"
-for name, value in lim.items():
-    try:
-        resource.setrlimit(getattr(resource, name), (value, value))
-    except (ValueError, OSError):
-        pass
-os.execv(sys.executable, [sys.executable, "-I", prog])
-"""
-_BOOT = _BOOT.replace("@SETUP_FAILED@", str(SETUP_FAILED))
-
 
 @dataclass
 class Result:
@@ -141,43 +69,12 @@ class Limits:
     timeout: float = 10.0  # wall clock, seconds
     memory_mb: int = 2048  # RLIMIT_AS
     fsize_mb: int = 16  # RLIMIT_FSIZE: every file the program writes, and its stdout/stderr
+    work_mb: int = 64  # "namespaces": the work dir is a tmpfs of this size (a cap on the total)
     nofile: int = 256
     nproc: int = 256
     max_output: int = 8192  # bytes of the stdout/stderr tails kept
     group_memory_mb: int = 4096  # memory cgroup limit for all the program's processes together
     extra_env: dict = field(default_factory=dict)
-
-
-def _unshare() -> str | None:
-    return shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
-
-
-def _world_runnable(path: str) -> bool:
-    """Can uid nobody run this interpreter (every directory on the way o+x, the file o+rx) and
-    read its standard library?"""
-    import stat
-    import sysconfig
-    for target in (os.path.realpath(path), os.path.realpath(sysconfig.get_paths()["stdlib"])):
-        parts = target.split(os.sep)
-        for i in range(2, len(parts) + 1):
-            try:
-                mode = os.stat(os.sep.join(parts[:i]) or os.sep).st_mode
-            except OSError:
-                return False
-            if not mode & stat.S_IXOTH or (i == len(parts) and not mode & stat.S_IROTH):
-                return False
-    return True
-
-
-def _drop_uid() -> bool:
-    """Drop to nobody outside the namespace: only as root, and only if nobody can run us."""
-    global _DROP
-    if _DROP is None:
-        _DROP = os.getuid() == 0 and _world_runnable(sys.executable)
-    return _DROP
-
-
-_DROP: bool | None = None
 
 
 def _user_procs(uid: int) -> int:
@@ -218,78 +115,24 @@ def _tail(path: str, n: int) -> str:
         return ""
 
 
-def _rmtree(path: str) -> None:
-    def fix(func, p, _exc):  # a program may chmod its files away from us (non-root)
+def _fix(func, p, _exc) -> None:
+    """rmtree's error handler: a program may chmod its files away from us (non-root). Never
+    chmods through a symlink (os.chmod follows them and Linux has no lchmod): a program leaving
+    `link -> /etc/shadow` must not make that file 0700."""
+    for q in (os.path.dirname(p), p):
         try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
+            if not os.path.islink(q):
+                os.chmod(q, 0o700)
         except OSError:
             pass
-    shutil.rmtree(path, onerror=fix)
+    try:
+        func(p)
+    except OSError:
+        pass
 
 
-CGROUP_ROOT = "/sys/fs/cgroup"
-
-
-def _interpreter_dirs() -> list[str]:
-    """Directories the program's interpreter needs (venv and base prefixes, the executable's)."""
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-            os.path.dirname(os.path.realpath(sys.executable))}
-    return sorted(os.path.realpath(d) for d in dirs)
-
-
-def _make_cgroups(lim: Limits) -> list[str]:
-    """Fresh cgroup v1 pids + memory groups (root only; [] where they can't be made): bound the
-    process count and the total memory of everything the program starts, and list its processes
-    for the final kill."""
-    if os.getuid() != 0:
-        return []
-    out = []
-    name = f"nanocode-sbx-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
-    for ctrl, knob, value in (("pids", "pids.max", lim.nproc),
-                              ("memory", "memory.limit_in_bytes", lim.group_memory_mb << 20)):
-        base = os.path.join(CGROUP_ROOT, ctrl)
-        if not os.access(os.path.join(base, "cgroup.procs"), os.W_OK):
-            continue
-        d = os.path.join(base, name)
-        try:
-            os.mkdir(d)
-            with open(os.path.join(d, knob), "w") as f:
-                f.write(str(value))
-            out.append(d)
-        except OSError:
-            _remove_cgroup(d)
-    return out
-
-
-def _cgroup_oom(groups: list[str]) -> bool:
-    for d in groups:
-        if d.startswith(os.path.join(CGROUP_ROOT, "memory")):
-            try:
-                with open(os.path.join(d, "memory.failcnt")) as f:
-                    return int(f.read()) > 0
-            except (OSError, ValueError):
-                pass
-    return False
-
-
-def _remove_cgroup(d: str) -> None:
-    """SIGKILL whatever is left in the group, then remove it (retries while they die)."""
-    for _ in range(100):
-        try:
-            with open(os.path.join(d, "cgroup.procs")) as f:
-                for pid in f.read().split():
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except OSError:
-                        pass
-            os.rmdir(d)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.01)
+def _rmtree(path: str) -> None:
+    shutil.rmtree(path, onerror=_fix)
 
 
 def _kill_group(pgid: int) -> None:
@@ -309,21 +152,21 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
     root = tempfile.mkdtemp(prefix="nanocode-sbx-")
     work = os.path.join(root, "work")
     os.mkdir(work, 0o700)
-    prog = os.path.join(work, "prog.py")
-    with open(prog, "w", encoding="utf-8") as f:
+    src = os.path.join(root, "prog.py")  # outside the work dir: the boot copies it in
+    with open(src, "w", encoding="utf-8") as f:
         f.write(code)
-    kw = {}
-    if mode == "ns" and _drop_uid():  # drop to nobody outside the namespace
-        os.chown(work, NOBODY, NOBODY)
-        os.chown(prog, NOBODY, NOBODY)
-        kw = dict(user=NOBODY, group=NOBODY, extra_groups=[])
-    groups = _make_cgroups(lim)
-    if kw:  # the boot script joins the groups as nobody: it must be allowed to
+    prog = os.path.join(work, "prog.py")
+    drop = NOBODY if mode == "ns" and os.getuid() == 0 else None
+    groups = make_cgroups(lim.nproc, lim.group_memory_mb)
+    try:
+        cmd = wrap([sys.executable, "-I", prog], cwd=work, rlimits=_rlimits(lim, mode),
+                   work=[(work, lim.work_mb)], copy_in=[(src, prog)], groups=groups, drop=drop,
+                   init=False, ns=mode == "ns")
+    except OSError as e:
         for d in groups:
-            os.chown(os.path.join(d, "cgroup.procs"), NOBODY, NOBODY)
-    boot = [sys.executable, "-I", "-c", _BOOT, work, mode, json.dumps(_rlimits(lim, mode)),
-            json.dumps(groups), prog, json.dumps(_interpreter_dirs())]
-    cmd = [_unshare(), "-rnmpf", "--mount-proc", "--kill-child", "--", *boot] if mode == "ns" else boot
+            remove_cgroup(d)
+        _rmtree(root)
+        return Result("error", None, 0.0, "", f"sandbox: cannot start: {e}", _MODE_NAMES[mode])
     out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
     t0 = time.perf_counter()
     timed_out = False
@@ -332,10 +175,10 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
             try:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         cwd=work, env=_env(work, lim), start_new_session=True,
-                                        close_fds=True, **kw)
+                                        close_fds=True)
             except OSError as e:
                 for d in groups:
-                    _remove_cgroup(d)
+                    remove_cgroup(d)
                 return Result("error", None, 0.0, "", f"sandbox: cannot start: {e}",
                               _MODE_NAMES[mode])
             try:
@@ -347,10 +190,10 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
             _kill_group(proc.pid)  # stragglers left in the group
         secs = time.perf_counter() - t0
         stdout, stderr = _tail(out_path, lim.max_output), _tail(err_path, lim.max_output)
-        cg_oom = _cgroup_oom(groups)
+        cg_oom = cgroup_oom(groups)
     finally:
         for d in groups:
-            _remove_cgroup(d)
+            remove_cgroup(d)
         _rmtree(root)
     status = "oom" if cg_oom and rc != 0 and not timed_out else _status(rc, timed_out, stderr)
     return Result(status, rc, round(secs, 4), stdout, stderr, _MODE_NAMES[mode])
@@ -420,7 +263,7 @@ def isolation(refresh: bool = False) -> dict:
         if _probe_cache is not None and not refresh:
             return _probe_cache
         info, note = None, ""
-        if os.environ.get("NANOCODE_SANDBOX", "") != "plain" and _unshare():
+        if not forced_off() and unshare_path():
             name = f".nanocode_sbx_probe_{os.getpid()}"
             r = run_program(f"import os; os.environ['PROBE_NAME'] = {name!r}\n" + _PROBE,
                             Limits(timeout=20), mode="ns")
@@ -439,21 +282,21 @@ def isolation(refresh: bool = False) -> dict:
             except (IndexError, ValueError, KeyError):
                 note = f"namespaces unavailable ({r.status}: {r.stderr.strip()[-200:]})"
         else:
-            note = "unshare not found" if not _unshare() else "NANOCODE_SANDBOX=plain"
+            note = "unshare not found" if not unshare_path() else f"{ENV_SWITCH}={os.environ[ENV_SWITCH]}"
         if info is None:
             info = {"mode": "plain", "network_blocked": False, "readonly_fs": False,
                     "pid_namespace": False}
         info["name"] = _MODE_NAMES[info["mode"]]
-        info["uid_outside"] = NOBODY if info["mode"] == "ns" and _drop_uid() else os.getuid()
+        info["uid_outside"] = NOBODY if info["mode"] == "ns" and os.getuid() == 0 else os.getuid()
         lims = sorted(_rlimits(Limits(), info["mode"]))
         info["rlimits"] = [n.removeprefix("RLIMIT_") for n in lims]
         real_root = info["uid_outside"] == 0
         info["nproc"] = ("ignored by the kernel (real uid 0)" if real_root or "RLIMIT_NPROC" not in lims
                          else "enforced")
-        groups = _make_cgroups(Limits())
+        groups = make_cgroups(Limits().nproc, Limits().group_memory_mb)
         info["cgroups"] = [d.split(os.sep)[-2] for d in groups]  # pids / memory limits in effect
         for d in groups:
-            _remove_cgroup(d)
+            remove_cgroup(d)
         info["note"] = note
         _probe_cache = info
         return info

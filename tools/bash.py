@@ -68,6 +68,8 @@ import threading
 import time
 import uuid
 
+from tools import sandbox as sbx
+
 LINGER = 0.2       # after bash exits: how long to keep collecting output before killing the rest
 TERM_GRACE = 0.5   # after SIGTERM: how long the processes get to exit before SIGKILL
 DRAIN = 0.5        # after the kill: how long to read what is left in the pipe
@@ -299,11 +301,16 @@ def _format_secs(t: float) -> str:
 
 
 def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Event | None = None,
-         budget: int = 30_000) -> str:
+         budget: int = 30_000, sandbox: sbx.Sandbox | None = None) -> str:
     """Run ``args["command"]`` with ``bash -c`` in ``root``; return the exact result text. Never raises.
 
     ``timeout`` in seconds (None: no limit), ``cancel`` stops the command when set, ``budget`` is
-    the number of output bytes kept (head and tail halves)."""
+    the number of output bytes kept (head and tail halves). ``sandbox`` (enabled): run it inside
+    tools/sandbox.py's namespaces (writes only to the project and a private /tmp, protected
+    paths read-only, no network unless asked, nothing outlives the call); same result format,
+    plus one ``(sandbox: removed ...)`` line when the command created a protected path that a
+    mount could not cover. Fails closed: ``error: sandbox unavailable: ...`` where
+    ``sbx.bash_sandbox()`` says it does not work."""
     command = args.get("command") if isinstance(args, dict) else None
     if not isinstance(command, str):
         return MISSING if command is None else "error: argument command must be a string"
@@ -317,11 +324,20 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
     call_id = uuid.uuid4().hex
     env = dict(os.environ)
     env.update(PAGER="cat", GIT_PAGER="cat", NANOCODE="1", TERM="dumb", NANOCODE_CALL=call_id)
+    argv, guarded, groups = ["bash", "-c", command], {}, []
     try:
-        proc = subprocess.Popen(["bash", "-c", command], cwd=os.fspath(root), stdin=subprocess.DEVNULL,
+        if sandbox is not None and sandbox.enabled:
+            probe = sbx.bash_sandbox()
+            if not probe["available"]:
+                return f"error: sandbox unavailable: {probe['note']}".replace("\n", " ")
+            argv, guarded, groups = sbx.prepare(root, argv, sandbox, LINGER)
+            env["TMPDIR"] = "/tmp"
+        proc = subprocess.Popen(argv, cwd=os.fspath(root), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=env)
     except (OSError, ValueError, TypeError) as e:
+        for d in groups:
+            sbx.remove_cgroup(d)
         return f"error: cannot run command: {e}".replace("\n", " ")
 
     run = _Run(proc, capture, f"NANOCODE_CALL={call_id}".encode())
@@ -354,13 +370,17 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
                 pass
         run.close()
         code = proc.wait()
+        for d in groups:
+            sbx.remove_cgroup(d)
+        fixed = sbx.restore(guarded)
 
     out = run.capture.text().rstrip("\n")
+    notes = "".join(f"\n(sandbox: undid the command's change to {p})" for p in fixed)
     if error is not None:
-        return f"{out}\n{error}" if out else error
+        return (f"{out}\n{error}" if out else error) + notes
     lines = [out or "(no output)"]
     if code < 0:
         code = 128 - code
     if code != 0:
         lines.append(f"(exit code {code})")
-    return "\n".join(lines)
+    return "\n".join(lines) + notes

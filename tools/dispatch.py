@@ -14,11 +14,13 @@ from nanocode.protocol import check_call
 from tools.bash import bash
 from tools.files import edit, read, unexpected
 from tools.grep import grep
+from tools.sandbox import Sandbox
 
 
 def run_tool(root, name, args, *, allow_outside: bool = False, timeout: float | None = 30.0,
-             cancel: threading.Event | None = None) -> str:
-    """Run one call in the project at `root`. `timeout`/`cancel` apply to Bash."""
+             cancel: threading.Event | None = None, sandbox: Sandbox | None = None) -> str:
+    """Run one call in the project at `root`. `timeout`/`cancel`/`sandbox` (tools/sandbox.py;
+    None: unsandboxed) apply to Bash."""
     try:
         err = check_call(name, args)
         if err:
@@ -29,6 +31,6 @@ def run_tool(root, name, args, *, allow_outside: bool = False, timeout: float | 
             return grep(root, args, allow_outside=allow_outside)
         if name == "Edit":
             return edit(root, args)
-        return bash(root, args, timeout=timeout, cancel=cancel)
+        return bash(root, args, timeout=timeout, cancel=cancel, sandbox=sandbox)
     except Exception as e:  # noqa: BLE001 - tools never raise
         return unexpected(e)
