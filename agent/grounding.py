@@ -44,6 +44,7 @@ from collections import OrderedDict
 import numpy as np
 
 from tools.files import MAX_EDIT_BYTES, SNIFF_BYTES, is_binary_bytes
+from tools.git import git
 from tools.grep import SKIP_DIRS
 from tools.workspace import PathOutside, resolve
 
@@ -332,8 +333,8 @@ class Grounding:
         a tracked file is gone from disk, S that it is outside a sparse checkout), else (no
         work tree, or none of its files listed, e.g. a home directory's repo ignoring it) a walk."""
         try:
-            r = subprocess.run(["git", "-C", self.root, "ls-files", "-z", "-t", "--cached", "--deleted",
-                                "--others", "--exclude-standard"], capture_output=True, timeout=INDEX_SECONDS)
+            r = git(self.root, "ls-files", "-z", "-t", "--cached", "--deleted", "--others",
+                    "--exclude-standard", timeout=INDEX_SECONDS)
         except subprocess.TimeoutExpired:
             self.note(f"listing the project's files took over {INDEX_SECONDS:g} s: paths are free text")
             return None

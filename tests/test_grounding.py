@@ -436,8 +436,8 @@ def test_plan_mode_offers_only_its_tools(g, tok, project):
 
 def test_masks_are_memoised_and_nothing_is_scanned_early(g, tok, project, monkeypatch):
     runs = []
-    real = subprocess.run
-    monkeypatch.setattr(grounding.subprocess, "run", lambda *a, **k: runs.append(a) or real(*a, **k))
+    real = grounding.git
+    monkeypatch.setattr(grounding, "git", lambda *a, **k: runs.append(a) or real(*a, **k))
     ground = Grounding(project)
     ids = tok.encode("let me look.") + tok.encode_tool_call(
         {"name": "Read", "args": {"file_path": "src/app.py", "limit": 5}})

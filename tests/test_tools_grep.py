@@ -1,7 +1,9 @@
 """Golden and adversarial tests for tools/grep.py."""
+import functools
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -182,7 +184,7 @@ def test_adversarial_count():
 
 
 # ripgrep and Python give the same bytes ------------------------------------------------------------
-needs_rg = pytest.mark.skipif(grep_mod._rg_search("x", [], 0, 0) is None, reason="rg not installed")
+needs_rg = pytest.mark.skipif(grep_mod._rg_path() is None, reason="rg not installed")
 
 PARITY = [
     {"pattern": "needle"},
@@ -220,11 +222,19 @@ def test_grep_rg_matches_python_byte_for_byte(proj, args):
 @needs_rg
 def test_grep_rg_used_and_falls_back(proj):
     parity_tree(proj)
-    assert grep_mod._rg_search("needle", [str(proj / "notes.md")], 0, 0) is not None
-    # rg has no lookbehind: the Python engine answers, with the same format
-    assert grep_mod._rg_search("(?<=two )needle", [str(proj / "notes.md")], 0, 0) is None
+    notes = str(proj / "notes.md")
+    fd = os.open(notes, os.O_RDONLY)
+    try:
+        rg = functools.partial(grep_mod._rg_search, fds={notes: fd}, before=0, after=0,
+                               deadline=time.monotonic() + 20)
+        hits = rg("needle")
+        assert hits is not None and list(hits) == [notes]  # rg read /dev/fd/N, mapped back
+        # rg has no lookbehind: the Python engine answers, with the same format
+        assert rg("(?<=two )needle") is None
+        assert rg("[e&&d]") is None
+    finally:
+        os.close(fd)
     assert grep(proj, {"pattern": "(?<=two )needle"}) == "notes.md:2:two needle"
-    assert grep_mod._rg_search("[e&&d]", [str(proj / "notes.md")], 0, 0) is None
 
 
 # ------------------------------------------------------------------ no matches names what to copy
@@ -271,3 +281,45 @@ def test_grep_names_deterministic_and_bounded(proj, monkeypatch):
     assert grep(proj, args) == "no matches found (closest names: merge_obsidian, merge_all)"
     monkeypatch.setattr(closest, "SCAN_FILES", 3)
     assert grep(proj, args) == "no matches found (closest names: merge_obsidian, merge_obsidiam, merge_all)"
+
+
+# output bounds: context arguments, bytes and lines ---------------------------------------------------
+@pytest.mark.parametrize("use_rg", [True, False])
+def test_grep_huge_context_is_capped(proj, use_rg):
+    (proj / "big.txt").write_text("".join(f"line {i}\n" for i in range(5000)) + "needle\n"
+                                  + "".join(f"tail {i}\n" for i in range(5000)))
+    out = grep(proj, {"pattern": "needle", "-A": 10 ** 9, "-B": 10 ** 9}, use_rg=use_rg)
+    lines = out.split("\n")
+    assert len(lines) == 2 * grep_mod.MAX_CONTEXT + 1
+    assert lines[0] == f"big.txt-{5000 - grep_mod.MAX_CONTEXT + 1}-line {5000 - grep_mod.MAX_CONTEXT}"
+    assert lines[grep_mod.MAX_CONTEXT] == "big.txt:5001:needle"
+
+
+@pytest.mark.parametrize("use_rg", [True, False])
+def test_grep_output_bytes_capped_with_note(proj, use_rg):
+    (proj / "wide.txt").write_text(("needle " + "w" * 1900 + "\n") * 150)
+    out = grep(proj, {"pattern": "needle"}, use_rg=use_rg)
+    body, note = out.rsplit("\n", 1)
+    assert len(body.encode()) <= grep_mod.MAX_OUTPUT_BYTES
+    shown = body.count("\n") + 1
+    assert shown == grep_mod.MAX_OUTPUT_BYTES // 1921 and body.endswith("w" * 1900)
+    assert note == f"... ({150 - shown} more matches not shown)"
+
+
+@pytest.mark.parametrize("use_rg", [True, False])
+def test_grep_output_lines_capped_with_context(proj, use_rg):
+    (proj / "ctx.txt").write_text("".join(("hit\n" if i % 10 == 0 else "x\n") for i in range(1900)))
+    out = grep(proj, {"pattern": "hit", "-A": 8}, use_rg=use_rg)
+    lines = out.split("\n")
+    # 50 groups of 9 lines + 49 `--` = 499 lines: the next `--` and its line would make 501
+    assert len(lines) == grep_mod.MAX_OUTPUT_LINES
+    shown = sum(1 for l in lines if l.startswith("ctx.txt:"))
+    assert shown == 50 and lines[-2] == "ctx.txt-499-x"
+    assert lines[-1] == f"... ({190 - shown} more matches not shown)"
+    assert len(out) < grep_mod.MAX_OUTPUT_BYTES + 100
+
+
+def test_grep_caps_are_named_once():
+    src = open(grep_mod.__file__).read()
+    for name in ("MAX_CONTEXT", "MAX_OUTPUT_BYTES", "MAX_OUTPUT_LINES"):
+        assert src.count(f"{name} = ") == 1

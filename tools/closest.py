@@ -20,6 +20,7 @@ import re
 import subprocess
 from difflib import SequenceMatcher
 
+from tools.git import git
 from tools.workspace import display, is_inside, real_root
 
 SHOWN = 3                # alternatives named at most
@@ -44,10 +45,10 @@ _NOT_NAMES = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N
 
 def git_files(d: str):
     """Sorted paths (relative to `d`) of `git ls-files --cached --others --exclude-standard` run in
-    `d`, or None when `d` is not in a git work tree or git is missing."""
+    `d` through tools/git.py (no program the repo's config names runs), or None when `d` is not
+    in a git work tree git accepts, or git is missing."""
     try:
-        r = subprocess.run(["git", "-C", d, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, timeout=30)
+        r = git(d, "ls-files", "-z", "--cached", "--others", "--exclude-standard", timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     if r.returncode != 0:

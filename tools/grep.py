@@ -3,16 +3,21 @@
 Output: `path:line:content` for matches, `path-line-content` for -A/-B context lines, `--` between
 non-adjacent groups of one file when context is asked for, `no matches found` when empty (followed
 by ` (closest names: a, b)` when an identifier of the pattern occurs in none of the searched files,
-tools/closest.py). Paths are relative to the project root when inside it. At most MAX_MATCHES
-matching lines are shown; then a final line `... (N more matches not shown)`. A missing path is
-`error: file not found`, naming the closest existing paths when some are close.
+tools/closest.py). Paths are relative to the project root when inside it. Bounds: -A/-B over
+MAX_CONTEXT count as MAX_CONTEXT; at most MAX_MATCHES matching lines, MAX_OUTPUT_LINES lines and
+MAX_OUTPUT_BYTES bytes are shown (lines over MAX_LINE_CHARS are cut), whichever comes first, then
+a final line `... (N more matches not shown)` (the format the tools have always had, so training
+data and live output agree). A missing path is `error: file not found`, naming the closest
+existing paths when some are close.
 
 Files: when `git ls-files --cached --others --exclude-standard` works for the search directory (it
-is in a git work tree and git is installed), its list is used, so .gitignore is respected; otherwise
+is in a git work tree and git is installed; run through tools/git.py, so nothing the repo's
+config names is executed), its list is used, so .gitignore is respected; otherwise
 the tree is walked, skipping SKIP_DIRS and the patterns of a .gitignore at the search root (simple
 fnmatch subset: `name`, `dir/`, `/anchored`, `*.ext`; negations are ignored). Always skipped: .git,
 files over MAX_FILE_BYTES (5 MB), binary files (NUL in the first 8 KB), symlinks resolving outside
-the root, and unreadable files.
+the root, and unreadable files. Every file is opened where it was checked
+(tools.workspace.open_resolved) and searched through that descriptor, by either engine.
 
 Engines: the file list, the binary/size filters and the output formatting are ours either way; the
 line matching runs in ripgrep when `rg` is on PATH (linear-time regex, parallel, no catastrophic
@@ -30,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -37,9 +43,12 @@ import warnings
 
 from tools.closest import SKIP_DIRS, git_files, names_hint, path_hint
 from tools.files import SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
-from tools.workspace import PathOutside, display, is_inside, resolve
+from tools.workspace import PathOutside, display, is_inside, open_resolved, resolve
 
 MAX_MATCHES = 200
+MAX_CONTEXT = 50               # -A / -B larger than this are cut to it
+MAX_OUTPUT_BYTES = 30_000      # the output (UTF-8, before the final note) stops short of this ...
+MAX_OUTPUT_LINES = 500         # ... and of this many lines, match, context and `--` lines alike
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_LINE_CHARS = 2000
 MAX_SECONDS = 20      # the Python search stops (and says so) after this long; rg gets the same limit
@@ -123,6 +132,7 @@ def _grep(root, args, allow_outside, use_rg):
     before, err = get_int(args, "-B", 0, 0)
     if err:
         return err
+    after, before = min(after, MAX_CONTEXT), min(before, MAX_CONTEXT)
     try:
         with warnings.catch_warnings():  # e.g. "possible set intersection": the tool says nothing
             warnings.simplefilter("ignore")
@@ -144,27 +154,59 @@ def _grep(root, args, allow_outside, use_rg):
     else:
         files = [os.fspath(base)]
     outside_ok = allow_outside and not is_inside(root, base)
-    candidates = []  # (shown name, real path) of every text file to search, in output order
+    listed = []  # (shown name, real path) of every file that may be searched, in output order
     for fp in files:
         if os.sep + ".git" + os.sep in fp + os.sep and not os.sep + ".git" + os.sep in os.fspath(base) + os.sep:
             continue
         real = os.path.realpath(fp)
-        if not outside_ok and not is_inside(root, real):
-            continue
-        try:
-            if not os.path.isfile(real) or os.path.getsize(real) > MAX_FILE_BYTES:
-                continue
-            with open(real, "rb") as f:
-                if is_binary_bytes(f.read(SNIFF_BYTES)):
-                    continue
-        except OSError:
-            continue
-        candidates.append((display(root, fp if is_inside(root, fp) else real), real))
-    found = _rg_search(pattern, [r for _, r in candidates], before, after) if use_rg else None
-    if found is None:
-        found = _py_search(rx, [r for _, r in candidates])
+        if outside_ok or is_inside(root, real):
+            listed.append((display(root, fp if is_inside(root, fp) else real), real))
+    candidates, found = _search(root, pattern, rx, listed, before, after, use_rg)
     out = _format(candidates, found, before, after)
     return out + names_hint(pattern, [r for _, r in candidates]) if out == NO_MATCHES else out
+
+
+def _open_text(root, real: str) -> int | None:
+    """A descriptor of the file the check saw (tools.workspace.open_resolved: no component may
+    have become a symlink since), or None when it is not a regular text file under the size cap."""
+    try:
+        fd = open_resolved(root, real)
+    except (OSError, PathOutside):
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_FILE_BYTES \
+                and not is_binary_bytes(os.pread(fd, SNIFF_BYTES, 0)):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _search(root, pattern, rx, listed, before, after, use_rg):
+    """(candidates, found): the text files searched, and the hits by real path. Files are opened
+    RG_BATCH at a time and both engines read the open descriptors (rg gets them as /dev/fd/N),
+    so what is searched is what was checked, whatever is swapped on disk meanwhile."""
+    candidates, found, deadline = [], {}, time.monotonic() + MAX_SECONDS
+    for i in range(0, len(listed), RG_BATCH):
+        fds = {}
+        try:
+            for shown, real in listed[i:i + RG_BATCH]:
+                fd = _open_text(root, real)
+                if fd is not None and real not in fds:
+                    fds[real] = fd
+                    candidates.append((shown, real))
+            part = _rg_search(pattern, fds, before, after, deadline) if use_rg else None
+            if part is None:
+                part = _py_search(rx, fds, deadline)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        found.update(part)
+        if part.get(TIMED_OUT):
+            break
+    return candidates, found
 
 
 def _lines(data: bytes) -> list[str]:
@@ -177,15 +219,17 @@ def _lines(data: bytes) -> list[str]:
     return [l[:-1] if l.endswith("\r") else l for l in lines]
 
 
-def _py_search(rx, reals):
-    """{real path: (hit line indexes, {index: line})} with Python's re; stops at MAX_SECONDS."""
-    found, deadline = {}, time.monotonic() + MAX_SECONDS
-    for real in reals:
+def _py_search(rx, fds: dict, deadline: float):
+    """{real path: (hit line indexes, {index: line})} with Python's re over the open files
+    {real path: fd}; stops at the deadline."""
+    found = {}
+    for real, fd in fds.items():
         if time.monotonic() > deadline:
             found[TIMED_OUT] = True
             break
         try:
-            with open(real, "rb") as f:
+            with os.fdopen(os.dup(fd), "rb") as f:
+                f.seek(0)
                 lines = _lines(f.read())
         except OSError:
             continue
@@ -200,7 +244,7 @@ def _rg_path() -> str | None:
     return shutil.which("rg") or shutil.which("rg", path=os.path.dirname(sys.executable))
 
 
-def _rg_search(pattern, reals, before, after):
+def _rg_search(pattern, fds: dict, before, after, deadline: float):
     """The same result as _py_search from ripgrep's --json output (linear-time regex, parallel), or
     None when rg is missing or rejects the pattern (lookarounds, backreferences): Python then runs.
     Patterns whose meaning differs between the engines go to Python too: POSIX classes `[[:`, and
@@ -211,30 +255,31 @@ def _rg_search(pattern, reals, before, after):
     found = {}
     flags = ["--json", "--no-config", "--no-ignore", "--hidden", "--text", "--crlf", "--no-messages",
              "-A", str(after), "-B", str(before), "-e", pattern, "--"]
-    deadline = time.monotonic() + MAX_SECONDS
-    for i in range(0, len(reals), RG_BATCH):
-        try:
-            r = subprocess.run([rg, *flags, *reals[i:i + RG_BATCH]], capture_output=True,
-                               timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            found[TIMED_OUT] = True  # what was found so far, and say the search stopped
-            return found
-        except (OSError, subprocess.SubprocessError):
-            return None
-        if r.returncode not in (0, 1) and not r.stdout:  # 2 with output: some file was unreadable
-            return None
-        for raw in r.stdout.splitlines():
-            msg = json.loads(raw)
-            if msg["type"] not in ("match", "context"):
-                continue
-            d = msg["data"]
-            path = d["path"].get("text") or os.fsdecode(base64.b64decode(d["path"]["bytes"]))
-            text = _rg_text(d["lines"]).rstrip("\n")
-            hits, lines = found.setdefault(path, ([], {}))
-            n = d["line_number"] - 1
-            lines[n] = text[:-1] if text.endswith("\r") else text
-            if msg["type"] == "match":
-                hits.append(n)
+    if not fds:
+        return found
+    real_of = {f"/dev/fd/{fd}": real for real, fd in fds.items()}  # rg reads our descriptors
+    try:
+        r = subprocess.run([rg, *flags, *real_of], capture_output=True, pass_fds=tuple(fds.values()),
+                           timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        found[TIMED_OUT] = True  # say the search stopped
+        return found
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode not in (0, 1) and not r.stdout:  # 2 with output: some file was unreadable
+        return None
+    for raw in r.stdout.splitlines():
+        msg = json.loads(raw)
+        if msg["type"] not in ("match", "context"):
+            continue
+        d = msg["data"]
+        path = d["path"].get("text") or os.fsdecode(base64.b64decode(d["path"]["bytes"]))
+        text = _rg_text(d["lines"]).rstrip("\n")
+        hits, lines = found.setdefault(real_of.get(path, path), ([], {}))
+        n = d["line_number"] - 1
+        lines[n] = text[:-1] if text.endswith("\r") else text
+        if msg["type"] == "match":
+            hits.append(n)
     return found
 
 
@@ -246,25 +291,30 @@ def _rg_text(field) -> str:
 
 
 def _format(candidates, found, before, after) -> str:
-    out, shown, hidden = [], 0, 0
+    out, size, total, shown, full = [], 0, 0, 0, False
+
+    def put(*new: str) -> bool:  # all of `new` or nothing (a `--` only with the line it leads)
+        nonlocal size, full
+        size += sum(len(x.encode("utf-8", "surrogateescape")) + 1 for x in new)
+        full = full or len(out) + len(new) > MAX_OUTPUT_LINES or size > MAX_OUTPUT_BYTES
+        if not full:
+            out.extend(new)
+        return not full
+
     for name, real in candidates:
         if real not in found:
             continue
         hits, lines = found[real]
-        if shown >= MAX_MATCHES:
-            hidden += len(hits)
+        total += len(hits)
+        if full or shown >= MAX_MATCHES:
             continue
-        if shown + len(hits) > MAX_MATCHES:
-            hidden += shown + len(hits) - MAX_MATCHES
-            hits = hits[:MAX_MATCHES - shown]
-        shown += len(hits)
+        hits = hits[:MAX_MATCHES - shown]
         hitset, last = set(hits), None
         for h in hits:
             lo, hi = max(0, h - before), h + after
+            sep_first = last is not None and lo > last and bool(before or after)
             if last is not None and lo <= last:
                 lo = last + 1
-            elif last is not None and (before or after):
-                out.append("--")
             for i in range(lo, hi + 1):
                 if i not in lines:
                     break
@@ -272,12 +322,17 @@ def _format(candidates, found, before, after) -> str:
                 if len(line) > MAX_LINE_CHARS:
                     line = line[:MAX_LINE_CHARS] + " … (line truncated)"
                 sep = ":" if i in hitset else "-"
-                out.append(f"{name}{sep}{i + 1}{sep}{line}")
+                if not put(*(["--"] if sep_first else []), f"{name}{sep}{i + 1}{sep}{line}"):
+                    break
+                sep_first = False
+                shown += sep == ":"
+            if full:
+                break
             last = max(hi, last if last is not None else -1)
     if found.get(TIMED_OUT):
         out.append(f"... (search stopped after {MAX_SECONDS} s: narrow the path or the pattern)")
     if not out:
         return NO_MATCHES
-    if hidden:
-        out.append(f"... ({hidden} more matches not shown)")
+    if total > shown:
+        out.append(f"... ({total - shown} more matches not shown)")
     return "\n".join(out)

@@ -1,77 +1,79 @@
 """Per-turn checkpoints: snapshot the project before an agent turn, show its diff, undo it.
 
-Design. A snapshot is a git tree of the whole work tree (tracked + untracked-not-ignored files)
-built in a private index: GIT_INDEX_FILE points at <git dir>/nanocode/index, a copy of the user's
-.git/index (mtime kept, for git's racy-clean check) that is re-copied whenever the user's index
-changes and otherwise reused, so unchanged files, untracked ones included, are not re-hashed;
-then `git add -A`, `git write-tree`, `git commit-tree`. begin() keeps the "before" commit alive
-under refs/nanocode/turns/<id>-before, end() the "after" one under <id>-after; metadata (message,
-changed paths, undone flag, HEAD at begin) lives in <git dir>/nanocode/turns.json, so a new
-Checkpoints object (agent restart) sees earlier turns. The refs keep the objects through gc and are
-not branches: `git branch`, `git log`, `git stash list` show nothing new, and the user's HEAD,
-index, stash, branches and files are never touched, except by undo (the turn's paths only) and by
-the opt-in auto_commit. When root is a subdirectory of a repo the whole work tree is snapshotted and
-paths are relative to its top. Outside a git repo the same logic runs against a bare shadow git dir
-($NANOCODE_HOME/shadow/<sha1(realpath(root))[:16]>, NANOCODE_HOME defaulting to ~/.cache/nanocode)
-via GIT_DIR + GIT_WORK_TREE; no .git is created in the project; .nanocode/ and .git/ are excluded.
+Design. A snapshot is a git tree of the whole work tree (tracked + untracked-not-ignored files,
+nested repositories' files; tools/snapshot.py says how it is built) made in a private index:
+<git dir>/nanocode/index, a copy of the user's .git/index re-copied whenever the user's index
+changes and otherwise reused, so unchanged files are not re-hashed; then `write-tree` and
+`commit-tree`. begin() keeps the "before" commit alive under refs/nanocode/turns/<id>-before,
+end() the "after" one under <id>-after; metadata (message, session id, changed and skipped paths,
+undone flag, HEAD at begin) lives in <git dir>/nanocode/turns.json, the paths the ignore rules
+hid at begin in <git dir>/nanocode/ignored-<id> (NUL-separated), so a new Checkpoints object
+(agent restart) sees earlier turns. The refs keep the objects through gc and are not branches:
+`git branch`, `git log`, `git stash list` show nothing new, and the user's HEAD, index, stash,
+branches and files are never touched, except by undo (the turn's paths only) and by the opt-in
+auto_commit. When root is a subdirectory of a repo the whole work tree is snapshotted and paths
+are relative to its top. Outside a git repo (or in one git refuses: another user's, see
+tools/git.py) the same logic runs against a bare shadow git dir ($NANOCODE_HOME/shadow/
+<sha1(realpath(root))[:16]>, NANOCODE_HOME defaulting to ~/.cache/nanocode) via GIT_DIR +
+GIT_WORK_TREE; no .git is created in the project; .nanocode/ and .git/ are excluded. Every git
+command runs through tools/git.py: nothing the repository's config names (fsmonitor, hooks,
+filters, textconv, gpg, pager) is executed.
 
-undo() first re-snapshots the work tree and compares the turn's changed paths with its "after"
-snapshot; any difference (the user, or a later turn, edited them) raises UndoError naming the files
-and nothing is changed. Otherwise each path is restored from "before": blobs are read with
-`git cat-file --filters` (smudge/eol filters apply, like a checkout), written to a temp file in the
-target directory and os.replace()d; symlinks are restored as symlinks; files the turn created are
-deleted and directories that did not exist before and are now empty are removed. Every parent
-directory is checked with os.path.realpath against the real root before anything is written, so a
-symlinked directory can never redirect a write out of the project. Renames show up as a deletion
-plus an addition (--no-renames), so both paths are in Turn.changed.
+Undo never loses data. plan() says what undo() would do, and refuses as undo() would: turns are
+picked per session (the latest undoable turn of `session`; an explicit turn id reaches any
+session). The turn's paths are compared, one by one, with its "after" snapshot on disk (hashed
+as a snapshot hashes them); any difference (the user, or a later turn, edited them) raises
+UndoError naming the files, and nothing is changed. Paths whose "after" content has since been
+committed (HEAD moved and now holds it) make undo refuse unless allow_committed=True. Otherwise
+each path is restored from "before": blobs are read with `git cat-file --filters` (smudge/eol
+apply, like a checkout), written to a temp file in the target directory and os.replace()d;
+symlinks are restored as symlinks; files the turn created are deleted, unless the ignore rules
+hid that path at begin or it was skipped then (too big, in a skipped nested repository): such a
+file may have existed untracked before the turn and is kept (UndoPlan.keep); directories that
+did not exist before and are now empty are removed. Every parent directory is checked with
+os.path.realpath against the real root before anything is written, so a symlinked directory can
+never redirect a write out of the project. Renames show up as a deletion plus an addition
+(--no-renames), so both paths are in Turn.changed.
 
 Trade-offs / limits. Ignored files (and .git/, .nanocode/) are not snapshotted, so a turn that
-edits e.g. build output or .env cannot undo that. Untracked files over 20 MB (MAX_UNTRACKED_BYTES)
-are left out to keep the object database small; they are listed in Turn.skipped. Git does not
-track empty directories: an empty directory that existed before the turn and got files from it is
-removed by undo. Modes are git's: only the exec bit is restored (other permission bits of an
-existing file are kept; new files get 0666/0777 minus umask). Submodules (gitlinks) are not
-restored. A file that becomes ignored stays in the private index until the user's index changes.
-Content goes through git's filters both ways (clean on snapshot, smudge on restore), so a file
-comes back as `git checkout` would write it: where git normalises line endings (a `text`/`eol`
-attribute, core.autocrlf) a file that had CRLF in the work tree under `* text=auto` comes back
-with LF (exact raw snapshots need hash-object --no-filters per file, or GIT_ATTR_SOURCE, git 2.40).
-Two processes snapshotting one repo at once: the second fails on git's index.lock (GitCommandError).
-Snapshots live in the user's object database (loose objects; gc reclaims them once the refs are
-deleted). Snapshot commits are made without hooks or signing as "nanocode". auto_commit() uses
-commit-tree + update-ref (no commit hooks), then `git reset -q` so the user's index matches HEAD.
+edits e.g. build output or .env cannot undo that (and undo never deletes them). Untracked files
+over 20 MB (MAX_UNTRACKED_BYTES) and nested repositories over MAX_NESTED_FILES files are left
+out; they are listed in Turn.skipped. Git does not track empty directories: an empty directory
+that existed before the turn and got files from it is removed by undo; a nested repository the
+turn created keeps its .git/ after undo. Modes are git's: only the exec bit is restored (other
+permission bits of an existing file are kept; new files get 0666/0777 minus umask), and the
+on-disk check ignores exec-bit changes. Submodules (gitlinks) are not restored. Content goes
+through git's filters both ways (clean on snapshot, smudge on restore), so a file comes back as
+`git checkout` would write it: where git normalises line endings (`text`/`eol`, core.autocrlf)
+a file that had CRLF in the work tree under `* text=auto` comes back with LF. Two processes
+snapshotting one repo at once: the second fails on git's index.lock (UndoError). Snapshots live
+in the user's object database (loose objects; gc reclaims them once the refs are deleted).
+Snapshot commits are made as "nanocode"; no commit is ever signed (tools/git.py turns gpg off),
+auto_commit()'s included: it uses commit-tree + update-ref, then `git reset -q` so the user's
+index matches HEAD.
 
-Measured (2-CPU container, git 2.39, GitPython 3.2.1, medians of 5): a committed repo of 2,000
-files (~8 MB in 50 dirs): begin() 20 ms, end() after editing 3 files 28 ms, undo() 30 ms, diff()
-4 ms. The same 2,000 files untracked in a repo without commits: the first snapshot hashes them all
-(336 ms), later ones 19-23 ms (when re-seeded from a fresh copy of .git/index at every snapshot,
-as a first version did, it stayed at 73 ms). Shadow repo, 2,000 files: 339 ms first, then 15 ms.
-20,000 committed files: 135-140 ms per snapshot (two directory walks: ls-files --others, add -A).
+Measured (2-CPU container at load ~7, git 2.39, medians of 5; 2,000 committed files in 50 dirs,
+3 edited per turn): begin() 207 ms, end() 183 ms, undo() 97 ms, diff() 36 ms, against 97 / 150 /
+172 / 24 ms for the previous version (`git add -A`, no ignored listing, no config listing) in the
+same run; that version measured 20 / 28 / 30 / 4 ms on an idle machine. The extra cost is
+processes: the config listing (tools/git.py), `ls-files` of the index, the ignored listing.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import shutil
 import stat
 import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 
-import git
-
+from tools.git import git, safe_env
+from tools.snapshot import GitDir, GitError, names, under
 from tools.workspace import is_inside
 
-MAX_UNTRACKED_BYTES = 20 * 1024 * 1024
-EXCLUDE = [":(exclude,glob)**/.nanocode/**", ":(exclude,glob)**/.git/**"]
 NULL_SHA = "0" * 40
-# Our git calls never run the repo's fsmonitor or hooks (a model-written .git/config must not
-# turn a snapshot into command execution; edits under .git/ also always ask, permissions.py).
-_SAFE_CONFIG = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": "false",
-                "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": os.devnull}
-_IDENT = {"GIT_AUTHOR_NAME": "nanocode", "GIT_AUTHOR_EMAIL": "nanocode@localhost",
-          "GIT_COMMITTER_NAME": "nanocode", "GIT_COMMITTER_EMAIL": "nanocode@localhost"}
+ABSENT, GITLINK = "000000", "160000"
 
 
 class UndoError(Exception):
@@ -86,12 +88,32 @@ class Turn:
     changed: list[str] = field(default_factory=list)
     message: str = ""
     undone: bool = False
-    skipped: list[str] = field(default_factory=list)  # untracked files too big to snapshot
+    skipped: list[str] = field(default_factory=list)  # not snapshotted: too big, big nested repo `x/`
     head: str | None = None  # the user's HEAD at begin() (None: no commits yet)
+    session: str | None = None  # the agent session that ran the turn
 
 
-def _names(out: str) -> list[str]:
-    return [p for p in out.split("\0") if p]
+@dataclass
+class UndoPlan:
+    """What undo(turn) does: `restore` gets its before-turn content back, `remove` (created by
+    the turn) is deleted, `keep` is left as it is (gitlinks; files that may have existed
+    unsnapshotted before the turn), `committed` holds the turn's result in a commit made since."""
+    turn: int
+    restore: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    keep: list[str] = field(default_factory=list)
+    committed: list[str] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        return sorted(self.restore + self.remove)
+
+    def describe(self) -> str:
+        """One line, e.g. `restore a.py; remove new.py; keep as is .env`."""
+        parts = [f"{label} {_names_list(paths)}" for label, paths in (
+            ("restore", self.restore), ("remove", self.remove), ("keep as is", self.keep),
+            ("already committed", self.committed)) if paths]
+        return "; ".join(parts) or "nothing to undo"
 
 
 def _names_list(paths, limit=5) -> str:
@@ -99,114 +121,69 @@ def _names_list(paths, limit=5) -> str:
     return ", ".join(paths[:limit]) + more
 
 
+def _find(root: str) -> tuple[str, str] | None:
+    """(work-tree top, git dir) of the repository git finds for root, or None (none, bare, one
+    git refuses, or a core.worktree that does not contain root)."""
+    try:
+        r = git(root, "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir")
+    except OSError as e:
+        raise UndoError(f"git is not available ({e}); install git or run without checkpoints") from e
+    lines = os.fsdecode(r.stdout).splitlines()
+    if r.returncode != 0 or len(lines) < 2:
+        return None
+    top = os.path.realpath(lines[0])
+    return (top, os.path.realpath(lines[1])) if is_inside(top, root) else None
+
+
 class Checkpoints:
     def __init__(self, root, *, shadow_dir=None):
         self.root = os.path.realpath(os.fspath(root))
         if not os.path.isdir(self.root):
             raise UndoError(f"project root {self.root} is not a directory; pass an existing directory")
-        try:
-            user = git.Repo(self.root, search_parent_directories=True)
-            if user.bare or user.working_tree_dir is None:
-                raise git.InvalidGitRepositoryError(self.root)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-            user = None
-        if user is not None:
-            self.shadow = False
-            self.repo = user
-            self.top = os.path.realpath(user.working_tree_dir)
-            self.git_dir = os.path.realpath(user.git_dir)
+        found = _find(self.root)
+        self.shadow = found is None
+        if found:
+            self.top, self.git_dir = found
         else:
-            self.shadow = True
             self.top = self.root
             if shadow_dir is None:
                 from nanocode.common import nanocode_home
-                home = nanocode_home()
                 key = hashlib.sha1(self.root.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-                shadow_dir = os.path.join(home, "shadow", key)
+                shadow_dir = os.path.join(nanocode_home(), "shadow", key)
             self.git_dir = os.path.realpath(os.fspath(shadow_dir))
             if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
                 os.makedirs(self.git_dir, exist_ok=True)
-                git.Repo.init(self.git_dir, bare=True)
+                r = git(self.git_dir, "init", "-q", "--bare", "--template=", self.git_dir,
+                        env=safe_env(self.git_dir))
+                if r.returncode != 0:
+                    raise UndoError(f"cannot make the shadow repo {self.git_dir}: {r.stderr.decode().strip()}")
                 os.makedirs(os.path.join(self.git_dir, "info"), exist_ok=True)
                 with open(os.path.join(self.git_dir, "info", "exclude"), "a") as f:
                     f.write(".nanocode/\n.git/\n")
-            self.repo = git.Repo(self.git_dir)  # bare; commands get GIT_WORK_TREE=root
-        self.meta_dir = os.path.join(self.git_dir, "nanocode")
+        self.g = GitDir(self.git_dir, self.top, self.shadow)
+        self.meta_dir = self.g.meta_dir
         self.meta_path = os.path.join(self.meta_dir, "turns.json")
-        self.g = git.Git(self.top)  # commands run at the work-tree top, so pathspecs are top-relative
 
-    # ------------------------------------------------------------------ git plumbing
-
-    def _env(self, index=None, ident=True):
-        env = {"GIT_DIR": self.git_dir, "GIT_WORK_TREE": self.top, **_SAFE_CONFIG}
-        if index:
-            env["GIT_INDEX_FILE"] = index
-        if ident:
-            env.update(_IDENT)
-        return env
-
-    def _git(self, cmd, *args, index=None, ident=True, **kw):
-        return getattr(self.g, cmd)(*args, env=self._env(index, ident), **kw)
-
-    def _head(self):
+    def _wrap(self, fn, *args, **kw):
+        """fn(*args, **kw) with a git failure raised as UndoError."""
         try:
-            return self._git("rev_parse", "--verify", "-q", "HEAD^{commit}") or None
-        except git.GitCommandError:
-            return None
+            return fn(*args, **kw)
+        except GitError as e:
+            raise UndoError(str(e)) from e
 
-    def _tree(self, commit):
-        return self._git("rev_parse", f"{commit}^{{tree}}")
-
-    def _index(self):
-        """Path of the private index. In a user repo it is a copy of .git/index (mtime kept, which
-        git's racy-clean check needs), re-copied whenever the user's index changed (inode, size,
-        mtime), and otherwise reused, so untracked files are hashed once, not at every snapshot."""
-        if self.shadow:
-            return os.path.join(self.git_dir, "index")
-        index, user_index = os.path.join(self.meta_dir, "index"), os.path.join(self.git_dir, "index")
-        try:
-            st = os.stat(user_index)
-            seed = f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
-        except FileNotFoundError:
-            seed = "none"
-        try:
-            with open(index + ".seed") as f:
-                old = f.read()
-        except OSError:
-            old = None
-        if old != seed or (seed != "none" and not os.path.exists(index)):
-            if seed == "none":
-                if os.path.exists(index):
-                    os.unlink(index)
-            else:
-                shutil.copy2(user_index, index + ".tmp")
-                os.replace(index + ".tmp", index)
-            with open(index + ".seed", "w") as f:
-                f.write(seed)
-        return index
-
-    def _snapshot(self):
-        """(tree sha, skipped paths) of the work tree as it is now."""
-        os.makedirs(self.meta_dir, exist_ok=True)
-        index = self._index()
-        others = _names(self._git("ls_files", "-z", "--others", "--exclude-standard",
-                                  "--", ".", *EXCLUDE, index=index))
-        skipped = []
-        for p in others:
-            st = os.lstat(os.path.join(self.top, p))
-            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_UNTRACKED_BYTES:
-                skipped.append(p)
-        skip = [f":(exclude,literal){p}" for p in skipped]
-        self._git("add", "-A", "--", ".", *EXCLUDE, *skip, index=index)
-        return self._git("write_tree", index=index), sorted(skipped)
+    def _run(self, *args, **kw):
+        return self._wrap(self.g.run, *args, **kw)
 
     def _commit(self, tree, message, parents=(), ident=True):
         args = [a for p in parents for a in ("-p", p)]
-        sign = ["--no-gpg-sign"] if ident else []
-        return self._git("commit_tree", tree, *args, *sign, "-m", message or "nanocode", ident=ident)
+        out = self._run("commit-tree", tree, *args, "--no-gpg-sign", "-m", message or "nanocode", ident=ident)
+        return out.decode().strip()
 
-    def _changed(self, a, b):
-        return sorted(_names(self._git("diff_tree", "-r", "-z", "--no-renames", "--name-only", a, b)))
+    def _snapshot(self, ignored=()):
+        try:
+            return self.g.snapshot(ignored)
+        except (GitError, OSError) as e:
+            raise UndoError(f"cannot snapshot the project: {e}") from e
 
     # ------------------------------------------------------------------ metadata
 
@@ -231,11 +208,21 @@ class Checkpoints:
             meta["last"] = {"tree": tree, "commit": turn.after or turn.before}
         self._save(meta)
 
+    def _ignored_path(self, tid):
+        return os.path.join(self.meta_dir, f"ignored-{tid}")
+
+    def _ignored(self, tid) -> list[str]:
+        try:
+            with open(self._ignored_path(tid), "rb") as f:
+                return names(f.read())
+        except FileNotFoundError:
+            return []
+
     def turns(self) -> list[Turn]:
         """All turns, oldest first, rebuilt from refs/nanocode/turns/* plus turns.json."""
         refs = {}
-        out = self._git("for_each_ref", "--format=%(refname) %(objectname)", "refs/nanocode/turns/")
-        for line in out.splitlines():
+        out = self._run("for-each-ref", "--format=%(refname) %(objectname)", "refs/nanocode/turns/")
+        for line in out.decode().splitlines():
             name, sha = line.split(" ")
             tid, _, kind = name.rsplit("/", 1)[1].partition("-")
             refs.setdefault(int(tid), {})[kind] = sha
@@ -247,18 +234,22 @@ class Checkpoints:
             rec = dict(saved.get(str(tid), {}))
             rec.update(id=tid, before=refs[tid]["before"], after=refs[tid].get("after"))
             if rec["after"] and str(tid) not in saved:  # metadata lost: recompute from the refs
-                rec["changed"] = self._changed(rec["before"], rec["after"])
-            result.append(Turn(**rec))
+                rec["changed"] = self.g.changed(rec["before"], rec["after"])
+            result.append(Turn(**{k: v for k, v in rec.items() if k in Turn.__dataclass_fields__}))
         return result
 
-    def _get(self, turn, pick):
+    def _get(self, turn, pick, session=None):
+        """The turn with that id (any session), or the latest of `session` (None: any) that
+        `pick` accepts."""
         if isinstance(turn, Turn):
             turn = turn.id
         all_turns = self.turns()
         if turn is None:
-            found = [t for t in all_turns if pick(t)]
+            found = [t for t in all_turns if pick(t) and (session is None or t.session == session)]
             if not found:
-                raise UndoError("no turn to act on: nothing has been recorded (or everything is undone)")
+                whose = " in this session" if session is not None else ""
+                raise UndoError(f"no turn to act on{whose}: nothing has been recorded (or everything is "
+                                "undone)" + ("; ask for all sessions to reach earlier ones" if whose else ""))
             return found[-1]
         for t in all_turns:
             if t.id == turn:
@@ -267,89 +258,149 @@ class Checkpoints:
 
     # ------------------------------------------------------------------ turns
 
-    def begin(self, message="") -> Turn:
-        """Snapshot the work tree before a turn. Reuses the last snapshot commit when unchanged."""
+    def begin(self, message="", *, session=None) -> Turn:
+        """Snapshot the work tree before a turn (reusing the last snapshot commit when unchanged)
+        and record what the ignore rules hide now. Raises UndoError when it cannot."""
+        self.g.fresh()
         tree, skipped = self._snapshot()
+        ignored = self._wrap(self.g.ignored_now)
         last = self._load().get("last")
         if last and last["tree"] == tree:
             before = last["commit"]
         else:
             before = self._commit(tree, f"nanocode before: {message}")
         ids = [t.id for t in self.turns()]
-        turn = Turn(id=max(ids, default=0) + 1, before=before, message=message,
-                    skipped=skipped, head=None if self.shadow else self._head())
-        self._git("update_ref", f"refs/nanocode/turns/{turn.id}-before", before)
+        turn = Turn(id=max(ids, default=0) + 1, before=before, message=message, skipped=skipped,
+                    head=None if self.shadow else self.g.head(), session=session)
+        if ignored:
+            with open(self._ignored_path(turn.id), "wb") as f:
+                f.write(b"".join(os.fsencode(p) + b"\0" for p in ignored))
+        elif os.path.exists(self._ignored_path(turn.id)):  # a stale one (its refs were deleted)
+            os.unlink(self._ignored_path(turn.id))
+        self._run("update-ref", f"refs/nanocode/turns/{turn.id}-before", before)
         self._store(turn, tree)
         return turn
 
     def end(self, turn) -> Turn:
-        """Snapshot after the turn and record which paths it changed."""
+        """Snapshot after the turn (what was ignored at begin stays out) and record which paths it
+        changed."""
+        self.g.fresh()
         turn = self._get(turn, lambda t: t.after is None)
-        tree, skipped = self._snapshot()
-        if tree == self._tree(turn.before):
+        tree, skipped = self._snapshot(self._ignored(turn.id))
+        if tree == self._wrap(self.g.tree, turn.before):
             turn.after, turn.changed = turn.before, []
         else:
             turn.after = self._commit(tree, f"nanocode after: {turn.message}")
-            turn.changed = self._changed(turn.before, turn.after)
+            turn.changed = self._wrap(self.g.changed, turn.before, turn.after)
         turn.skipped = sorted(set(turn.skipped) | set(skipped))
-        self._git("update_ref", f"refs/nanocode/turns/{turn.id}-after", turn.after)
+        self._run("update-ref", f"refs/nanocode/turns/{turn.id}-after", turn.after)
         self._store(turn, tree)
         return turn
 
-    def diff(self, turn=None) -> str:
-        """Unified diff of the turn (default: the last finished one); "" when nothing changed."""
-        turn = self._get(turn, lambda t: t.after is not None)
+    def diff(self, turn=None, *, session=None) -> str:
+        """Unified diff of the turn (default: the last finished one of `session`, None: any);
+        "" when nothing changed. No external diff or textconv runs."""
+        self.g.fresh()
+        turn = self._get(turn, lambda t: t.after is not None, session)
         if turn.after is None:
             raise UndoError(f"turn {turn.id} is not finished; call end() first")
         if turn.after == turn.before:
             return ""
-        out = self._git("diff", "--no-color", "--no-ext-diff", "--no-renames", turn.before,
-                        turn.after, strip_newline_in_stdout=False)
-        return out
+        out = self._run("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
+                        "--submodule=short", turn.before, turn.after)
+        return out.decode("utf-8", "replace")
 
     # ------------------------------------------------------------------ undo
 
     def _inside(self, path):
         return is_inside(self.top, os.path.realpath(path))
 
-    def undo(self, turn=None) -> list[str]:
-        """Restore the turn's changed paths to their "before" state; refuse if they moved on since."""
-        turn = self._get(turn, lambda t: t.after is not None and t.changed and not t.undone)
+    def plan(self, turn=None, *, session=None) -> UndoPlan:
+        """What undo() would do (a dry run; nothing changes). Raises UndoError where undo() would
+        refuse, except for committed paths, which it lists."""
+        self.g.fresh()
+        turn = self._get(turn, lambda t: t.after is not None and t.changed and not t.undone, session)
+        return self._plan(turn)[0]
+
+    def _plan(self, turn):
         if turn.after is None:
             raise UndoError(f"cannot undo turn {turn.id}: it is not finished; call end() first")
         if turn.undone:
             raise UndoError(f"turn {turn.id} is already undone; nothing to do")
+        plan = UndoPlan(turn.id)
         if not turn.changed:
-            return []
-        now, _ = self._snapshot()
-        moved = sorted(set(self._changed(turn.after, now)) & set(turn.changed))
-        if moved:
-            raise UndoError(f"cannot undo turn {turn.id}: {_names_list(moved)} changed since the turn "
-                            "(by you or a later turn); undo later turns first, or commit or discard "
-                            "those changes, then retry")
+            return plan, []
         # after -> before, raw: ":<mode after> <mode before> <sha after> <sha before> <status>\0path\0"
-        raw = self._git("diff_tree", "-r", "-z", "--no-renames", "--no-abbrev", turn.after, turn.before)
-        fields = raw.split("\0")
-        plan = []
+        raw = self._run("diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", turn.after, turn.before)
+        fields, entries = os.fsdecode(raw).split("\0"), []
         for i in range(0, len(fields) - 1, 2):
-            if not fields[i].startswith(":"):
+            if fields[i].startswith(":"):
+                mode_a, mode_b, sha_a, sha_b, _ = fields[i][1:].split(" ")
+                entries.append((fields[i + 1], mode_a, sha_a, mode_b, sha_b))
+        hidden = set(self._ignored(turn.id)) | set(turn.skipped)
+        hidden_dirs = {p for p in hidden if p.endswith("/")}
+        for path, mode_a, _, mode_b, _ in entries:
+            if GITLINK in (mode_a, mode_b):
+                plan.keep.append(path)
+            elif mode_b != ABSENT:
+                plan.restore.append(path)
+            elif path in hidden or under(path, hidden_dirs):
+                plan.keep.append(path)  # may have existed, unsnapshotted, before the turn
+            else:
+                plan.remove.append(path)
+        disk = self._wrap(self.g.disk_state, plan.restore + plan.remove)
+        moved = []
+        for path, mode_a, sha_a, _, _ in entries:
+            if path not in disk:
                 continue
-            _, mode, _, sha, _ = fields[i][1:].split(" ")
-            plan.append((fields[i + 1], mode, sha))
-        for path, _, _ in plan:
+            now = disk[path]
+            if mode_a == ABSENT:
+                same = now is None
+            else:  # the exec bit is not compared (core.fileMode=false repos record none)
+                same = now is not None and now[1] == sha_a and {now[0], mode_a} <= {"100644", "100755"} \
+                    or now == (mode_a, sha_a)
+            if not same:
+                moved.append(path)
+        if moved:
+            raise UndoError(f"cannot undo turn {turn.id}: {_names_list(sorted(moved))} changed since the "
+                            "turn (by you or a later turn); undo later turns first, or commit or discard "
+                            "those changes, then retry")
+        for path in plan.restore + plan.remove:
             if not self._inside(os.path.dirname(os.path.join(self.top, path))):
                 raise UndoError(f"cannot undo turn {turn.id}: {path} lies behind a symlink that leaves "
                                 f"the project {self.top}; remove that symlink and retry")
-        before_dirs = set(_names(self._git("ls_tree", "-r", "-d", "-z", "--name-only", turn.before)))
-        for path, mode, sha in sorted(plan, reverse=True):  # deletions first, deepest first
-            if mode == "000000":
-                self._remove(path, before_dirs)
-        for path, mode, sha in sorted(plan):
-            if mode not in ("000000", "160000"):  # gitlinks (submodules) are left alone
-                self._write(path, mode, sha, turn.before)
+        plan.committed = self._committed(turn)
+        return plan, entries
+
+    def _committed(self, turn) -> list[str]:
+        """The turn's paths whose "after" state a commit made since the turn began holds."""
+        head = None if self.shadow else self.g.head()
+        if head is None or head == turn.head:
+            return []
+        base = turn.head or self._run("hash-object", "-t", "tree", "--stdin", input=b"").decode().strip()
+        since = set(self._wrap(self.g.changed, base, head)) & set(turn.changed)
+        return sorted(since - set(self._wrap(self.g.changed, turn.after, head)))
+
+    def undo(self, turn=None, *, session=None, allow_committed=False) -> list[str]:
+        """Restore the turn (default: the latest undoable one of `session`, None: any) to its
+        "before" state as plan() describes; returns the restored and removed paths. Refuses if
+        they moved on since, or were committed since (unless allow_committed)."""
+        self.g.fresh()
+        turn = self._get(turn, lambda t: t.after is not None and t.changed and not t.undone, session)
+        plan, entries = self._plan(turn)
+        if plan.committed and not allow_committed:
+            raise UndoError(f"turn {turn.id}: {_names_list(plan.committed)} were committed since the turn; "
+                            "undoing would revert committed work. Use git revert, or undo with "
+                            "allow_committed=True to restore the files anyway")
+        before_dirs = set(names(self._run("ls-tree", "-r", "-d", "-z", "--name-only", turn.before)))
+        for path in sorted(plan.remove, reverse=True):  # deletions first, deepest first
+            self._remove(path, before_dirs)
+        modes = {e[0]: (e[3], e[4]) for e in entries}
+        for path in sorted(plan.restore):
+            self._write(path, *modes[path], turn.before)
         turn.undone = True
         self._store(turn)
-        return sorted(p for p, _, _ in plan)
+        return plan.paths
 
     def _remove(self, path, before_dirs):
         full = os.path.join(self.top, path)
@@ -366,19 +417,18 @@ class Checkpoints:
     def _write(self, path, mode, sha, before):
         full = os.path.join(self.top, path)
         parent = os.path.dirname(full)
-        os.makedirs(parent, exist_ok=True)  # _restore checked every existing parent already
+        os.makedirs(parent, exist_ok=True)  # _plan checked every existing parent already
         if not self._inside(parent):
             raise UndoError(f"refusing to write {path}: its directory resolves outside {self.top}")
         if os.path.isdir(full) and not os.path.islink(full):
             raise UndoError(f"cannot restore {path}: a directory is in the way; move it and retry")
         if mode == "120000":
-            target = self.repo.odb.stream(bytes.fromhex(sha)).read()
+            target = self._run("cat-file", "blob", sha)
             tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{os.path.basename(full)}")
             os.symlink(target, tmp)
             os.replace(tmp, full)
             return
-        data = self._git("cat_file", "--filters", f"{before}:{path}", stdout_as_string=False,
-                         strip_newline_in_stdout=False)
+        data = self._run("cat-file", "--filters", f"{before}:{path}")
         exe = mode == "100755"
         try:
             old = os.lstat(full)
@@ -403,31 +453,31 @@ class Checkpoints:
     # ------------------------------------------------------------------ auto-commit
 
     def auto_commit(self, turn, message) -> str | None:
-        """Commit the turn on the user's current branch (moves HEAD, opt-in). The user's own
-        uncommitted changes from before the turn are committed first, separately."""
+        """Commit the turn on the user's current branch (moves HEAD, opt-in, never signed). The
+        user's own uncommitted changes from before the turn are committed first, separately."""
         if self.shadow:
             raise UndoError("auto_commit needs a git repository; this project has none (it uses a "
                             "private shadow repo). Run `git init` in the project to enable it")
+        self.g.fresh()
         turn = self._get(turn, lambda t: t.after is not None)
         if turn.after is None:
             raise UndoError(f"cannot commit turn {turn.id}: it is not finished; call end() first")
         if turn.undone:
             raise UndoError(f"cannot commit turn {turn.id}: it was undone")
-        before_tree, after_tree = self._tree(turn.before), self._tree(turn.after)
+        before_tree, after_tree = self._wrap(self.g.tree, turn.before), self._wrap(self.g.tree, turn.after)
         if before_tree == after_tree:
             return None
-        head = self._head()
+        head = self.g.head()
         if head != turn.head:
             raise UndoError(f"cannot commit turn {turn.id}: HEAD moved since the turn began "
                             f"({turn.head} -> {head}); commit the turn's files yourself")
-        has_ident = self._git("config", "--get", "user.email", ident=False, with_exceptions=False)
-        own = not has_ident  # no user identity configured: commit as "nanocode"
-        parents = [head] if head else []
-        head_tree = self._tree(head) if head else None
+        own = not self._run("config", "--get", "user.email", ident=False, check=False)
+        parents = [head] if head else []  # own: no user identity configured, commit as "nanocode"
+        head_tree = self._wrap(self.g.tree, head) if head else None
         if before_tree != head_tree:
             parents = [self._commit(before_tree, "nanocode: your changes before the turn",
                                     parents, ident=own)]
         sha = self._commit(after_tree, message, parents, ident=own)
-        self._git("update_ref", "-m", f"nanocode: {message}", "HEAD", sha, head or NULL_SHA)
-        self._git("reset", "-q", ident=False)  # the user's index now matches the new HEAD
+        self._run("update-ref", "-m", f"nanocode: {message}", "HEAD", sha, head or NULL_SHA)
+        self._run("reset", "-q", ident=False)  # the user's index now matches the new HEAD
         return sha
