@@ -434,3 +434,24 @@ def test_edit_closest_line_huge_file_is_bounded(proj):
     r = edit(proj, {"file_path": "big.py", "old_string": "    value_17 = compute(a,b, 17)", "new_string": "x"})
     assert time.perf_counter() - t < 3.0
     assert r == "error: old_string not found in big.py; closest line 18:     value_17 = compute(a, b, 17)"
+
+
+# ------------------------------------------------------------------ caps and descriptor-relative writes
+
+def test_read_is_capped_with_a_note(proj):
+    (proj / "n.txt").write_text("".join(f"l{i}\n" for i in range(files.MAX_READ_LINES + 500)))
+    r = read(proj, {"file_path": "n.txt", "limit": 10**12}).split("\n")
+    assert len(r) == files.MAX_READ_LINES + 1 and r[-2] == f"{files.MAX_READ_LINES:>5}→l{files.MAX_READ_LINES - 1}"
+    assert r[-1] == f"[truncated at {files.MAX_READ_LINES} lines: use offset/limit to read on]"
+    more = read(proj, {"file_path": "n.txt", "offset": files.MAX_READ_LINES, "limit": 10**12})
+    assert more.split("\n")[0] == f"{files.MAX_READ_LINES + 1:>5}→l{files.MAX_READ_LINES}" and "truncated" not in more
+
+
+def test_edit_leaves_no_temp_files_and_create_never_replaces(proj):
+    (proj / "a.txt").write_text("a\n")
+    assert edit(proj, {"file_path": "a.txt", "old_string": "a", "new_string": "b"}) == "a.txt\n    1→b"
+    assert edit(proj, {"file_path": "a.txt", "new_string": "c"}) == "error: file already exists, use old_string to edit"
+    assert edit(proj, {"file_path": "deep/er/n.txt", "new_string": "n\n"}) == "deep/er/n.txt\n    1→n"
+    assert (proj / "a.txt").read_text() == "b\n" and (proj / "deep" / "er" / "n.txt").read_text() == "n\n"
+    assert not [p for p in proj.rglob(".nanocode-edit-*")]
+    sentinel_ok(proj)

@@ -1,11 +1,13 @@
 """Tests for tools/permissions.py: modes x tools, precedence, settings files, command splitting,
 destructive commands and session rules. Real files in tmp_path; nothing under test is mocked."""
 import json
+from pathlib import Path
 
 import pytest
 
 from tools.permissions import MODES, Decision, Policy, SettingsError, parse_rule
-from tools.shell import destructive, split_command
+from tools.destructive import destructive
+from tools.shell import split_command
 
 
 @pytest.fixture
@@ -173,7 +175,10 @@ def test_edits_to_nanocode_settings_always_ask(env):
     ("git status && echo hi", "ask"), ("git status $(touch x)", "ask"), ("git status `touch x`", "ask"),
     ('git status "$(touch x)"', "ask"), ("git status '$(touch x)'", "allow"), ('git status "a && b"', "allow"),
     ("git status\nls", "ask"), ("git status & ls", "ask"), ("git status || ls", "ask"), ("(git status)", "allow"),
-    ("git status 2>&1", "allow"), ("git status # && ls", "allow"), ("git status > /tmp/x", "allow")])
+    ("git status 2>&1", "allow"), ("git status # && ls", "allow"), ("git status > /tmp/x", "ask"),
+    ("git status > ../other/file", "ask"), ("git status >> notes.txt", "ask"), ("git status 2> err.txt", "ask"),
+    ("git status < /etc/passwd", "ask"), ("git status <(cat /etc/passwd)", "ask"), ("git status >/dev/null", "allow"),
+    ("git status 'a > b'", "allow"), ("git status $(git status)", "ask"), ("pytest -q 2>&1 | git status", "allow")])
 def test_allow_rule_must_cover_every_subcommand(env, command, action):
     p = policy(env, project=perms(allow=["Bash(git status*)", "Bash(pytest*)"]))
     assert act(p, "Bash", command=command) == action
@@ -280,11 +285,13 @@ def test_destructive_reasons_and_real_home_path(tmp_path):
 # ------------------------------------------------------------------ session rules (always)
 
 @pytest.mark.parametrize("command,rule", [
-    ("pytest -q tests", "Bash(pytest*)"), ("git status -s", "Bash(git status*)"), ("npm run test", "Bash(npm run*)"),
-    ("python -m pytest -q", "Bash(python -m pytest*)"), ("uv run x", "Bash(uv run*)"), ("cargo build", "Bash(cargo build*)"),
-    ("python train.py --x 1", "Bash(python train.py*)"), ("ls -la", "Bash(ls*)"),
+    ("pytest -q tests", "Bash(pytest*)"), ("git status -s", "Bash(git status*)"),
+    ("npm run test", "Bash(npm run test*)"), ("python -m pytest -q", "Bash(python -m pytest*)"),
+    ("uv run pytest -q", "Bash(uv run pytest*)"), ("uv run --with x y", "Bash(uv run --with x y)"),
+    ("cargo build", "Bash(cargo build*)"), ("python train.py --x 1", "Bash(python train.py*)"), ("ls -la", "Bash(ls*)"),
     ("git status && pytest", "Bash(git status*), Bash(pytest*)"), ('bash -c "ls"', 'Bash(bash -c "ls")'),
-    ("FOO=1 make", "Bash(FOO=1 make)")])
+    ("FOO=1 make", "Bash(FOO=1 make)"), ("cat README.md", "Bash(cat README.md)"), ("head -5 a.py", "Bash(head -5 a.py)"),
+    ("pytest -q > out.txt", "Bash(pytest -q > out.txt)"), ("cat [x]", "Bash(cat [[]x])")])
 def test_always_bash_rule(env, command, rule):
     p = policy(env)
     assert p.always("Bash", {"command": command}) == rule
@@ -346,3 +353,109 @@ def test_edits_to_git_internals_always_ask(tmp_path):
 def test_always_makes_no_rule_an_ask_rule_would_outrank(tmp_path):
     p = Policy(root=tmp_path, mode="ask", ask=["Bash(pytest*)"], home=tmp_path)
     assert p.always("Bash", {"command": "pytest -q"}) == "" and p.session == []
+
+
+def test_always_returns_exactly_what_it_stored_and_exact_rules_stay_exact(env):
+    p = policy(env)
+    assert p.always("Bash", {"command": "cat README.md"}, store=False) == "Bash(cat README.md)"
+    assert p.session == []  # the preview the faces show stores nothing
+    assert p.always("Bash", {"command": "cat README.md"}) == "Bash(cat README.md)"
+    for command in ("cat /etc/passwd", "cat /etc/passwd > ../x", "cat README.md > ../x", "cat README.md; ls"):
+        assert act(p, "Bash", command=command) == "ask"
+    assert p.always("Bash", {"command": "ls && cat README.md"}) == "Bash(ls*)"  # only the new rule
+    assert p.session == ["Bash(cat README.md)", "Bash(ls*)"]
+    assert act(p, "Bash", command="ls -la > ../listing") == "ask"
+    assert p.always("Edit", {"file_path": ".git/hooks/pre-commit", "new_string": "x"}) == "" and "Edit" not in p.session
+
+
+# ------------------------------------------------------------------ hidden destructive spellings (issue 30)
+
+FLAGGED = [  # each asks in auto mode and never gets an "always" rule
+    "rm \\\n -rf ../x", "r\\\nm -rf build", "rm $'-rf' build", "rm $'\\x2drf' build", "rm -{r,f} build", "{rm,-rf,build}",
+    "$(echo rm) -rf build", "`echo rm` -rf build", '"$(echo rm)" -rf build', "echo $(true #) && touch ../x\n)",
+    "bash -lc 'rm -rf build'", "sh -ec 'rm -rf build'", "bash -c -- 'rm -rf build'", "env -S 'rm -rf build'",
+    "setsid rm -rf build", "flock /tmp/l rm -rf build", "flock /tmp/l -c 'rm -rf build'", "taskset -c 0 rm -rf build",
+    "nice -n 5 rm -rf build", "timeout -s KILL 5 rm -rf build", "stdbuf -oL rm -rf build", "watch rm -rf build",
+    "busybox rm -rf build", "echo 'rm -rf build' | sh", "echo cm0gLXJmIGJ1aWxkCg== | base64 -d | sh",
+    "bash <<EOF\necho hi\nEOF", "sh <<< 'echo hi'", "python3 - < script.py", "find . -exec sh -c 'rm {}' \\;",
+    "find . -exec unlink {} \\;", "find . -execdir mv {} /tmp \\;", "awk 'BEGIN{system(\"rm -rf build\")}'",
+    "awk '{print | \"sh\"}' f", "f() { command rm \"$@\"; }; f -rf build", "function f { rm $1; }; f ../x",
+    "rm ../other/file", "rm ~/notes.txt", "unlink ../x", "truncate -s 0 ../x", "mv ../x y",
+    "mv a.txt ../a.txt", ": > ../x", "> ../x", "echo x > ../other/file", "cd .. && rm other.txt",
+    "git reset --ha", "git reset --har HEAD~1", "git push --forc", "git -c clean.requireForce=false clean -dx",
+    "git clean -dx", "git -c core.hooksPath=/tmp/h commit -m x", "git config core.hooksPath .h",
+    "python -c \"import os; os.remove('x')\"", "python3 -c 'import shutil; shutil.rmtree(\"build\")'",
+    "node -e \"require('fs').rmSync('build', {recursive: true})\"", "perl -e 'unlink glob \"*\"'",
+    "echo x > .nanocode/settings.local.json", "cp evil.json .nanocode/settings.json", "cat .NanoCode/settings.json",
+    "echo {} > ~/.config/nanocode/settings.json", 'echo {} > "$NANOCODE_HOME/settings.json"',
+    "echo x > .git/hooks/pre-commit", "cp hook .GIT/hooks/post-checkout", "echo x >> .git/config",
+    "cp hook .husky/pre-commit", "xargs -a list.txt rm", "find . -name x | xargs unlink",
+]
+
+
+# tmp_path lies in /tmp, which is scratch space: "outside the project" needs a root elsewhere. Bash
+# commands are judged as text, so these need not exist (a missing .git/config reads as unset).
+TEXT_ROOT, TEXT_HOME = Path("/srv/nanocode-test/proj"), Path("/home/nanocode-test")
+
+
+@pytest.mark.parametrize("command", FLAGGED)
+def test_hidden_destructive_spellings_ask_in_auto_mode(env, monkeypatch, command):
+    monkeypatch.delenv("TMPDIR", raising=False)
+    p = Policy(root=TEXT_ROOT, mode="auto", allow=["Bash"], home=TEXT_HOME)
+    d = p.check("Bash", {"command": command})
+    assert d.action == "ask", d
+    assert p.always("Bash", {"command": command}) == "" and p.session == []
+
+
+@pytest.mark.parametrize("command", NEGATIVE + ["cp a.py a.py.bak", "cp file{,.bak}", "mkdir -p src/{a,b}",
+                                                "rm build/x.o", "mv a.txt docs/", "cd src && rm old.py",
+                                                "python -c 'print(1)'", "pytest -q > /dev/null 2>&1"])
+def test_everyday_commands_are_allowed_in_auto_mode_with_a_root(env, command):
+    p = Policy(root=env / "proj", mode="auto", home=env / "home")
+    assert p.check("Bash", {"command": command}).action == "allow", p.check("Bash", {"command": command})
+
+
+@pytest.mark.parametrize("command", [
+    "find . -name '*.tmp' -exec unlink {} \\;", "python -c \"__import__('os').remove('x')\"", "$(echo rm) x",
+    "`echo rm` x", "R=rm; $R x", "bash -c 'rm x'", "sh -c \"rm x\"", "eval rm x", "echo rm x | sh", "xargs rm < list",
+    "awk '{print}' f", "f() { rm \"$@\"; }; f x"])
+def test_deny_rules_are_not_bypassed_by_hidden_command_words(env, command):
+    p = Policy(root=env / "proj", mode="auto", deny=["Bash(rm*)"], home=env / "home")
+    assert p.check("Bash", {"command": command}).action in ("ask", "deny")
+    assert Policy(root=env / "proj", mode="auto", home=env / "home").check("Bash", {"command": "python -c 'print(1)'"}).action == "allow"
+
+
+# ------------------------------------------------------------------ temp dirs are scratch space
+
+@pytest.mark.parametrize("command,action", [
+    ("pytest > /tmp/out.txt", "allow"), ("rm -rf /tmp/x", "allow"), ("rm /tmp/outside.txt", "allow"),
+    ("cd /tmp; rm x", "allow"), ("cd /tmp && rm -rf x", "allow"), ("mv /tmp/a /tmp/b", "allow"),
+    ("echo x > /var/tmp/y", "allow"), ("truncate -s 0 /tmp/x", "allow"), ("rm -r -- /tmp/a", "allow"),
+    ("rm -rf /tmp", "ask"), ("rm -rf /tmp/", "ask"), ("rm -rf /tmp/x/..", "ask"), ("rm -rf /tmp/*", "ask"),
+    ("rm -rf /var/tmp", "ask"), ("rm -rf ~/x", "ask"), ("rm ~/x", "ask"), ("echo x > ~/x", "ask"),
+    ("rm -rf /tmp/x build", "ask"), ("rm -rf /tmp/x -- -build", "ask"), ("mv src /tmp/old", "ask"),
+    ("mv -t /tmp/old src", "ask"), ("rm -rf /tmpx", "ask")])
+@pytest.mark.parametrize("where", ["tmp_path", "text"])
+def test_temp_dirs_are_scratch_in_auto_mode(env, monkeypatch, command, action, where):
+    monkeypatch.delenv("TMPDIR", raising=False)
+    root, home = (env / "proj", env / "home") if where == "tmp_path" else (TEXT_ROOT, TEXT_HOME)
+    d = Policy(root=root, mode="auto", home=home).check("Bash", {"command": command})
+    assert d.action == action, d
+
+
+def test_temp_dir_scratch_excludes_the_project_and_its_folders_and_follows_tmpdir(env, monkeypatch):
+    monkeypatch.delenv("TMPDIR", raising=False)
+    p = Policy(root=env / "proj", mode="auto", home=env / "home")
+    for command, action in ((f"rm -rf {env}", "ask"), (f"mv {env}/proj /tmp/p", "ask"), ("rm -rf ../x", "allow"),
+                            (f"rm -rf {env}/proj/build", "ask"), ("rm -rf build", "ask")):
+        assert p.check("Bash", {"command": command}).action == action, command
+    text = Policy(root=TEXT_ROOT, mode="auto", home=TEXT_HOME)
+    assert text.check("Bash", {"command": "rm -rf /scratch/t/x"}).action == "ask"
+    monkeypatch.setenv("TMPDIR", "/scratch/t/")
+    for command, action in (("rm -rf /scratch/t/x", "allow"), ("echo x > /scratch/t/y", "allow"),
+                            ("rm -rf /scratch/t", "ask"), ("rm -rf /scratch/x", "ask")):
+        assert text.check("Bash", {"command": command}).action == action, command
+    for tmpdir in ("/", "/home"):  # a $TMPDIR of / or one holding $HOME is not scratch
+        monkeypatch.setenv("TMPDIR", tmpdir)
+        assert text.check("Bash", {"command": "rm /home/other/x"}).action == "ask"
+    assert destructive("rm -rf /tmp/x", home=env / "home") == "recursive delete (rm -rf)"  # no root: unknown

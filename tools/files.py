@@ -3,6 +3,8 @@
 Read: `f"{n:>5}→{line}"` per line, n the real 1-based line number; `offset` (0-based line offset,
 default 0) and `limit` (default 100). The file is streamed line by line, so a huge file is paged
 without loading it; a single line is read in bounded chunks and shown cut at MAX_LINE_CHARS.
+Whatever `limit` says, one result holds at most MAX_READ_LINES lines and MAX_READ_BYTES bytes;
+a cut result ends with the line `[truncated at N lines: use offset/limit to read on]`.
 Undecodable bytes become U+FFFD. A NUL byte in the first 8 KB means `error: binary file`.
 An empty file reads as `(empty file)`; an offset past the end is an `error:` line.
 
@@ -10,12 +12,17 @@ Edit: replaces the unique occurrence of old_string (or creates the file when old
 empty). Copied line-number prefixes (`^ *\\d+→`) are stripped from old_string/new_string when every
 line of that string has one (old_string is first tried literally; when it matches literally
 with its arrows, new_string is kept literal too). CRLF files stay CRLF, a UTF-8 BOM
-is kept, undecodable bytes round-trip unchanged (surrogateescape), binary files and files over MAX_EDIT_BYTES (50 MB) are refused. The
-write is atomic (temp file in the same directory + os.replace) onto the symlink-resolved target, and
-the target is re-resolved right before the rename. What remains: a parent directory swapped for a
-symlink between that re-check and the rename could still redirect the rename (no openat/O_NOFOLLOW
-walk), and a file created by another process between the create check and the rename is replaced. Result: the path, then the whole new file line-numbered when it
+is kept, undecodable bytes round-trip unchanged (surrogateescape), binary files and files over
+MAX_EDIT_BYTES (50 MB) are refused. Result: the path, then the whole new file line-numbered when it
 has at most WHOLE_FILE_LINES lines, else the changed lines with CONTEXT_LINES lines around them.
+
+Checked path = used path (tools/workspace.py): both tools open the symlink-resolved path through
+directory descriptors without following symlinks, so a component swapped for a symlink after the
+check makes the call fail (`error: path outside the project`) instead of reaching outside. Edit
+keeps the parent's descriptor: the existing file is read, the temp file created (O_EXCL,
+O_NOFOLLOW), renamed over the target and cleaned up relative to it. A create links the temp file
+into place (fails if another process created the name meanwhile; falls back to a rename on file
+systems without hard links, where such a file would be replaced).
 
 Errors name what the model can copy instead (tools/closest.py; plain message when nothing is close):
 `file not found: x.py (closest: src/x.py, ...)`, `old_string not found in f.py; closest line 12: ...`
@@ -24,18 +31,22 @@ Errors name what the model can copy instead (tools/closest.py; plain message whe
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
-import tempfile
+import secrets
+import stat
 
 from tools.closest import lines_hint, path_hint
-from tools.workspace import PathOutside, display, resolve
+from tools.workspace import PathOutside, display, is_regular, open_dir, open_resolved, real_root, resolve
 
 DEFAULT_LIMIT = 100
 MAX_EDIT_BYTES = 50 * 1024 * 1024
 WHOLE_FILE_LINES = 40
 CONTEXT_LINES = 4
 MAX_LINE_CHARS = 2000
+MAX_READ_LINES = 2000  # per Read result, whatever limit asks for
+MAX_READ_BYTES = 100 * 1024
 SNIFF_BYTES = 8192
 _CHUNK = 65536
 _PREFIX = re.compile(r"^ *\d+→")
@@ -129,22 +140,26 @@ def _read(root, args, allow_outside):
         return err
     try:
         p = resolve(root, path, write=False, allow_outside=allow_outside)
+        fd = open_resolved(root, p)
     except PathOutside:
         return _err("path outside the project")
     except ValueError:
         return _err("file not found")
-    if p.is_dir():
-        return _err("is a directory")
-    if not p.exists():
+    except (FileNotFoundError, NotADirectoryError):
         return _err("file not found" + path_hint(root, p))
-    if not p.is_file():  # FIFO, socket, device: opening could block forever
-        return _err("not a regular file")
+    except OSError as e:
+        return _os_error(e)
     try:
-        with open(p, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                return _err("is a directory")
+            if not stat.S_ISREG(mode):  # FIFO, socket, device: reading could block forever
+                return _err("not a regular file")
             if is_binary_bytes(f.read(SNIFF_BYTES)):
                 return _err("binary file")
             f.seek(0)
-            out, n = [], 0
+            out, n, size, cut_short = [], 0, 0, False
             while True:
                 raw, cut = _read_line(f)
                 if raw is None:
@@ -157,7 +172,12 @@ def _read(root, args, allow_outside):
                     line = raw.decode("utf-8", "replace")
                     if cut or len(line) > MAX_LINE_CHARS:
                         line = line[:MAX_LINE_CHARS] + " … (line truncated)"
-                    out.append(fmt_line(n + 1, line))
+                    text = fmt_line(n + 1, line)
+                    size += len(text.encode("utf-8")) + 1
+                    if len(out) >= MAX_READ_LINES or size > MAX_READ_BYTES:
+                        cut_short = True
+                        break
+                    out.append(text)
                 n += 1
                 if len(out) >= limit:
                     break
@@ -167,6 +187,8 @@ def _read(root, args, allow_outside):
         return "(empty file)"
     if not out:
         return _err(f"offset {offset} is past the end of the file ({n} lines)")
+    if cut_short:
+        out.append(f"[truncated at {len(out)} lines: use offset/limit to read on]")
     return "\n".join(out)
 
 
@@ -203,23 +225,32 @@ def _new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def _atomic_write(root, target, data: bytes, path_arg: str, mode=None):
-    d = os.path.dirname(os.fspath(target))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".nanocode-edit-")
+def _atomic_write(dfd: int, name: str, data: bytes, mode: int, *, create: bool):
+    """Write `data` to `name` in the directory `dfd` atomically: a temp file there (O_EXCL,
+    O_NOFOLLOW), fsync, chmod, then a rename over `name` (or, for `create`, a hard link that fails
+    with FileExistsError when the name appeared meanwhile). The temp file never outlives a failure."""
+    tmp = f".nanocode-edit-{secrets.token_hex(8)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        # Re-check right before the rename: the target must still resolve to the same place.
-        if resolve(root, path_arg, write=True) != target:
-            raise PathOutside(path_arg)
-        os.replace(tmp, target)
+        if not create:
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return
+        try:
+            os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here (some FUSE / FAT file systems): plain rename
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return
+        os.unlink(tmp, dir_fd=dfd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
         except OSError:
             pass
         raise
@@ -266,28 +297,54 @@ def _edit(root, args):
     except ValueError:
         return _err("file not found")
     shown = display(root, p)
-    if p.is_dir():
+    if p == real_root(root):
+        return _err("is a directory")
+    try:
+        dfd = open_dir(root, p.parent, create=not old)
+    except (FileNotFoundError, NotADirectoryError):
+        return _err("file not found" + path_hint(root, p))
+    try:
+        return _edit_in(root, dfd, p, shown, old, new)
+    finally:
+        os.close(dfd)
+
+
+def _edit_in(root, dfd, p, shown, old, new):
+    """The Edit of the resolved path `p`, every file operation relative to its parent's descriptor."""
+    name = p.name
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
         return _err("is a directory")
     new_s = strip_prefixes(new)
 
     if not old:  # create
-        if p.exists() or os.path.lexists(p):
+        if st is not None:
             return _err("file already exists, use old_string to edit")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if resolve(root, path, write=True) != p:  # parents may have been swapped
-            return _err("path outside the project")
-        _atomic_write(root, p, new_s.encode("utf-8", "surrogateescape"), path, _new_file_mode())
+        try:
+            _atomic_write(dfd, name, new_s.encode("utf-8", "surrogateescape"), _new_file_mode(), create=True)
+        except FileExistsError:
+            return _err("file already exists, use old_string to edit")
         body = _numbered_region(new_s, 0, new_s.count("\n"))
         return shown + ("\n" + body if body else "")
 
-    if not p.exists():
+    if st is None:
         return _err("file not found" + path_hint(root, p))
-    if not p.is_file():
-        return _err("not a regular file")
-    with open(p, "rb") as f:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # swapped for a symlink after the check
+            raise PathOutside(name) from e
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not is_regular(f.fileno()):
+            return _err("not a regular file")
         if is_binary_bytes(f.read(SNIFF_BYTES)):
             return _err("binary file")
-        if os.fstat(f.fileno()).st_size > MAX_EDIT_BYTES:
+        fst = os.fstat(f.fileno())
+        if fst.st_size > MAX_EDIT_BYTES:
             return _err(f"file too large to edit (over {MAX_EDIT_BYTES // 2**20} MB)")
         f.seek(0)
         data = f.read()
@@ -316,8 +373,7 @@ def _edit(root, args):
     result = work[:idx] + new_n + work[idx + len(old_n):]
     out_text = result.replace("\n", "\r\n") if crlf else result
     out = (b"\xef\xbb\xbf" if bom else b"") + out_text.encode("utf-8", "surrogateescape")
-    mode = os.stat(p).st_mode & 0o7777
-    _atomic_write(root, p, out, path, mode)
+    _atomic_write(dfd, name, out, fst.st_mode & 0o7777, create=False)
     start = result[:idx].count("\n")
     end = start + max(0, new_n.rstrip("\n").count("\n")) if new_n else start
     shown_text = result.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -2,27 +2,43 @@
 
 Design trade-offs (read these first):
 
-* A speed bump, not a sandbox: Bash commands are judged by their text (tools/shell.py splits
-  them into sub-commands and names destructive ones); containment lives in tools/bash.py and
-  tools/workspace.py, and the user decides every "ask". An allow rule must match EVERY
+* A speed bump, not a sandbox: Bash commands are judged by their text (tools/shell.py splits,
+  tools/destructive.py names destructive ones); containment lives in the OS sandbox every Bash
+  call runs in (tools/sandbox.py) and in tools/workspace.py, and the user decides every "ask".
+  `sandboxed` says whether that sandbox is in effect (the agent sets it): without it every Bash
+  call asks, in every mode, whatever rule matches. An allow rule must match EVERY
   sub-command; a deny or ask rule matches if ANY sub-command or the whole text does, so
-  `Bash(git status*)` never allows `git status && rm -rf x`. Unbalanced quotes never auto-allow.
+  `Bash(git status*)` never allows `git status && rm -rf x`. A rule with a wildcard never covers
+  a sub-command with a file redirection or a substitution (`git status > ../x`, `ls $(rm x)`):
+  only a rule naming that exact text does (the bare `Bash` rule allows everything). Unbalanced
+  quotes never auto-allow.
+* Deny rules judge text, so when any Bash deny rule exists, a command whose real commands the
+  text hides (a command name built by `$(...)`, `python -c`, `bash -c`, eval, find -exec, xargs,
+  awk: destructive.dynamic) asks instead of being allowed by auto mode or an allow rule.
 * Precedence: hard denies (unknown tool, malformed args, plan mode for Edit/Bash, Edit outside
-  the project) > deny rules > destructive command (asks in every mode, whatever allow or
-  session rule matches) > ask rules > allow and session rules > the mode's default.
+  the project) > deny rules > destructive command, unparsable text, hidden commands under a
+  deny rule, protected Edit (all ask in every mode, whatever allow or session rule matches) >
+  ask rules > allow and session rules > the mode's default.
 * Settings: user file + project `.nanocode/settings.json` + `settings.local.json`; lists
   concatenate, the last file naming a mode wins, an explicit mode wins over all. A project file
   ships with the repository, so a hostile repo can grant itself `auto`: the agent should show
-  which project settings it loaded. Edits under `.nanocode/` always ask (the model cannot
-  widen its own permissions), and unknown keys are errors (a typo must not drop deny rules).
+  which project settings it loaded. Edits of protected places (workspace.protected: any `.git`
+  or `.nanocode` component, hook folders, core.hooksPath, the user settings folder; literal and
+  resolved path, any case) always ask, and a Bash command naming nanocode settings or git hooks
+  is destructive, so the model cannot widen its own permissions or plant code that runs later.
+  Unknown settings keys are errors (a typo must not drop deny rules).
 * Path rules are gitignore-style globs on the project-relative path (`*.md` at any depth,
   `docs/**` = `docs/` = the folder, `src/*.py` anchored); `~/` and absolute patterns match the
   resolved absolute path. `Read(...)` rules also govern Grep; a Grep of a folder is judged by
   the folder's path, so denying one file does not stop a Grep of its parent.
-* `always()` adds session rules: Bash gets its leading words (`pytest*`, `git status*`,
-  `python -m pytest*`; interpreters keep the script, `python x.py*`; shells, wrappers and odd
-  words get the exact text). It never makes a rule for a destructive command (returns "") and
-  outside-read rules never cover `/`, $HOME or a parent of the project (the file instead).
+* `always()` adds session rules and returns exactly the rules it added (the UI shows them). Bash
+  gets a prefix only where the leading words say what runs: a tool and its subcommand
+  (`git status*`, `npm run test*`: run/exec subcommands keep what they run), an interpreter and
+  its script or module (`python x.py*`, `python -m pytest*`) or a test runner / checker in
+  PREFIX_PROGRAMS (`pytest*`, `ls*`, `echo*`); everything else, and any sub-command with a redirection or
+  substitution, gets its exact text (`Bash(cat README.md)`: `cat*` would print any file). It
+  never makes a rule for a call that asks whatever the rules say (returns "") and outside-read
+  rules never cover `/`, $HOME or a parent of the project (the file instead).
 """
 from __future__ import annotations
 
@@ -34,10 +50,12 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from nanocode.protocol import MODE_TOOLS, MODES, PLAN_REASON, TOOLS
-from tools.shell import destructive, normalized, split_command
-from tools.workspace import is_inside, real_root, resolve
+from tools.destructive import INTERPRETERS, destructive, dynamic, side_effects
+from tools.shell import normalized, split_command
+from tools.workspace import is_inside, protected, real_root, resolve, user_settings_dir
 
 _KINDS = ("allow", "ask", "deny")
+NO_SANDBOX = "no OS sandbox is in effect, so every command asks"
 _ALLOWED = {"allow": "allowed by rule", "session": "allowed for this session"}
 
 
@@ -46,6 +64,7 @@ class Decision:
     action: str  # "allow" | "ask" | "deny"
     reason: str
     rule: str | None = None
+    always: str = ""  # for an ask: the session rule(s) "always" would store ("": none)
 
 
 class SettingsError(ValueError):
@@ -158,18 +177,18 @@ def _load_file(path: Path) -> dict:
 
 
 def default_user_file(home=None) -> Path:
-    env = os.environ.get("NANOCODE_HOME")
-    if env:
-        return Path(env).expanduser() / "settings.json"
-    return Path(Path.home() if home is None else home) / ".config" / "nanocode" / "settings.json"
+    return user_settings_dir(home) / "settings.json"
 
 
 # ------------------------------------------------------------------------------ policy
 
-_SUBCOMMANDS = {"git", "npm", "pip", "pip3", "cargo", "uv", "yarn", "pnpm", "go", "make"}
+_SUBCOMMANDS = {"git", "npm", "pip", "pip3", "cargo", "uv", "yarn", "pnpm", "go", "make", "poetry", "pipenv", "ruff"}
+_RUNNERS = {"run", "exec", "dlx", "x", "tool"}  # `uv run X`: X is what runs, so the rule keeps it
+PREFIX_PROGRAMS = {"pytest", "py.test", "ls", "tox", "nox", "mypy", "pyright", "flake8", "pylint", "tsc",
+                   "jest", "vitest", "mocha", "ctest", "bazel", "gradle", "mvn",
+                   "echo", "printf", "pwd", "which", "date", "true"}  # these print only their words
 _NO_PREFIX = re.compile(r"^(?:sh|bash|zsh|dash|ksh|fish|eval|exec|env|xargs|sudo|doas|su|timeout|nohup|"
                         r"nice|command|builtin|source|\.|time|stdbuf|ionice)$")
-_INTERPRETERS = re.compile(r"^(?:python[\d.]*|node|perl|ruby|php|deno|bun)$")
 
 
 def _glob_escape(text: str) -> str:
@@ -177,15 +196,16 @@ def _glob_escape(text: str) -> str:
 
 
 def _bash_rule(seg: str) -> str:
-    """Session rule for one sub-command: its leading words plus "*", or the exact text."""
+    """Session rule for one sub-command: its leading words plus "*" where they say what runs
+    (see the module docstring), else the exact text."""
     words = seg.split()
     exact = f"Bash({_glob_escape(seg)})"
     first = words[0]
-    if _NO_PREFIX.match(first) or re.search(r"[=$`'\"\\*?\[(){}<>|;&]", first):
+    if _NO_PREFIX.match(first) or re.search(r"[=$`'\"\\*?\[(){}<>|;&]", first) or side_effects(seg):
         return exact
     lead = [first]
     nxt = words[1] if len(words) > 1 else ""
-    if _INTERPRETERS.match(first):
+    if INTERPRETERS.match(first):
         if nxt == "-m" and len(words) > 2:
             lead += words[1:3]
         elif nxt and not nxt.startswith("-"):
@@ -196,9 +216,20 @@ def _bash_rule(seg: str) -> str:
         if nxt.startswith("-"):
             return exact
         lead.append(nxt)
-    if any(re.search(r"[*?\[]", w) for w in lead):
+        if nxt in _RUNNERS and len(words) > 2:
+            if words[2].startswith("-"):
+                return exact
+            lead.append(words[2])
+    elif first not in PREFIX_PROGRAMS and first not in _SUBCOMMANDS:
+        return exact
+    if any(re.search(r"[*?\[$`'\"\\]", w) for w in lead):
         return exact
     return f"Bash({' '.join(lead)}*)"
+
+
+def _exact(pattern: str) -> bool:
+    """True when the rule pattern has no wildcard (`_glob_escape`d characters are literal)."""
+    return not re.search(r"[*?\[]", re.sub(r"\[[*?\[]\]", "", pattern))
 
 
 @dataclass
@@ -210,6 +241,7 @@ class Policy:
     deny: list = field(default_factory=list)
     session: list = field(default_factory=list)
     home: Path = field(default_factory=Path.home)
+    sandboxed: bool = True  # Bash runs in tools/sandbox.py; False: every Bash call asks
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -252,7 +284,8 @@ class Policy:
         if kind != "allow":  # the raw text and its normalised form (`env /usr/bin/curl` = `curl`)
             seen = segs + [full] + [normalized(s) for s in segs]
             return next(((src, t) for src, t, p in rules for s in seen if hit(s, p)), None)
-        used = [next(((src, t) for src, t, p in rules if hit(s, p)), None) for s in segs]
+        covers = lambda s, pat: hit(s, pat) and (pat is None or _exact(pat) or not side_effects(s))  # noqa: E731
+        used = [next(((src, t) for src, t, p in rules if covers(s, p)), None) for s in segs]
         if not used or None in used:
             return None
         texts = list(dict.fromkeys(t for _, t in used))
@@ -293,9 +326,9 @@ class Policy:
             m = self._match_path(kind, name, str(full), rel)
             if m:
                 return Decision(action, f"{why}: {name} {shown}", m[1])
-        top = rel.split("/", 1)[0] if rel else None
-        if name == "Edit" and top in (".nanocode", ".git"):  # settings, hooks, git config: code runs
-            return Decision("ask", f"changes {'nanocode settings' if top == '.nanocode' else 'git internals'} ({rel})")
+        why = protected(self.root, path, self.home) if name == "Edit" else None
+        if why:  # settings, hooks, git config: what is allowed, code that runs later
+            return Decision("ask", why)
         m = self._match_path("allow", name, str(full), rel)
         if m:
             return Decision("allow", _ALLOWED[m[0]], m[1])
@@ -314,11 +347,23 @@ class Policy:
         m = self._match_bash("deny", segs, full)
         if m:
             return Decision("deny", "denied by rule", m[1])
-        reason = destructive(command, self.home)
+        return self._bash_asks(command, ok) or self._bash_rules(segs, full)
+
+    def _bash_asks(self, command: str, ok: bool) -> Decision | None:
+        """The asks that no allow rule, session rule or mode overrides."""
+        if not self.sandboxed:
+            return Decision("ask", NO_SANDBOX)
+        reason = destructive(command, self.home, self.root)
         if reason:
             return Decision("ask", f"destructive: {reason}")
         if not ok:
             return Decision("ask", "could not parse the command (unbalanced quotes or brackets)")
+        hidden = dynamic(command) if any(True for _ in self._rules("deny", "Bash")) else None
+        if hidden:
+            return Decision("ask", f"a deny rule cannot judge this command: {hidden}")
+        return None
+
+    def _bash_rules(self, segs, full) -> Decision:
         m = self._match_bash("ask", segs, full)
         if m:
             return Decision("ask", "ask rule", m[1])
@@ -329,9 +374,11 @@ class Policy:
             return Decision("allow", "auto mode allows commands")
         return Decision("ask", "runs a shell command")
 
-    def always(self, name, args) -> str:
-        """Add and return the session rule(s) for "always allow this"; "" when none is made
-        (destructive commands, hard denies, calls that are already allowed by default)."""
+    def always(self, name, args, store: bool = True) -> str:
+        """Add the session rule(s) for "always allow this" and return exactly those added, joined
+        by ", "; "" when none is made (hard denies, calls that ask whatever the rules say, calls
+        already allowed). store=False only says what would be added: the faces show it on the
+        "always" choice before the user picks it."""
         if name not in TOOLS or not isinstance(args, dict):
             return ""
         d = self.check(name, args)
@@ -341,12 +388,14 @@ class Policy:
         if name == "Bash":
             command = args.get("command")
             pairs, ok = split_command(command)
-            if not ok or destructive(command, self.home):
+            if self._bash_asks(command, ok):
                 return ""
             for _, seg in pairs:
                 if not self._match_bash("allow", [seg], seg):
                     rules.append(_bash_rule(seg))
         elif name == "Edit":
+            if protected(self.root, args.get("file_path") or "", self.home):
+                return ""
             rules.append("Edit")
         else:
             path = args.get("path") or "." if name == "Grep" else args["file_path"]
@@ -359,6 +408,7 @@ class Policy:
             shown = str(full) if whole else folder
             shown = "~" + shown[len(home):] if shown.startswith(home.rstrip("/") + "/") else shown
             rules.append(f"Read({_glob_escape(shown)}{'' if whole else '/**'})")
-        rules = list(dict.fromkeys(rules))
-        self.session += [r for r in rules if r not in self.session]
-        return ", ".join(rules)
+        added = [r for r in dict.fromkeys(rules) if r not in self.session]
+        if store:
+            self.session += added
+        return ", ".join(added)

@@ -1,19 +1,22 @@
-"""Shell command text: split into sub-commands and flag the destructive ones. Never runs anything.
+"""Shell command text: split a command line into sub-commands and words. Never runs anything.
 
-A speed bump, not a sandbox: the text is judged, so `python -c`, scripts, `$VAR` expansion and
-aliases can still hide anything (containment lives in tools/bash.py). Splitting is conservative:
-unquoted `&&` `||` `;` `|` `&`, newlines and parentheses cut sub-commands; `$(...)`, backticks and
-`<(...)` are sub-commands too (also inside double quotes, where the shell runs them). Quoted text
-is data (`echo "rm -rf /"` is harmless) but `bash -c`, `sh -c`, `su -c` and `eval` strings are
-re-parsed; heredoc bodies are read as commands (may over-ask). `destructive()` is tuned for few
-false positives on everyday commands (`rm file`, `git reset --soft`, `grep -r`, `chmod +x`).
+Splitting is conservative: unquoted `&&` `||` `;` `|` `&`, newlines and parentheses cut
+sub-commands; `$(...)`, backticks and `<(...)` are sub-commands too (also inside double quotes,
+where the shell runs them); `\\<newline>` joins lines first, as the shell does. Quoted text is data
+(`echo "rm -rf /"` is one harmless sub-command); a comment inside `$(...)` makes the text
+unparsable (the shell and this scanner would disagree on where it ends).
+
+`split_command(command)` gives the sub-commands; `tokens(seg)` the shell words of one (each
+substitution masked as SUB, `$'...'` decoded); `braces(word)` a word's brace expansion;
+`unwrap(words)` strips `VAR=x` and wrappers (sudo, env, timeout, setsid, flock, xargs ...);
+`normalized(seg)` is a sub-command as deny/ask rules see it. Judging what a command does is
+tools/destructive.py's job.
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
-from pathlib import Path
 
 
 # ------------------------------------------------------------------ command splitting
@@ -32,8 +35,14 @@ def _close(s: str, i: int) -> int:
     return len(s)
 
 
-def _scan(s: str, out: list, op: str) -> bool:
-    """Append (operator before it, sub-command text) pairs to `out`; False on an unclosed quote."""
+def _opens_sub(s: str, i: int, q) -> bool:
+    c = s[i]
+    return c == "`" or (c in "$<>" and s[i + 1:i + 2] == "(" and (q is None or c == "$"))
+
+
+def _scan(s: str, out: list, op: str, in_sub: bool = False) -> bool:
+    """Append (operator before it, sub-command text) pairs to `out`; False on an unclosed quote
+    or a comment inside a substitution."""
     cur, q, i, ok, n = [], None, 0, True, len(s)
 
     def flush(next_op):
@@ -51,14 +60,14 @@ def _scan(s: str, out: list, op: str) -> bool:
             cur.append(c); i += 1; continue
         if c == "\\":
             cur.append(s[i:i + 2]); i += 2; continue
-        opens_sub = c == "`" or (c in "$<>" and s[i + 1:i + 2] == "(" and (q is None or c == "$"))
-        if opens_sub:
+        if _opens_sub(s, i, q):
             j = _close(s, i if c == "`" else i + 1)
-            ok = _scan(s[(i + 1 if c == "`" else i + 2):j], out, "sub") and j < n and ok
+            ok = _scan(s[(i + 1 if c == "`" else i + 2):j], out, "sub", True) and j < n and ok
             cur.append(s[i:j + 1]); i = j + 1; continue
         if c == '"' or (c == "'" and q is None):
             q = None if q == c else c
         elif q is None and c == "#" and (i == 0 or s[i - 1] in " \t\n;&|("):
+            ok = ok and not in_sub
             while i < n and s[i] != "\n":
                 i += 1
             continue
@@ -75,25 +84,53 @@ def _scan(s: str, out: list, op: str) -> bool:
     return ok and q is None
 
 
-_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "fi", "done", "esac"}
+KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "fi", "done", "esac"}
 
 
 def split_command(command: str) -> tuple[list[tuple[str, str]], bool]:
     """([(op, sub-command)], parsed_ok). op is "", ";", "&&", "||", "&", "\\n", "(", ")", "|", "sub"."""
     out: list = []
-    ok = _scan(command, out, "")
+    ok = _scan(command.replace("\\\n", ""), out, "")
     segs = [(op, " ".join(_strip_keywords(text.split()))) for op, text in out]
     return [(op, text) for op, text in segs if text], ok
 
 
 def _strip_keywords(words: list[str]) -> list[str]:
-    while words and words[0] in _KEYWORDS:
+    while words and words[0] in KEYWORDS:
         words = words[1:]
     return words
 
 
-def _tokens(seg: str) -> list[str]:
-    lex = shlex.shlex(seg, posix=True, punctuation_chars=True)
+SUB = "\ue000"  # stands for a substitution's output in a masked sub-command
+
+
+def _masked(seg: str) -> str:
+    """`seg` with every $(...), `...`, <(...) and >(...) replaced by SUB (they are judged as
+    sub-commands of their own) and $'...' decoded to a plain quoted word, as the shell sees it."""
+    out, q, i, n = [], None, 0, len(seg)
+    while i < n:
+        c = seg[i]
+        if q != "'" and c == "\\":
+            out.append(seg[i:i + 2]); i += 2; continue
+        if q is None and seg.startswith("$'", i):
+            m = re.match(r"\$'((?:[^'\\]|\\.)*)'", seg[i:], re.S)
+            if m:
+                try:
+                    word = m.group(1).encode("latin-1", "backslashreplace").decode("unicode_escape")
+                except UnicodeDecodeError:
+                    word = m.group(1)
+                out.append(shlex.quote(word)); i += m.end(); continue
+        if q != "'" and _opens_sub(seg, i, q):
+            i = _close(seg, i if c == "`" else i + 1) + 1
+            out.append(SUB); continue
+        if c == '"' or (c == "'" and q is None):
+            q = None if q == c else c
+        out.append(c); i += 1
+    return "".join(out)
+
+
+def tokens(seg: str) -> list[str]:
+    lex = shlex.shlex(_masked(seg), posix=True, punctuation_chars=True)
     lex.whitespace_split = True
     try:
         return list(lex)
@@ -101,61 +138,69 @@ def _tokens(seg: str) -> list[str]:
         return seg.split()
 
 
-# ---------------------------------------------------------------- destructive commands
+def braces(word: str, budget: int = 64) -> list[str]:
+    """Bash brace expansion of one word (`-{r,f}` -> -r -f, `f{,.bak}` -> f f.bak); sequences
+    (`{1..3}`) and braces without a top-level comma stay as they are."""
+    for i, c in enumerate(word):
+        if c != "{":
+            continue
+        depth, parts, last = 0, [], i + 1
+        for j in range(i, len(word)):
+            depth += {"{": 1, "}": -1}.get(word[j], 0)
+            if depth == 1 and word[j] == ",":
+                parts.append(word[last:j]); last = j + 1
+            if depth == 0:
+                if not parts:
+                    break
+                parts.append(word[last:j])
+                out = []
+                for alt in parts:
+                    out += braces(word[:i] + alt + word[j + 1:], budget)
+                return out[:budget]
+    return [word]
 
-_HOME_DOT = re.compile(r"^(?:~[\w.-]*|\$HOME|\$\{HOME\}|/home/[^/]+|/Users/[^/]+|/root)/+\.")
-_SYSTEM = re.compile(r"^/(?:etc|boot|usr|bin|sbin|lib|lib32|lib64|sys|proc)(?:/|$)")
-_DISK = re.compile(r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-)")
-_SHELLS = re.compile(r"^(?:sh|bash|zsh|dash|ksh|fish|source|\.|python[\d.]*|perl|ruby|node|php)$")
-_DOWNLOAD = {"curl", "wget", "fetch", "http", "https", "aria2c"}
-_REDIRECTS = {">", ">>", ">|", "&>", "&>>", ">&", "<>", "<", "<<<"}
+
+
+# ------------------------------------------------------------------ command words
+
 _ASSIGN = re.compile(r"^[A-Za-z_]\w*=")
-# wrapper -> its options that take a separate value
-_WRAPPERS = {"sudo": "ugCDhprtU", "doas": "uC", "env": "uCS", "nice": "n", "nohup": "", "time": "",
-             "timeout": "sk", "command": "", "exec": "a", "builtin": "", "stdbuf": "ioe",
-             "ionice": "cnp", "xargs": "IdEenLlPsa"}
+# wrapper -> its options that take a separate value, and how many positionals precede the command
+_WRAPPERS = {"sudo": ("ugCDhprtU", 0), "doas": ("uC", 0), "env": ("uC", 0), "nice": ("n", 0),
+             "nohup": ("", 0), "time": ("", 0), "timeout": ("sk", 1), "command": ("", 0), "exec": ("a", 0),
+             "builtin": ("", 0), "stdbuf": ("ioe", 0), "ionice": ("cnp", 0), "xargs": ("IdEenLlPsa", 0),
+             "setsid": ("", 0), "flock": ("wE", 1), "taskset": ("", 1), "chrt": ("", 1), "unbuffer": ("", 0),
+             "busybox": ("", 0), "watch": ("nq", 0), "caffeinate": ("", 0)}
+GIT_GLOBAL_VALUE = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env"}
 
 
-def _home_dotfile(path: str, home) -> bool:
-    if _HOME_DOT.match(path):
-        return True
-    h = os.path.realpath(home).rstrip("/") + "/"
-    return path.startswith(h) and path[len(h):].lstrip("/").startswith(".")
-
-
-def _target_reason(path: str, home) -> str | None:
-    if _home_dotfile(path, home):
-        return f"writes to a dot-file in $HOME ({path})"
-    if _DISK.match(path):
-        return f"writes to a raw disk device ({path})"
-    if _SYSTEM.match(path):
-        return f"writes to a system path ({path})"
-    if ".nanocode/settings" in path:
-        return f"changes nanocode permission settings ({path})"
-    return None
-
-
-def _unwrap(words: list[str]) -> tuple[list[str], str | None]:
-    """Strip `VAR=x`, sudo, env, timeout, xargs, ... (and their options); return (words, sudo)."""
-    sudo, words = None, list(words)
+def unwrap(words: list[str]) -> tuple[list[str], list[str]]:
+    """Strip `VAR=x`, sudo, env, timeout, setsid, flock, xargs, ... (with their options and the
+    positionals before the command); `env -S` strings and `flock -c`/`watch` commands are split
+    into words. Returns (words, the wrappers stripped)."""
+    seen, words = [], list(words)
     while words:
         w = os.path.basename(words[0])
         if _ASSIGN.match(words[0]):
             words.pop(0); continue
         if w not in _WRAPPERS:
             break
-        sudo = w if w in ("sudo", "doas") else sudo
+        seen.append(w)
         words.pop(0)
+        takes, positionals = _WRAPPERS[w]
         while words and (words[0].startswith("-") or (w == "env" and _ASSIGN.match(words[0]))):
             opt = words.pop(0)
-            if len(opt) == 2 and opt[1] in _WRAPPERS[w] and words:
+            if w == "env" and (opt.startswith("-S") or opt.startswith("--split-string")):
+                value = opt.split("=", 1)[1] if "=" in opt else (opt[2:] or (words.pop(0) if words else ""))
+                words = tokens(value) + words
+                break
+            if len(opt) == 2 and opt[1] in takes and words:
                 words.pop(0)
-        if w == "timeout" and words:
-            words.pop(0)  # the duration
-    return words, sudo
-
-
-_GIT_GLOBAL_VALUE = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"}
+        del words[:min(positionals, max(0, len(words) - 1))]
+        if w == "flock" and words[:1] in (["-c"], ["--command"]) and len(words) > 1:
+            words = ["sh", "-c", words[1]]
+        if w == "watch":
+            words = tokens(" ".join(words))
+    return words, seen
 
 
 def normalized(seg: str) -> str:
@@ -163,7 +208,7 @@ def normalized(seg: str) -> str:
     command, timeout, VAR=x ...) stripped, the program's path and a leading backslash dropped,
     git's global options (-C dir, -c k=v, --no-pager ...) removed: `env /usr/bin/curl x` and
     `git -C . push` become `curl x` and `git push`."""
-    words, _ = _unwrap(_tokens(seg))
+    words, _ = unwrap(tokens(seg))
     if not words:
         return ""
     words[0] = os.path.basename(words[0].lstrip("\\"))
@@ -171,128 +216,7 @@ def normalized(seg: str) -> str:
         rest = words[1:]
         while rest and rest[0].startswith("-"):
             opt = rest.pop(0)
-            if opt in _GIT_GLOBAL_VALUE and rest:
+            if opt in GIT_GLOBAL_VALUE and rest:
                 rest.pop(0)
         words = ["git", *rest]
     return " ".join(words)
-
-
-def _short(args) -> str:
-    return "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
-
-
-def _git_reason(args: list[str]) -> str | None:
-    while args and args[0].startswith("-"):
-        args = args[2:] if args[0] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else args[1:]
-    if not args:
-        return None
-    sub, rest = args[0], args[1:]
-    short, plain = _short(rest), [a for a in rest if not a.startswith("-")]
-    if sub == "reset" and "--hard" in rest:
-        return "git reset --hard discards uncommitted changes"
-    if sub == "clean" and ("f" in short or "--force" in rest):
-        return "git clean -f deletes untracked files"
-    if sub == "push":
-        if "f" in short or any(a.startswith("--force") for a in rest) or any(a[:1] == "+" for a in plain):
-            return "git push --force rewrites remote history"
-        if "d" in short or "--delete" in rest or any(a.startswith(":") for a in plain):
-            return "git push --delete deletes a remote branch"
-    if sub in ("checkout", "restore", "switch"):
-        discard = "--" in rest or "." in plain or "f" in short or {"--force", "--discard-changes"} & set(rest)
-        if sub == "restore":
-            staged_only = ("S" in short or "--staged" in rest) and not ("W" in short or "--worktree" in rest)
-            discard = bool(plain) and not staged_only
-        if discard:
-            return f"git {sub} discards uncommitted changes"
-    force, delete = "f" in short or "--force" in rest, "d" in short or "--delete" in rest
-    if sub == "branch" and ("D" in short or (delete and force)):
-        return "git branch -D deletes an unmerged branch"
-    if sub == "stash" and rest[:1] in (["drop"], ["clear"]):
-        return f"git stash {rest[0]} loses stashed work"
-    return None
-
-
-def _words_reason(words: list[str], home, depth: int) -> str | None:
-    cmd, args = os.path.basename(words[0]), words[1:]
-    if cmd in ("bash", "sh", "zsh", "dash", "ksh", "su") and "-c" in args[:-1]:
-        return destructive(args[args.index("-c") + 1], home, depth + 1)
-    if cmd == "eval":
-        return destructive(" ".join(args), home, depth + 1)
-    opts = args[:args.index("--")] if "--" in args else args
-    files = [a for a in args if not a.startswith("-")]
-    if cmd == "rm":
-        if "r" in _short(opts).lower() or "--recursive" in opts:
-            return f"recursive delete ({' '.join(['rm'] + [a for a in opts if a.startswith('-')])})"
-        return next((f"deletes a dot-file in $HOME ({a})" for a in files if _home_dotfile(a, home)), None)
-    if cmd == "find":
-        if "-delete" in args:
-            return "find -delete deletes every match"
-        for i, a in enumerate(args[:-1]):
-            run = os.path.basename(args[i + 1])
-            if a in ("-exec", "-execdir", "-ok", "-okdir") and run in ("rm", "shred"):
-                return f"find -exec {run} deletes every match"
-    if cmd == "git":
-        return _git_reason(args)
-    if cmd in ("chmod", "chown", "chgrp") and ("R" in _short(opts) or "--recursive" in opts):
-        return f"recursive {cmd} ({cmd} -R)"
-    if cmd == "dd":
-        target = next((a[3:] for a in args if a.startswith("of=")), None)
-        return f"dd writes raw data (of={target})" if target is not None else None
-    if cmd.startswith("mkfs") or cmd in ("mke2fs", "wipefs", "mkswap", "fdisk", "sfdisk", "parted"):
-        return f"formats or repartitions a disk ({cmd})"
-    if cmd == "shred":
-        return "shred destroys file contents"
-    targets: list[str] = []
-    in_place = "i" in _short(opts) or "--in-place" in opts
-    if cmd in ("tee", "truncate") or (cmd in ("sed", "perl") and in_place):
-        targets = files
-    elif cmd in ("cp", "mv", "ln", "install", "rsync") and files:
-        named = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-t", "--target-directory")]
-        named += [a.split("=", 1)[1] for a in args if a.startswith("--target-directory=")]
-        targets = named or files[-1:]
-    return next((r for r in map(lambda t: _target_reason(t, home), targets) if r), None)
-
-
-def _segment_reason(seg: str, home, depth: int) -> str | None:
-    toks = _tokens(seg)
-    for i, t in enumerate(toks[:-1]):  # redirections: > >> >| &> &>> >&
-        if t in _REDIRECTS and t != "<" and not (t.endswith("&") and toks[i + 1].isdigit()):
-            reason = _target_reason(toks[i + 1], home)
-            if reason:
-                return reason
-    words, skip = [], False
-    for t in toks:  # drop redirections with their targets, stray punctuation and keywords
-        if not skip and t not in _KEYWORDS and not set(t) <= set("<>&|;()"):
-            words.append(t)
-        skip = t in _REDIRECTS
-    words, sudo = _unwrap(words)
-    reason = _words_reason(words, home, depth) if words else None
-    return reason or (f"runs as root ({sudo})" if sudo else None)
-
-
-def destructive(command: str, home=None, _depth: int = 0) -> str | None:
-    """Why `command` (a shell command line) can lose work or harm the machine, or None.
-    Every sub-command is judged; the first reason found is returned."""
-    if not isinstance(command, str):
-        return None
-    if _depth > 5:
-        return "command nested too deeply"
-    home = Path.home() if home is None else home
-    m = re.search(r"([\w:.-]+)\s*\(\)\s*\{(.*?)\}", command, re.S)
-    if m and re.search(re.escape(m.group(1)) + r"\s*\|\s*" + re.escape(m.group(1)), m.group(2)):
-        return "fork bomb"
-    segs, _ = split_command(command)
-    downloading = False
-    for op, seg in segs:
-        head = _unwrap([t for t in _tokens(seg) if t not in _KEYWORDS])[0][:1]
-        name = os.path.basename(head[0]) if head else ""
-        if op not in ("|", "sub"):
-            downloading = False
-        fetched = re.search(r"(?:[$<]\(|`)\s*(?:curl|wget)\b", seg)  # bash <(curl ..), sh -c "$(curl ..)"
-        if _SHELLS.match(name) and (downloading and op == "|" or fetched):
-            return f"download piped to a shell ({name})"
-        downloading = downloading or name in _DOWNLOAD
-        reason = _segment_reason(seg, home, _depth)
-        if reason:
-            return reason
-    return None

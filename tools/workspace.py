@@ -1,4 +1,4 @@
-"""Workspace guard: every tool path is resolved against the project root, symlinks included.
+"""Workspace guard: every tool path is resolved against the project root, and opened the way it was checked.
 
 `resolve(root, path, write=...)` turns a (relative or absolute) path into an absolute path with all
 symlinks resolved (`os.path.realpath`, non-strict so missing tails are allowed) and raises
@@ -6,18 +6,44 @@ symlinks resolved (`os.path.realpath`, non-strict so missing tails are allowed) 
 allowed only when the caller passes `allow_outside=True` (the permission layer asks the user first);
 writes outside are always refused.
 
-What remains: resolution is a check at one moment. A process that swaps a path component for a
-symlink between the check and the use (TOCTOU) can still redirect the access; the Edit tool narrows
-this by re-checking right before its atomic rename, but does not use openat/O_NOFOLLOW per component.
+Checked path = used path: `open_dir`, `open_resolved` and `open_inside` never open the checked path by name. They
+walk the resolved path one component at a time from a file descriptor of the real root (or of `/`
+for an approved outside read) with `O_NOFOLLOW|O_DIRECTORY` and `dir_fd`, so a component swapped
+for a symlink between the check and the use fails with `PathOutside` instead of being followed.
+Callers then work relative to the returned descriptors (Edit creates its temp file, renames and
+cleans up with `dir_fd`), so a later swap of a parent cannot redirect them either.
+
+Protected places (`protected`) are where an Edit changes what runs or what is allowed: any path
+component named `.git` (nested repositories included) or `.nanocode`, hook directories (`.husky`,
+`.githooks` and the `core.hooksPath` of `.git/config`) and the user settings folder
+(`user_settings_dir`). Both the literal and the resolved path are judged, case-insensitively, and
+each place is taken both as named and as resolved, so `conf -> .nanocode` and a shipped
+`.nanocode -> conf` are both caught. `trust_problem` says why a root must not be trusted silently.
+
+What remains: a directory already opened can still be renamed by another process to a place
+outside the root (that needs write access to both, i.e. an attacker who could copy the data
+anyway), hard links to outside files are the same file and are read, and the root path itself is
+trusted as given. The protected list is about code that runs and permissions; other tools'
+config files (editor tasks, CI) are ordinary files.
 """
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 from pathlib import Path
+
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "package.json", "Cargo.toml", "go.mod",
+                   "Makefile", "CMakeLists.txt", "pom.xml", "build.gradle", "Gemfile", "composer.json",
+                   "NANOCODE.md", "AGENTS.md", ".nanocode")
+HOOK_DIRS = (".husky", ".githooks")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class PathOutside(Exception):
-    """The path resolves (after following symlinks) to a place outside the project root."""
+    """The path resolves (after following symlinks) to a place outside the project root, or a
+    component of it was swapped for a symlink while it was being opened."""
 
 
 def real_root(root) -> Path:
@@ -48,6 +74,68 @@ def resolve(root, path, *, write: bool, allow_outside: bool = False) -> Path:
     return resolved
 
 
+def open_dir(root, resolved_dir, *, create: bool = False) -> int:
+    """Descriptor of the already-resolved directory `resolved_dir`, opened by walking from the real
+    root (from `/` when it lies outside) one component at a time without following symlinks;
+    `create` makes missing components (mode 0o777 minus umask). The caller closes it.
+    Raises PathOutside when a component is (now) a symlink, OSError for the rest."""
+    rroot, target = os.fspath(real_root(root)), os.fspath(resolved_dir)
+    base = rroot if is_inside(rroot, target) else os.sep
+    rel = os.path.relpath(target, base)
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in [] if rel == os.curdir else rel.split(os.sep):
+            if part in ("", os.curdir, os.pardir):  # a resolved path has none; refuse rather than walk up
+                raise PathOutside(target)
+            if create:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise PathOutside(target) from e
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_resolved(root, resolved, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """Descriptor of the already-resolved path `resolved`, opened where it was checked: the parent
+    by `open_dir`, the last component with O_NOFOLLOW and O_NONBLOCK (a FIFO never blocks: fstat
+    the result before reading); the root itself is opened directly. The caller closes it."""
+    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    if os.fspath(resolved) == os.fspath(real_root(root)):
+        return os.open(resolved, flags)
+    dfd = open_dir(root, os.path.dirname(os.fspath(resolved)))
+    try:
+        return os.open(os.path.basename(os.fspath(resolved)), flags, mode, dir_fd=dfd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PathOutside(os.fspath(resolved)) from e
+        raise
+    finally:
+        os.close(dfd)
+
+
+def open_inside(root, path, flags: int = os.O_RDONLY, mode: int = 0o666, *, write: bool = False,
+                allow_outside: bool = False) -> tuple[int, Path]:
+    """(descriptor, resolved path): `resolve` then `open_resolved`. Raises PathOutside, ValueError
+    (unrepresentable path) or OSError (missing, permission, ...)."""
+    p = resolve(root, path, write=write, allow_outside=allow_outside)
+    return open_resolved(root, p, flags, mode), p
+
+
+def is_regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
 def display(root, path) -> str:
     """Path as shown to the model: relative to the root when inside it, else absolute; never
     contains undecodable surrogates (non-UTF-8 names are shown with U+FFFD)."""
@@ -56,3 +144,90 @@ def display(root, path) -> str:
     if is_inside(rroot, p):
         p = os.path.relpath(p, rroot)
     return p.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------ protected places, trust
+
+def user_settings_dir(home=None) -> Path:
+    """Folder of the user settings file: $NANOCODE_HOME, else ~/.config/nanocode."""
+    env = os.environ.get("NANOCODE_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path(Path.home() if home is None else home) / ".config" / "nanocode"
+
+
+def hooks_path(root) -> str | None:
+    """core.hooksPath from the project's .git/config (the last one set; None when unset or unreadable).
+    A line-based reading of git's format: `[core]` sections, `key = value`, `#`/`;` comments."""
+    try:
+        with open(os.path.join(os.fspath(root), ".git", "config"), encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    section, value = "", None
+    for line in lines:
+        line = line.strip()
+        head = re.match(r"\[\s*([^\]\s\"]+)", line)
+        if head:
+            section, line = head.group(1).lower(), line[line.find("]") + 1:].strip()
+        kv = re.match(r"([A-Za-z][\w-]*)\s*=\s*(.*)", line)
+        if section == "core" and kv and kv.group(1).lower() == "hookspath":
+            value = re.split(r"\s[#;]", kv.group(2), maxsplit=1)[0].strip().strip('"') or None
+    return value
+
+
+def _places(root, home) -> list[tuple[str, str]]:
+    """(absolute folder, why) of every protected place, each as named and as resolved."""
+    root = os.fspath(root)
+    named = [(os.path.join(root, ".nanocode"), "nanocode settings"), (os.path.join(root, ".git"), "git internals")]
+    named += [(os.path.join(root, d), "git hooks") for d in HOOK_DIRS]
+    hp = hooks_path(root)
+    if hp:
+        named.append((os.path.join(root, os.path.expanduser(hp)), "git hooks (core.hooksPath)"))
+    named.append((os.fspath(user_settings_dir(home)), "nanocode user settings"))
+    out = []
+    for place, why in named:
+        out += [(os.path.normpath(place), why), (os.path.realpath(place), why)]
+    return out
+
+
+def _under(path: str, folder: str) -> bool:
+    p, f = os.path.normcase(path).lower(), os.path.normcase(folder).lower().rstrip(os.sep)
+    return p == f or p.startswith(f + os.sep)
+
+
+def protected(root, path, home=None) -> str | None:
+    """Why an Edit of `path` must ask whatever the mode or rules say, or None. Judged on the
+    literal path (relative to `root`, symlinks not followed) and on the resolved one."""
+    p = os.path.expanduser(os.fspath(path)) if os.fspath(path).startswith("~") else os.fspath(path)
+    literal = os.path.normpath(os.path.join(os.path.abspath(os.fspath(root)), p))
+    resolved = os.path.realpath(literal)
+    rroot = os.fspath(real_root(root))
+    for full in (literal, resolved):
+        base = rroot if is_inside(rroot, full) else os.path.abspath(os.fspath(root))
+        for part in os.path.relpath(full, base).split(os.sep):
+            if part.lower() == ".git":
+                return f"changes git internals ({display(root, full)})"
+            if part.lower() == ".nanocode":
+                return f"changes nanocode settings ({display(root, full)})"
+    for place, why in _places(rroot, home) + _places(os.path.abspath(os.fspath(root)), home):
+        if _under(literal, place) or _under(resolved, place):
+            return f"changes {why} ({display(root, resolved)})"
+    return None
+
+
+def trust_problem(root, home=None) -> str | None:
+    """Why the folder `root` needs an explicit "trust this folder?" prompt before a session starts
+    in it, or None: it is `/`, $HOME or a parent of $HOME, or holds no project marker
+    (PROJECT_MARKERS: .git, pyproject.toml, package.json, ...)."""
+    r = os.path.realpath(os.fspath(root))
+    h = os.path.realpath(os.fspath(Path.home() if home is None else home))
+    if r == os.sep:
+        return "the folder is the file-system root /"
+    if r == h:
+        return "the folder is your home folder"
+    if _under(h, r):
+        return f"the folder contains your home folder ({h})"
+    if not any(os.path.lexists(os.path.join(r, m)) for m in PROJECT_MARKERS):
+        return "the folder has no project marker (.git, pyproject.toml, package.json, ...)"
+    return None
