@@ -1,13 +1,17 @@
 """`nanocode -p PROMPT`: one request to completion, no questions asked.
 
 stdout gets only the answer (text) or one JSON object (`--output-format json`: answer,
-tool_calls [{name, args, result}], files_changed, steps, stop_reason, session); progress (each
-tool call and a one-line summary of its result, status notes) goes to stderr. Nobody is there to
-approve: a call the policy would ask about is rejected (`rejected by user`, which ends the turn,
-stop_reason "rejected") unless the mode allows it: `--mode accept-edits` lets Edit run,
-`--yes`/`--mode auto` lets Edit and Bash run (destructive commands are still rejected), and
-`--mode plan` denies Edit and Bash outright. Ctrl-C cancels the run (stop_reason "cancelled").
-Exit status 0 when the loop ran (whatever its stop_reason), 1 if it crashed.
+tool_calls [{name, args, result}], files_changed, steps, stop_reason, session, sandbox: what
+contains Bash, also the first stderr line); progress (each
+tool call and a one-line summary of its result, status notes) goes to stderr. Text that came from
+the model or a tool is escaped (agent/display.py: no control or bidi character reaches the
+terminal); the JSON keeps every value exact, those characters written as JSON escapes.
+
+Nobody is there to approve: a call the policy would ask about is rejected (`rejected by user`,
+which ends the turn, stop_reason "rejected") unless the mode allows it: `--mode accept-edits`
+lets Edit run, `--yes`/`--mode auto` lets Edit and Bash run (destructive commands are still
+rejected), and `--mode plan` denies Edit and Bash outright. Ctrl-C cancels the run (stop_reason
+"cancelled"). Exit status 0 when the loop ran (whatever its stop_reason), 1 if it crashed.
 
 `--best-of N` (run_best_of): N rollouts in copies of the project, the verifier's pick applied as
 one undoable turn (agent/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
@@ -19,25 +23,11 @@ could not be applied (the project changed meanwhile), nothing written.
 """
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
 
-
-def summarize(result: str, width: int = 100) -> str:
-    lines = result.splitlines() or [""]
-    first = lines[0] if len(lines[0]) <= width else lines[0][:width] + "..."
-    return first + (f" (+{len(lines) - 1} lines)" if len(lines) > 1 else "")
-
-
-def format_call(name, args, width: int = 100) -> str:
-    parts = []
-    for k, v in args.items():
-        text = json.dumps(v, ensure_ascii=False) if isinstance(v, str) else str(v)
-        parts.append(f"{k}={text if len(text) <= 60 else text[:57] + '...'}")
-    out = f"{name}({', '.join(parts)})"
-    return out if len(out) <= width else out[:width] + "..."
+from agent.display import format_call, printable, printable_json, summarize
 
 
 def on_event(ev) -> None:
@@ -47,10 +37,10 @@ def on_event(ev) -> None:
     elif ev.kind == "tool_result":
         print(f"  {summarize(ev.result)}", file=sys.stderr, flush=True)
     elif ev.kind == "approval" and ev.answer == "no":
-        print(f"  (needs approval: {ev.reason}; rejected in headless mode, see --mode)",
+        print(f"  (needs approval: {printable(ev.reason)}; rejected in headless mode, see --mode)",
               file=sys.stderr, flush=True)
     elif ev.kind == "status":
-        print(f"[{ev.text}]", file=sys.stderr, flush=True)
+        print(f"[{printable(ev.text)}]", file=sys.stderr, flush=True)
 
 
 def _with_sigint(cancel: threading.Event, fn):
@@ -67,18 +57,27 @@ def _with_sigint(cancel: threading.Event, fn):
 
 
 def _print(res, output_format: str, **extra) -> None:
+    """The answer on stdout, escaped (agent/display.printable), or the JSON object: its values
+    exact, every character a terminal would act on written as a JSON escape."""
     if output_format == "json":
-        print(json.dumps({**res.to_dict(), **extra}, ensure_ascii=False))
+        print(printable_json({**res.to_dict(), **extra}))
     else:
-        print(res.answer)
+        print(printable(res.answer))
 
 
 def run_headless(agent, prompt: str, output_format: str = "text") -> int:
     cancel = threading.Event()
+    _say_sandbox(agent)
     res = _with_sigint(cancel, lambda: agent.run_turn(prompt, approve=None, on_event=on_event,
                                                       cancel=cancel))
-    _print(res, output_format, session=agent.meta.get("id"))
+    _print(res, output_format, session=agent.meta.get("id"), sandbox=agent.sandbox_status)
     return 0
+
+
+def _say_sandbox(agent) -> None:
+    """What contains the commands, on stderr before anything runs (loud when nothing does)."""
+    no = agent.sandbox is None
+    print(f"{'warning: ' if no else ''}{agent.sandbox_status}", file=sys.stderr)
 
 
 def rollout_agent(agent, root, temperature: float, seed: int):
@@ -95,13 +94,16 @@ def rollout_agent(agent, root, temperature: float, seed: int):
                  top_p=agent.top_p, seed=seed, max_tokens=agent.max_tokens, max_steps=agent.max_steps,
                  reserve=agent.reserve, tool_timeout=agent.tool_timeout, extra_mask=agent.extra_mask,
                  constrain=agent.constrain, memory=agent.memory, checkpoints=False,
-                 ground=agent.grounding is not None, retries=agent.retries, copy_bias=agent.copy_bias)
+                 ground=agent.grounding is not None, retries=agent.retries, copy_bias=agent.copy_bias,
+                 sandbox=agent.sandbox is not None,
+                 network=agent.sandbox is not None and agent.sandbox.network)
 
 
 def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
                 sample_temperature: float = 0.7, test_command: str | None = None) -> int:
     from agent.best_of import BestOfError, best_of
     cancel = threading.Event()
+    _say_sandbox(agent)
 
     def run():
         return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, n,
@@ -111,7 +113,7 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
     try:
         res = _with_sigint(cancel, run)
     except BestOfError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 1
     if res.pick is not None:  # the session keeps the winner's conversation, as a plain run would
         agent.messages, agent.meta = res.messages, res.meta
@@ -122,6 +124,7 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
             try:
                 agent.store.save(agent.messages, agent.meta)
             except OSError as e:
-                print(f"[could not save the session: {e}]", file=sys.stderr)
-    _print(res.result, output_format, session=agent.meta.get("id"), best_of=res.to_dict())
+                print(f"[could not save the session: {printable(e)}]", file=sys.stderr)
+    _print(res.result, output_format, session=agent.meta.get("id"), sandbox=agent.sandbox_status,
+           best_of=res.to_dict())
     return 0

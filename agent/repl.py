@@ -6,6 +6,11 @@ dimmed; a call that needs approval asks `[y]es / [n]o / [a]lways`. Ctrl-C during
 generation or the running command (the conversation survives); at the prompt it clears the line;
 Ctrl-D or /quit leaves. Slash commands: /help /undo /diff /clear /compact /mode [MODE] /session
 /quit.
+
+Safe output: Console.write and Console.dim pass every string through agent/display.printable,
+so nothing the model, a tool or a file produced can drive the terminal (its only escapes are its
+own dim colouring). An approval shows the whole call: a Bash command in full (the terminal wraps
+it), an Edit's old and new strings line by line, any other call's arguments in full.
 """
 from __future__ import annotations
 
@@ -13,11 +18,13 @@ import signal
 import sys
 import threading
 
-from agent.headless import format_call, summarize
+from agent.display import call_text, format_call, printable, summarize
+from agent.turn_undo import slash_undo
 
 HELP = """\
 /help            this help
-/undo            restore the files the last turn changed (Edit or Bash)
+/undo [yes]      what undoing the last turn of this session restores; yes does it
+                 (/undo all: of any session; committed: also files committed since)
 /diff            show what the last turn changed
 /clear           start a new conversation
 /compact         drop old tool outputs now (automatic when the context fills)
@@ -29,6 +36,8 @@ DIM, RESET = "\033[2m", "\033[0m"
 
 
 class Console:
+    """The terminal: lines read with prompt-toolkit (or stdin), text written escaped."""
+
     def __init__(self, out=None, color: bool | None = None):
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
@@ -51,17 +60,23 @@ class Console:
         return line.rstrip("\n")
 
     def write(self, text: str) -> None:
-        self.out.write(text)
+        self.out.write(printable(text))
         self.out.flush()
 
     def dim(self, text: str) -> None:
-        self.write((DIM + text + RESET if self.color else text) + "\n")
+        text = printable(text)
+        self.out.write((DIM + text + RESET if self.color else text) + "\n")
+        self.out.flush()
 
 
 def run_repl(agent, model_name: str = "", console: Console | None = None) -> int:
     from nanocode import __version__
     con = console or Console()
     con.dim(f"nanocode {__version__} | model {model_name} | mode {agent.mode} | {agent.root}")
+    if agent.sandbox is not None:
+        con.dim(agent.sandbox_status)
+    else:
+        con.write(f"warning: {agent.sandbox_status}\n")
     con.dim("/help for commands; Ctrl-C stops a turn; Ctrl-D quits")
     if agent.messages:
         con.dim(f"continuing session {agent.meta.get('id')} "
@@ -89,18 +104,22 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
             state["open"] = False
         con.write(f"{name} needs approval ({decision.reason}):\n")
         if name == "Edit":
-            con.write(f"  file: {args.get('file_path')}\n")
-            if args.get("old_string") is not None:
-                con.write("".join(f"  - {ln}\n" for ln in str(args["old_string"]).splitlines()))
-            con.write("".join(f"  + {ln}\n" for ln in str(args.get("new_string", "")).splitlines()))
+            rest = {k: v for k, v in args.items() if k not in ("old_string", "new_string")}
+            con.write(call_text(rest) + "\n")
+            for sign, key in (("-", "old_string"), ("+", "new_string")):
+                lines = printable(args.get(key) or "").splitlines()
+                con.write("".join(f"  {sign} {ln}\n" for ln in lines))
         else:
-            con.write(f"  {format_call(name, args, width=400)}\n")
+            con.write(call_text(args) + "\n")
+        rule = getattr(decision, "always", "")
+        choices = f"[y]es / [n]o / [a]lways: allow {printable(rule)} for this session" if rule \
+            else "[y]es / [n]o"
         while True:
             try:
-                answer = con.ask("allow? [y]es / [n]o / [a]lways for this session: ").strip().lower()
+                answer = con.ask(f"allow? {choices}: ").strip().lower()
             except (KeyboardInterrupt, EOFError):
                 return "no"
-            if answer in ("y", "yes", "n", "no", "a", "always"):
+            if answer in ("y", "yes", "n", "no") or (rule and answer in ("a", "always")):
                 return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
 
     while True:
@@ -143,11 +162,7 @@ def slash(agent, text: str, con) -> bool:
     if cmd == "/help":
         con.write(HELP + "\n")
     elif cmd == "/undo":
-        try:
-            paths = agent.undo()
-            con.write(f"restored: {', '.join(paths)}\n" if paths else "nothing to undo\n")
-        except UndoError as e:
-            con.write(f"{e}\n")
+        con.write(slash_undo(agent, rest) + "\n")
     elif cmd == "/diff":
         try:
             con.write((agent.diff() or "the last turn changed nothing") + "\n")

@@ -3,8 +3,9 @@
 Layout: the transcript (user messages, the assistant's prose streamed as it is written, one card
 per tool call: a Collapsible titled like `Edit src/app.py` holding the result, and for Edit a
 highlighted diff of the change; status notes dimmed), an approval prompt when the policy asks
-(y yes / n no / a always for this session), a status line (model, mode, context used/total,
-tokens/s of the last reply, what is going on) and the input (Enter submits, up/down history).
+(the whole call: a Bash command wrapped, an Edit's full diff, scrolling when long; y yes / n no /
+a always for this session), a status line (model, mode, context used/total, tokens/s of the last
+reply, what is going on) and the input (Enter submits, up/down history).
 
 Threads: the model loads on a loader thread (`run` takes a ready Agent or a zero-argument loader
 returning one, e.g. `Loader`), so the input works at once; prompts typed meanwhile wait for it.
@@ -13,10 +14,13 @@ safe, non-blocking, in order); `approve` blocks the worker on a threading.Event 
 answers. Ctrl-C sets the turn's cancel Event (stops generation or a running command); when idle
 it clears the input, and twice within 2 s quits (as does /quit or Ctrl-Q). /compact also runs on
 a worker (it rebuilds the KV cache: a prefill). A resumed session is replayed into the transcript.
+
+Every string shown goes in as a Text or Syntax made by `plain` / `code_view` (escaped by
+agent/display.printable, never parsed as markup): no model output, tool result or file reaches
+the terminal as a control sequence, and `[bold]` shows as written.
 """
 from __future__ import annotations
 
-import difflib
 import os
 import threading
 import time
@@ -31,11 +35,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Collapsible, Input, Static
 
+from agent.display import call_text, call_title, edit_diff, printable, summarize
+from agent.turn_undo import slash_undo
 from nanocode.protocol import REJECTED
 
 HELP = """\
 /help            this help
-/undo            restore the files the last turn changed (Edit or Bash)
+/undo [yes]      what undoing the last turn of this session restores; yes does it
+                 (/undo all: of any session; committed: also files committed since)
 /diff            show what the last turn changed
 /clear           start a new conversation
 /compact         drop old tool outputs (automatic when the context fills)
@@ -73,37 +80,16 @@ class Loader:
             raise LoadError(str(e), e.code) from None
 
 
-# ---- rendering helpers ------------------------------------------------------------------------
-def call_title(name: str, args: dict) -> str:
-    first = lambda v: str(v).splitlines()[0] if str(v).strip() else ""  # noqa: E731
-    if name in ("Read", "Edit") and "file_path" in args:
-        return f"{name} {args['file_path']}"
-    if name == "Grep":
-        return f"Grep {args.get('pattern', '')!r} {args.get('path', '')}".rstrip()
-    if name == "Bash":
-        cmd = first(args.get("command", ""))
-        return f"Bash {cmd[:80]}" + ("…" if len(cmd) > 80 else "")
-    from agent.headless import format_call
-    return format_call(name, args, width=90)
+# ---- rendering helpers (everything untrusted is escaped: agent/display.py) ---------------------
+def plain(text, style: str = "") -> Text:
+    """`text` escaped, as a Text: never markup, no control or bidi character."""
+    return Text(printable(text), style=style)
 
 
-def edit_diff(args: dict) -> str:
-    """Unified diff of an Edit call (old_string -> new_string; a new file when there is none)."""
-    path = str(args.get("file_path", "?"))
-    old = str(args.get("old_string") or "").splitlines()
-    new = str(args.get("new_string", "")).splitlines()
-    lines = difflib.unified_diff(old, new, f"a/{path}" if old else "/dev/null", f"b/{path}",
-                                 lineterm="", n=2)
-    return "\n".join(lines)
-
-
-def diff_view(diff: str) -> Syntax:
-    return Syntax(diff, "diff", theme="ansi_dark", background_color="default", word_wrap=True)
-
-
-def summary(result: str) -> str:
-    from agent.headless import summarize
-    return summarize(result, width=60)
+def code_view(code: str, lexer: str = "diff") -> Syntax:
+    """`code` escaped and highlighted (a diff, a Bash command), wrapped, never cut."""
+    return Syntax(printable(code), lexer, theme="ansi_dark", background_color="default",
+                  word_wrap=True)
 
 
 # ---- widgets ----------------------------------------------------------------------------------
@@ -116,7 +102,7 @@ class Reply(Static):
 
     def add(self, piece: str) -> None:
         self.text += piece
-        self.update(Text(self.text))
+        self.update(plain(self.text))
 
 
 class ToolCard(Collapsible):
@@ -124,7 +110,7 @@ class ToolCard(Collapsible):
 
     def __init__(self, tool: str, args: dict):
         self.tool, self.args, self.header = tool, args, call_title(tool, args)
-        kids = [Static(diff_view(edit_diff(args)), classes="diff")] if tool == "Edit" else []
+        kids = [Static(code_view(edit_diff(args)), classes="diff")] if tool == "Edit" else []
         self.result = Static(Text("running…", style="dim"), classes="result")
         self.result_text = None
         super().__init__(*kids, self.result, title=Text(self.header), collapsed=tool != "Edit",
@@ -132,8 +118,8 @@ class ToolCard(Collapsible):
 
     def set_result(self, result: str) -> None:
         self.result_text = result
-        self.result.update(Text(result))
-        self.title = Text(f"{self.header}  ⎯ {summary(result)}")  # Text: no markup
+        self.result.update(plain(result))
+        self.title = Text(f"{self.header}  ⎯ {summarize(result, width=60)}")  # both escaped
         if result.startswith("error:") or result == REJECTED:
             self.add_class("failed")
 
@@ -162,11 +148,15 @@ class HistoryInput(Input):
 
 
 class ApprovalPanel(Vertical, can_focus=True):
+    """The call in full (a long one scrolls: up/down, page up/down, the wheel) and y / n / a."""
     BINDINGS = [Binding("y", "answer('yes')", "yes"), Binding("n", "answer('no')", "no"),
-                Binding("a", "answer('always')", "always")]
+                Binding("a", "answer('always')", "always"),
+                *(Binding(k, f"scroll_by({n})", show=False) for k, n in
+                  (("up", -1), ("down", 1), ("pageup", -10), ("pagedown", 10)))]
 
     def compose(self) -> ComposeResult:
-        yield Static(id="approval-text")
+        with VerticalScroll(id="approval-scroll"):
+            yield Static(id="approval-text")
         with Horizontal(id="approval-buttons"):
             yield Button(Text("[y]es"), id="yes", variant="success")
             yield Button(Text("[n]o"), id="no", variant="error")
@@ -175,6 +165,9 @@ class ApprovalPanel(Vertical, can_focus=True):
     def action_answer(self, answer: str) -> None:
         self.app.answer_approval(answer)
 
+    def action_scroll_by(self, lines: int) -> None:
+        self.query_one("#approval-scroll").scroll_relative(y=lines, animate=False)
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         self.app.answer_approval(event.button.id)
@@ -182,8 +175,8 @@ class ApprovalPanel(Vertical, can_focus=True):
 
 # ---- messages from the worker threads ---------------------------------------------------------
 class Approval:
-    def __init__(self, name, args, reason):
-        self.name, self.args, self.reason = name, args, reason
+    def __init__(self, name, args, reason, always=""):
+        self.name, self.args, self.reason, self.always = name, args, reason, always
         self.answer, self.done = "no", threading.Event()
 
 
@@ -207,6 +200,7 @@ class NanocodeApp(App):
     .tool.failed CollapsibleTitle { color: $error; }
     #approval { display: none; height: auto; border: round $warning; padding: 0 1; }
     #approval.show { display: block; }
+    #approval-scroll { height: auto; max-height: 60vh; }
     #approval-buttons { height: auto; }
     #approval-buttons Button { margin-right: 1; }
     #status { height: 1; background: $panel; padding: 0 1; }
@@ -258,7 +252,7 @@ class NanocodeApp(App):
 
     def note(self, text: str, style: str = "dim") -> None:
         self._last_note = text
-        self.add(Static(Text(text, style=style), classes="note"))
+        self.add(Static(plain(text, style), classes="note"))
 
     def transcript_text(self) -> str:
         """Plain text of the transcript (for tests and debugging)."""
@@ -275,12 +269,13 @@ class NanocodeApp(App):
         if a is None:
             parts.append(self.load_error and "model failed to load" or "loading model…")
         else:
-            parts += [f"mode {a.mode}", f"context {len(a.session.ids):,}/{a.engine.max_len:,}",
+            parts += [f"mode {a.mode}", "sandbox" if a.sandbox is not None else "NO SANDBOX",
+                      f"context {len(a.session.ids):,}/{a.engine.max_len:,}",
                       f"{self.tps:.1f} tok/s" if self.tps else "– tok/s"]
             parts.append("waiting for your approval" if self.asking else
                          "working… (Ctrl-C stops)" if self.running else "ready")
         for status in self.query("#status"):  # none left while the app shuts down
-            status.update(Text(" │ ".join(parts)))
+            status.update(plain(" │ ".join(parts)))
 
     # ---- loading ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -304,6 +299,8 @@ class NanocodeApp(App):
     def _model_ready(self) -> None:
         self.query_one(HistoryInput).placeholder = "ask nanocode… (/help for commands)"
         a = self.agent
+        if a.sandbox is None:
+            self.note(f"warning: {a.sandbox_status}", style="bold red")
         if a.messages:
             self.note(f"continuing session {a.meta.get('id')} "
                       f"({sum(m['role'] == 'user' for m in a.messages)} earlier requests)")
@@ -315,7 +312,7 @@ class NanocodeApp(App):
         card = None
         for m in messages:
             if m["role"] == "user":
-                self.add(Static(Text("> " + m["content"]), classes="user"))
+                self.add(Static(plain("> " + m["content"]), classes="user"))
             elif m["role"] == "assistant":
                 if m["content"]:
                     reply = Reply()
@@ -338,7 +335,7 @@ class NanocodeApp(App):
         if text.startswith("/"):
             self.slash(text)
             return
-        self.add(Static(Text("> " + text), classes="user"))
+        self.add(Static(plain("> " + text), classes="user"))
         self.pending.append(text)
         if self.load_error:
             self.pending.clear()
@@ -379,7 +376,7 @@ class NanocodeApp(App):
         self.later(self.turn_done, tps, error)
 
     def _approve(self, name, args, decision, cancel) -> str:
-        box = Approval(name, args, decision.reason)
+        box = Approval(name, args, decision.reason, getattr(decision, "always", ""))
         self.later(self.ask_approval, box)
         while not box.done.wait(0.05):
             if cancel.is_set():
@@ -426,22 +423,28 @@ class NanocodeApp(App):
             box.done.set()
             self.asking = None
             return
-        head = Text.assemble((f"{box.name} ", "bold"), "needs approval: ", (box.reason, "italic"))
+        head = Text.assemble(plain(f"{box.name} ", "bold"), "needs approval: ",
+                             plain(box.reason, "italic"))
         if box.name == "Edit":
-            body = Group(head, Text(f"file: {box.args.get('file_path')}"),
-                         diff_view(edit_diff(box.args)))
+            body = Group(head, plain(f"file: {box.args.get('file_path')}"),
+                         code_view(edit_diff(box.args)))
         elif box.name == "Bash":
-            body = Group(head, Syntax(str(box.args.get("command", "")), "bash",
-                                      background_color="default", word_wrap=True))
+            body = Group(head, code_view(str(box.args.get("command", "")), "bash"))
         else:
-            body = Group(head, Text(call_title(box.name, box.args)))
+            body = Group(head, plain(call_text(box.args)))
         self.query_one("#approval-text", Static).update(body)
+        button = self.query_one("#always", Button)  # says what "always" stores, or is gone
+        button.label = Text(f"[a]lways: allow {printable(box.always)} this session")
+        button.display = bool(box.always)
+        self.query_one("#approval-scroll").scroll_home(animate=False)
         panel = self.query_one(ApprovalPanel)
         panel.add_class("show")
         panel.focus()
         self.refresh_status()
 
     def answer_approval(self, answer: str) -> None:
+        if answer == "always" and self.asking is not None and not self.asking.always:
+            return  # no rule to store: the choice is not offered
         box, self.asking = self.asking, None
         self.query_one(ApprovalPanel).remove_class("show")
         self.query_one(HistoryInput).focus()
@@ -534,11 +537,10 @@ class NanocodeApp(App):
             from tools.undo import UndoError
             try:
                 if cmd == "/undo":
-                    paths = a.undo()
-                    self.note(f"restored: {', '.join(paths)}" if paths else "nothing to undo")
+                    self.note(slash_undo(a, rest))
                 else:
                     d = a.diff()
-                    self.add(Static(diff_view(d), classes="diff") if d else
+                    self.add(Static(code_view(d), classes="diff") if d else
                              Static(Text("the last turn changed nothing", style="dim")))
             except UndoError as e:
                 self.note(str(e))

@@ -49,3 +49,20 @@ def commit_all(root) -> None:
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
         subprocess.run(git + cmd, check=True)
+
+
+def forced_replies(replies, vocab_size: int):
+    """An Agent extra_mask that lets only the next scripted token through: reply k (a token
+    list) for the k-th generation, the last one repeated; None (free) once a reply is written."""
+    import numpy as np
+    at = [-1]
+
+    def mask(out):
+        at[0] += not out
+        seq = replies[min(at[0], len(replies) - 1)]
+        if len(out) >= len(seq):
+            return None
+        m = np.zeros(vocab_size, bool)
+        m[seq[len(out)]] = True
+        return m
+    return mask
