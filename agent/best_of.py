@@ -70,7 +70,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from nanocode.protocol import Status, TurnResult
-from tools.undo import _SAFE_CONFIG
+from tools.git import git as safe_git
 from tools.workspace import is_inside
 
 SAMPLE_TEMPERATURE = 0.7
@@ -144,10 +144,9 @@ class BestOf:
 # ---- the project and its copies ----------------------------------------------------------------
 
 def _git(cwd: str, *args: str, check: bool = True) -> bytes | None:
-    """stdout of a git command run with hooks and fsmonitor off; failure: BestOfError, or None
-    when check is False."""
-    r = subprocess.run(["git", "-C", cwd, *args], capture_output=True,
-                       env={**os.environ, **_SAFE_CONFIG})
+    """stdout of a git command run through tools/git.py (nothing the repo's config names runs);
+    failure: BestOfError, or None when check is False."""
+    r = safe_git(cwd, *args, timeout=None)
     if r.returncode == 0:
         return r.stdout
     if check:
@@ -260,18 +259,28 @@ def detect_tests(files: list[str]) -> str | None:
     return None
 
 
-def run_tests(command: str, cwd: str, timeout: float) -> tuple[bool | None, str]:
+def run_tests(command: str, cwd: str, timeout: float, sandbox=None) -> tuple[bool | None, str]:
     """(passed, last output line). pytest's "no tests collected" (exit 5) is None: no verdict.
-    The command runs in its own process group, killed whole at the timeout."""
+    The command runs with bash in its own process group, killed whole at the timeout, and in the
+    rollout's OS sandbox (tools/sandbox.py) when it has one: the tests run model-written code."""
+    from tools import sandbox as sbx
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    argv, guarded, groups = ["bash", "-c", command], {}, []
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return False, f"timed out after {timeout:g} s"
+        if sandbox is not None:
+            argv, guarded, groups = sbx.prepare(cwd, argv, sandbox)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return False, f"timed out after {timeout:g} s"
+    finally:
+        for d in groups:
+            sbx.remove_cgroup(d)
+        sbx.restore(guarded)
     lines = [x for x in out.decode(errors="replace").splitlines() if x.strip()]
     last = lines[-1].strip()[:200] if lines else ""
     if proc.returncode == 5 and "pytest" in command:
@@ -378,18 +387,17 @@ def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
         raise BestOfError(f"not applied: {', '.join(sorted(moved))} changed in your project while the "
                           "rollouts ran; commit or discard your edits and rerun")
     from tools.undo import Checkpoints
-    ck = turn = None
-    try:
+    try:  # as in the loop: no change that /undo could not restore
         ck = Checkpoints(root)
-        turn = ck.begin(message[:200])
-    except Exception as e:  # noqa: BLE001 - as in the loop, undo is a convenience, never fatal
-        emit(Status(f"could not snapshot the project for /undo: {e}"))
+        turn = ck.begin(message[:200], session=rollout.meta.get("id"))
+    except Exception as e:  # noqa: BLE001
+        raise BestOfError(f"not applied: the project could not be snapshotted for /undo ({e}); "
+                          "nothing was changed") from e
     try:
         _apply(top, rollout)
     finally:
-        if turn is not None:
-            turn = ck.end(turn)
-    return (turn.changed, turn.id) if turn is not None else (sorted(rollout.changes), None)
+        turn = ck.end(turn)
+    return turn.changed, turn.id
 
 
 # ---- the whole thing ------------------------------------------------------------------------------
@@ -444,7 +452,7 @@ def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, comm
     before = _manifest(top, git)
     agent = make_agent(root, temp, seed + i)
     turns = list(drive(agent, prompt))
-    messages, meta = agent.messages, agent.meta
+    messages, meta, sandbox = agent.messages, agent.meta, getattr(agent, "sandbox", None)
     del agent  # its KV cache goes with it
     after = _manifest(top, git)
     for p in set(before) - set(after):  # one the rollout made ignored is still there, unchanged
@@ -459,7 +467,7 @@ def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, comm
     r = Rollout(i, seed + i, temp, root, top, turns, messages, meta, sorted(changes),
                 changes=changes, stash=stash)
     if changes and command:
-        r.tests_passed, r.tests_output = run_tests(command, root, timeout)
+        r.tests_passed, r.tests_output = run_tests(command, root, timeout, sandbox)
     r.seconds = round(time.perf_counter() - t0, 2)
     tests = {True: "; tests pass", False: "; tests fail", None: ""}[r.tests_passed]
     what = f"changed {', '.join(r.changed)}" if r.changed else "changed nothing"

@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-command", metavar="CMD",
                    help="with --best-of: the shell command that verifies a change (default: "
                    "python -m pytest -q when the project has tests)")
+    p.add_argument("--network", action="store_true",
+                   help="let commands reach the network (the sandbox blocks it by default)")
+    p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
+                   help="run commands outside the OS sandbox (then every command asks, auto mode "
+                   "included)")
+    p.add_argument("--trust", action="store_true",
+                   help="trust the project folder without asking (asked when it is /, your home "
+                   "folder, or holds no project marker such as .git or pyproject.toml)")
     resume = p.add_mutually_exclusive_group()
     resume.add_argument("-c", "--continue", dest="continue_", action="store_true",
                         help="continue the latest session of this project")
@@ -106,6 +114,26 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+def trusted(root, headless: bool) -> bool:
+    """The folder-trust prompt: a session in /, $HOME or a folder with no project marker
+    (tools.workspace.trust_problem) may read and change everything below it, so the user says
+    yes first. Headless (-p) cannot ask: it refuses / and folders holding $HOME, and only warns
+    about a folder with no marker (scripts run it in scratch dirs); --trust says yes up front."""
+    from pathlib import Path
+
+    from tools.workspace import is_inside, trust_problem
+    problem = trust_problem(root)
+    if problem is None:
+        return True
+    _err(f"warning: {problem}: the agent may read, and with your approval change, anything in {root}")
+    if headless or not sys.stdin.isatty():
+        return not is_inside(root, Path.home().resolve())
+    try:
+        return input("trust this folder and start? [y/N] ").strip().lower() in ("y", "yes")
+    except (EOFError, KeyboardInterrupt):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pathlib import Path
@@ -117,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         _err(f"error: --cwd {root} is not a directory")
         return 2
     root = root.resolve()
+    if not args.trust and not trusted(root, headless=args.prompt is not None):
+        _err(f"not starting: {root} is not trusted (run nanocode in a project folder, or pass --trust)")
+        return 1
     try:
         model_dir = resolve_model(args.model)
     except ModelError as e:

@@ -31,8 +31,11 @@ tool outputs and then old turns are dropped (agent/context.py), the Session is r
 status event says what was dropped. `compact()` (/compact) drops old outputs the same way.
 
 Undo. The first Edit or Bash of a turn takes a tools.undo.Checkpoints snapshot (begin); the turn's
-end records its changes (end). Turns that only read cost nothing. `undo()` / `diff()` act on the
-last recorded turn.
+end records its changes (end) and says which paths it could not snapshot. Turns that only read
+cost nothing. When the snapshot fails the call is refused (an `error:` result and a status: no
+change without undo; checkpoints=False opts out). `undo()` / `diff()` / `undo_plan()` act on the
+last recorded turn of this conversation (meta["id"]; all_sessions=True or a turn id reach
+further); what undo restored is said to the model at the start of the next user message.
 
 Mode. The system prompt lists the tools the mode offers (plan: Read and Grep) and the grammar
 offers only those; a switch between modes with different tools mid-conversation is said in the
@@ -46,6 +49,7 @@ then blocks that thread); set `cancel` from any thread.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import os
 import threading
@@ -58,10 +62,12 @@ from agent.context import ContextFull, droppable, dropped_note, fit
 from agent.copy_bias import CopyBias
 from agent.grammar import CONTENT, Grammar
 from agent.grounding import Grounding
+from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
     DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, Text, ToolCall, ToolResult, TurnEnd,
     TurnResult, check_call, mode_note, read_memory, system_prompt)
 from tools.dispatch import run_tool
+from tools.sandbox import for_commands
 
 
 class Agent:
@@ -80,6 +86,9 @@ class Agent:
     sampling is greedy). copy_bias: +beta on the logits of tokens that continue a copy of the
     context, in prose and answers only (agent/copy_bias.py; 0 = off). store: an
     agent.sessions.SessionStore saved after every turn. checkpoints: False disables undo.
+    sandbox: run every Bash call in the OS sandbox (tools/sandbox.py; network: let it reach the
+    network); where none can be had, or with sandbox=False, every Bash call asks, auto mode
+    included. `sandbox_status` says which, for the faces to show.
     """
 
     def __init__(self, engine, root, *, mode: str = "ask", policy=None, messages=None, meta=None,
@@ -87,7 +96,8 @@ class Agent:
                  max_tokens: int = 1024, max_steps: int = 25, reserve: int | None = None,
                  tool_timeout: float | None = 30.0, extra_mask=None, constrain: bool = True,
                  memory: bool = True, store=None, checkpoints: bool = True, ground: bool = True,
-                 retries: int = 2, retry_temperature: float = 0.7, copy_bias: float = 0.0):
+                 retries: int = 2, retry_temperature: float = 0.7, copy_bias: float = 0.0,
+                 sandbox: bool = True, network: bool = False):
         if engine.tokenizer is None:
             raise ValueError("the engine has no tokenizer (the checkpoint was saved without one)")
         self.engine, self.tok = engine, engine.tokenizer
@@ -96,6 +106,8 @@ class Agent:
             from tools.permissions import Policy
             policy = Policy.load(self.root, mode=mode)
         self.policy = policy
+        self.sandbox, self.sandbox_status = for_commands(sandbox, network)
+        policy.sandboxed = self.sandbox is not None  # no sandbox: every Bash asks
         self.temperature, self.top_k, self.top_p, self.seed = temperature, top_k, top_p, seed
         self.max_tokens, self.max_steps, self.tool_timeout = max_tokens, max_steps, tool_timeout
         self.reserve = reserve if reserve is not None else min(max_tokens, engine.max_len // 4)
@@ -118,9 +130,7 @@ class Agent:
         self._k = 0  # messages[:_k] are in the session
         self._dirty = True  # the session must be rebuilt from a full render
         self._n_gen = len([m for m in self.messages if m["role"] == "assistant"])
-        self._use_checkpoints = checkpoints
-        self._ckpt = None
-        self._turn_ckpt = None
+        self.undo_log = TurnUndo(self.root, checkpoints)  # agent/turn_undo.py
         self._turn_start = 0
         self._emit = lambda *a, **k: None
         self._full = np.ones(engine.cfg.vocab_size, bool)
@@ -154,22 +164,27 @@ class Agent:
             self.store = self.store.fresh(self.meta["id"])
         self.session = self.engine.session()
         self._k, self._dirty, self._n_gen, self._grounded = 0, True, 0, 0
+        self.undo_log.notes = []  # undo notes belong to the conversation they were made in
 
-    def undo(self) -> list[str]:
-        """Restore the files the last recorded turn changed; returns their paths."""
-        from tools.undo import UndoError
-        ck = self._checkpoints()
-        if ck is None:
-            raise UndoError("undo is not available here (no snapshots could be taken)")
-        return ck.undo()
+    def undo(self, turn: int | None = None, *, all_sessions: bool = False,
+             allow_committed: bool = False) -> list[str]:
+        """Restore what the last undoable turn of this conversation (or `turn`, or of any
+        conversation with all_sessions) changed; returns the restored and removed paths. Raises
+        UndoError when it refuses (tools/undo.py: moved on since, committed since unless
+        allow_committed). The next user message tells the model what was undone."""
+        return self.undo_log.undo(self._scope(all_sessions), turn, allow_committed)
 
-    def diff(self) -> str:
-        """Unified diff of the last recorded turn ("" when it changed nothing)."""
-        from tools.undo import UndoError
-        ck = self._checkpoints()
-        if ck is None:
-            raise UndoError("diff is not available here (no snapshots could be taken)")
-        return ck.diff()
+    def undo_plan(self, turn: int | None = None, *, all_sessions: bool = False):
+        """What undo() would do, for a UI to confirm (tools.undo.UndoPlan; nothing changes)."""
+        return self.undo_log.plan(self._scope(all_sessions), turn)
+
+    def diff(self, turn: int | None = None, *, all_sessions: bool = False) -> str:
+        """Unified diff of the last recorded turn of this conversation ("" when it changed
+        nothing)."""
+        return self.undo_log.diff(self._scope(all_sessions), turn)
+
+    def _scope(self, all_sessions: bool) -> str | None:
+        return None if all_sessions else self.meta["id"]
 
     def compact(self, keep: int = 1) -> int:
         """/compact: replace every tool output but the newest `keep` by the DROPPED marker now
@@ -208,6 +223,9 @@ class Agent:
         elif MODE_TOOLS[self.meta.get("mode", "ask")] != MODE_TOOLS[self.mode]:
             self.meta["mode"] = self.mode
             user_text = f"{mode_note(self.mode)}\n{user_text}"
+        if self.undo_log.notes:
+            user_text = "\n".join(self.undo_log.notes + [user_text])
+            self.undo_log.notes = []
         self.messages.append({"role": "user", "content": user_text})
         self._turn_start = len(self.messages) - 1
         self._emit = emit
@@ -279,17 +297,17 @@ class Agent:
             except ContextFull as e:  # keep going: the next turn will compact or say so again
                 emit(Status(str(e)))
         finally:
-            if self._turn_ckpt is not None:
-                try:
-                    turn = self._ckpt.end(self._turn_ckpt)
-                    res.files_changed = list(turn.changed)
-                    ck_id = turn.id
-                except Exception as e:  # noqa: BLE001 - undo is a convenience, never fatal
-                    emit(Status(f"could not record this turn for /undo: {e}"))
-                    ck_id = None
-                self._turn_ckpt = None
-            else:
-                ck_id = None
+            ck_id = None
+            try:
+                ended = self.undo_log.end()
+            except Exception as e:  # noqa: BLE001 - the changes are made: say so, go on
+                emit(Status(f"could not record this turn for /undo: {e}"))
+                ended = None
+            if ended:
+                res.files_changed, ck_id, skipped = ended
+                if skipped:  # untracked files too big, nested repos with too many files
+                    emit(Status(f"/undo cannot restore {', '.join(skipped[:5])}"
+                                f"{' and more' if len(skipped) > 5 else ''}: too big to snapshot"))
             self.meta["turns"].append({"user_index": self._turn_start, "steps": res.steps,
                                        "stop_reason": res.stop_reason,
                                        "files_changed": res.files_changed, "checkpoint": ck_id})
@@ -311,6 +329,7 @@ class Agent:
         if d.action == "deny":
             return f"error: {d.reason}", None
         if d.action == "ask":
+            d = dataclasses.replace(d, always=self.policy.always(name, args, store=False))
             answer = "no"
             if approve is not None:
                 try:
@@ -328,34 +347,15 @@ class Agent:
             if answer == "no":
                 return REJECTED, "rejected"
         if name in ("Edit", "Bash"):
-            self._begin_checkpoint()
+            refused = self.undo_log.begin(self.messages[self._turn_start]["content"], self.meta["id"])
+            if refused:
+                emit(Status("could not snapshot the project for /undo, so the call was not run"))
+                return refused, None
         result = run_tool(self.root, name, args, allow_outside=True, timeout=self.tool_timeout,
-                          cancel=cancel)
+                          cancel=cancel, sandbox=self.sandbox)
         if name in ("Edit", "Bash") and self.grounding is not None:
             self.grounding.refresh()  # the tree may have changed
         return result, None
-
-    def _checkpoints(self):
-        if self._ckpt is None and self._use_checkpoints:
-            from tools.undo import Checkpoints
-            try:
-                self._ckpt = Checkpoints(self.root)
-            except Exception as e:  # noqa: BLE001 - e.g. git missing: run without undo
-                self._use_checkpoints = False
-                self._emit(Status(f"undo unavailable: {e}"))
-        return self._ckpt
-
-    def _begin_checkpoint(self):
-        if self._turn_ckpt is not None:
-            return
-        ck = self._checkpoints()
-        if ck is None:
-            return
-        try:
-            user = self.messages[self._turn_start]["content"]
-            self._turn_ckpt = ck.begin(user[:200])
-        except Exception as e:  # noqa: BLE001
-            self._emit(Status(f"could not snapshot the project for /undo: {e}"))
 
     # ---- generation ------------------------------------------------------------------------------
     def _hook(self):

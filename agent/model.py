@@ -70,7 +70,8 @@ def build_agent(args, root, model_dir, messages=None, meta=None, store=None):
     try:
         agent = Agent(engine, root, mode=args.mode if args.mode_given else None, messages=messages,
                       meta=meta, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      max_tokens=args.max_tokens, max_steps=args.max_steps)
+                      max_tokens=args.max_tokens, max_steps=args.max_steps,
+                      sandbox=args.sandbox, network=args.network)
     except SettingsError as e:
         raise ModelError(f"error: {e}", 2) from None
     agent.meta["model"] = str(model_dir)

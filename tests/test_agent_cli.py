@@ -40,6 +40,7 @@ def proj(tmp_path, monkeypatch):
     p = tmp_path / "proj"
     p.mkdir()
     (p / "a.py").write_text("x = 1\n")
+    (p / "pyproject.toml").write_text("")  # a project marker: no folder-trust prompt
     return p
 
 
@@ -103,6 +104,9 @@ def test_headless_json(ckpt, proj, capsys):
     data = json.loads(out)
     assert set(data) >= {"answer", "tool_calls", "files_changed", "steps", "stop_reason"}
     assert data["stop_reason"] in ("done", "max_tokens", "rejected", "repeat", "step_limit")
+    from tools.sandbox import bash_sandbox
+    said = "sandbox: namespaces, network off" if bash_sandbox()["available"] else "NO SANDBOX"
+    assert data["sandbox"].startswith(said) and err.splitlines()[0].endswith(data["sandbox"])
     # the session was saved and renders
     [path] = list_sessions(proj)
     messages, meta = load_session(path)
@@ -129,6 +133,13 @@ def test_headless_subprocess_text(ckpt, proj):
                        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--model", str(ckpt), "--cwd",
+                        str(proj), "--max-tokens", "8", "--no-sandbox", "--output-format", "json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr  # said loudly first, and in the JSON
+    assert r.stderr.startswith("warning: NO SANDBOX (turned off): every command asks")
+    assert json.loads(r.stdout)["sandbox"] == "NO SANDBOX (turned off): every command asks"
 
 
 class FakeConsole:
@@ -158,6 +169,11 @@ def test_repl_slash_commands_and_a_turn(ckpt, proj):
     text = "".join(con.out)
     assert "/undo" in text and "mode: plan" in text and "unknown mode" in text
     assert "new conversation" in text and agent.messages == []
+    assert agent.sandbox_status + "\n" in con.out  # the banner says what contains commands
+    off = Agent(engine, proj, max_tokens=8, sandbox=False)
+    con = FakeConsole(["/quit"])
+    run_repl(off, "tiny", console=con)
+    assert "warning: NO SANDBOX (turned off): every command asks\n" in con.out
 
 
 def test_headless_best_of_json(ckpt, proj, capsys):
@@ -177,3 +193,24 @@ def test_headless_best_of_json(ckpt, proj, capsys):
     messages, meta = load_session(path)
     assert meta["id"] == data["session"] and messages[1]["content"] == "what is x?"
     assert str(proj) in messages[0]["content"] and "nanocode-best-of" not in json.dumps(messages)
+
+
+def test_folder_trust(tmp_path, monkeypatch, capsys):
+    """/ or $HOME: headless refuses (exit 1, before any model loads) unless --trust; a folder
+    with no project marker only warns; a project folder says nothing."""
+    home = tmp_path / "home"
+    (home / "scratch").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    assert cli.main(["-p", "hi", "--cwd", str(home), "--model", "no-such-tag"]) == 1
+    err = capsys.readouterr().err
+    assert "your home folder" in err and "not trusted" in err and "--trust" in err
+    assert cli.main(["-p", "hi", "--cwd", "/", "--model", "no-such-tag"]) == 1
+    assert "file-system root" in capsys.readouterr().err
+    # --trust goes on (to the next error: the missing model), so does a marker-less folder
+    assert cli.main(["-p", "hi", "--cwd", str(home), "--trust", "--model", "no-such-tag"]) == 2
+    assert cli.main(["-p", "hi", "--cwd", str(home / "scratch"), "--model", "no-such-tag"]) == 2
+    err = capsys.readouterr().err
+    assert "no project marker" in err and "not trusted" not in err
+    (home / "scratch" / ".git").mkdir()
+    assert cli.main(["-p", "hi", "--cwd", str(home / "scratch"), "--model", "no-such-tag"]) == 2
+    assert "warning" not in capsys.readouterr().err

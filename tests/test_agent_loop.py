@@ -149,9 +149,10 @@ def test_always_then_runs(engine, tok, repo):
                                    call(tok, "", "Bash", command="echo there"),
                                    reply(tok, "done")])
     asked = []
-    res = agent.run_turn("say hi", approve=lambda n, a, d: asked.append(a) or "always")
+    res = agent.run_turn("say hi", approve=lambda n, a, d: asked.append(d) or "always")
     assert [c["result"] for c in res.tool_calls] == ["hi", "there"]
     assert len(asked) == 1  # the session rule `Bash(echo*)` covers the second call
+    assert asked[0].always == "Bash(echo*)"  # shown with the question, before it was stored
     assert agent.meta["approvals"][0]["rule"] == "Bash(echo*)"
 
 
@@ -291,7 +292,7 @@ def test_undo_restores_an_edit(engine, tok, repo):
 def test_read_only_turn_takes_no_snapshot(engine, tok, repo):
     agent, _ = make(engine, repo, [call(tok, "", "Read", file_path="a.py"), reply(tok, "ok")])
     agent.run_turn("look")
-    assert agent._ckpt is None and agent.meta["turns"][-1]["checkpoint"] is None
+    assert not agent.undo_log.made and agent.meta["turns"][-1]["checkpoint"] is None
 
 
 def test_cancel_keeps_the_session(engine, tok, repo):
@@ -469,3 +470,30 @@ def test_copy_bias_runs_in_prose(engine, tok, repo):
     agent = Agent(engine, repo, copy_bias=3.0, max_tokens=4, retries=0)
     res = agent.run_turn("what is x?")
     assert agent._copy is not None and agent._copy_seen > 0 and res.stop_reason in ("done", "max_tokens")
+
+
+# ---- the OS sandbox around Bash (tools/sandbox.py) ------------------------------------------------
+
+def test_bash_runs_in_the_sandbox_and_without_one_every_command_asks(engine, tok, repo, tmp_path):
+    """auto mode: a command that writes outside the project runs unasked but the write fails on
+    disk (read-only; under /tmp the outside dir is not even visible), the in-project write lands; with sandbox=False the same command asks (and,
+    with nobody to approve, is rejected: nothing runs)."""
+    from tools.permissions import NO_SANDBOX
+    from tools.sandbox import bash_sandbox
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cmd = f"echo in > inside.txt; echo out > {outside}/pwned.txt; cat {outside}/pwned.txt"
+    if bash_sandbox()["available"]:
+        agent, _ = make(engine, repo, [call(tok, "", "Bash", command=cmd), reply(tok, "done")],
+                        mode="auto")
+        assert agent.sandbox_status.startswith("sandbox: namespaces, network off")
+        res = agent.run_turn("write the files")
+        assert "(exit code 1)" in res.tool_calls[0]["result"]  # read-only, or hidden under /tmp
+        assert (repo / "inside.txt").read_text() == "in\n" and not (outside / "pwned.txt").exists()
+    asked = []
+    agent, _ = make(engine, repo, [call(tok, "", "Bash", command="echo hi > made.txt"),
+                                   reply(tok, "ok")], mode="auto", sandbox=False)
+    assert agent.sandbox_status.startswith("NO SANDBOX")
+    res = agent.run_turn("go", approve=lambda n, a, d: asked.append(d.reason) or "no")
+    assert asked == [NO_SANDBOX] and res.stop_reason == "rejected"
+    assert not (repo / "made.txt").exists()

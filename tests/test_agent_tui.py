@@ -86,7 +86,7 @@ def drive(app, body, size=(100, 40)):
     asyncio.run(main())
 
 
-async def until(pilot, cond, timeout=30.0):
+async def until(pilot, cond, timeout=120.0):  # a first turn compiles: slow on a busy CPU
     end = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < end, "timed out waiting"
@@ -135,6 +135,7 @@ def test_edit_approved_with_y_then_undo(engine, tok, repo):
         text = "\n".join(str(r) if not hasattr(r, "code") else r.code for r in shown.renderables)
         assert "Edit needs approval" in text and "a.py" in text and "+x = 2" in text
         assert "waiting for your approval" in str(app.query_one("#status").content)
+        assert " │ sandbox │ " in str(app.query_one("#status").content)
         await pilot.press("y")
         await until(pilot, lambda: app.turns == 1)
         assert not panel.has_class("show")
@@ -144,10 +145,14 @@ def test_edit_approved_with_y_then_undo(engine, tok, repo):
         diff = card.query_one(".diff").content
         assert "-x = 1" in diff.code and "+x = 2" in diff.code
         assert "Edit: allowed once" in app.transcript_text()
-        await submit(pilot, "/undo")
+        await submit(pilot, "/undo")  # shows the plan, changes nothing
+        await pilot.pause()
+        assert (repo / "a.py").read_text() == "x = 2\n"
+        assert "/undo would undo turn 1: restore a.py. Type /undo yes" in app.transcript_text()
+        await submit(pilot, "/undo yes")
         await pilot.pause()
         assert (repo / "a.py").read_text() == "x = 1\n"
-        assert "restored: a.py" in app.transcript_text()
+        assert "undid turn 1; restored: a.py" in app.transcript_text()
     drive(app, body)
 
 

@@ -236,6 +236,22 @@ def test_cancel_applies_nothing_and_a_hung_test_run_fails(user):
     assert run_tests("sleep 30", str(user), timeout=0.5) == (False, "timed out after 0.5 s")
 
 
+def test_the_verifier_runs_model_written_tests_in_the_sandbox(user, tmp_path):
+    """The project's tests run the rollout's code: in the rollout's OS sandbox, a write outside
+    the copy fails (nothing on disk), the verdict still comes back."""
+    from tools.sandbox import Sandbox, bash_sandbox
+    if not bash_sandbox()["available"]:
+        pytest.skip("no OS sandbox here")
+    victim = Path(os.path.expanduser("~")) / f".nanocode-verifier-test-{os.getpid()}"
+    try:
+        cmd = f"touch {victim}; echo in > inside.txt; echo ok"
+        assert run_tests(cmd, str(user), timeout=30, sandbox=Sandbox()) == (True, "ok")
+        assert not victim.exists() and (user / "inside.txt").read_text() == "in\n"
+        assert run_tests(f"touch {victim}", str(user), timeout=30)[0] and victim.exists()  # unsandboxed
+    finally:
+        victim.unlink(missing_ok=True)
+
+
 def test_cli_flag_validation(capsys):
     from agent import cli
     from evals import cli as evals_cli

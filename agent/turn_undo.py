@@ -1,0 +1,109 @@
+"""Undo for one agent conversation, on top of tools/undo.py's Checkpoints.
+
+Contract:
+- begin(message, session) before a turn's first Edit or Bash takes the snapshot (once per turn;
+  turns that only read cost nothing). When the snapshot fails it returns the `error:` result
+  that refuses the call: nothing may change that /undo could not restore (enabled=False opts
+  out: calls then run without snapshots).
+- end() closes the open turn: (changed paths, turn id, paths it could not snapshot), or None
+  when the turn took no snapshot. It raises when recording fails (the changes are made; the
+  caller says so and goes on).
+- undo / plan / diff act on the last recorded turn of `session` (None: of any session; a turn id
+  reaches any). undo() keeps a note of what it restored in `notes`, which the agent puts at the
+  start of the next user message so the model knows its edits are gone. Every refusal is an
+  UndoError whose message says why (tools/undo.py: moved on since, committed since).
+The Checkpoints object is made on first use: a project that is never edited never runs git.
+"""
+from __future__ import annotations
+
+
+class TurnUndo:
+    """Per-conversation snapshots and undo (module docstring). root: the project directory."""
+
+    def __init__(self, root: str, enabled: bool = True):
+        self.root, self.enabled = root, enabled
+        self._ckpt = None  # tools.undo.Checkpoints, made on first use
+        self.open = None  # the open turn's tools.undo.Turn, once its snapshot is taken
+        self.notes: list[str] = []  # what undo restored, for the next user message
+
+    @property
+    def made(self) -> bool:
+        """Whether a snapshot was ever taken (the project's git was touched)."""
+        return self._ckpt is not None
+
+    def checkpoints(self):
+        """The project's Checkpoints; UndoError when undo is off or cannot work here."""
+        from tools.undo import Checkpoints, UndoError
+        if not self.enabled:
+            raise UndoError("undo is off for this agent (checkpoints=False)")
+        if self._ckpt is None:
+            try:
+                self._ckpt = Checkpoints(self.root)
+            except UndoError:
+                raise
+            except Exception as e:  # noqa: BLE001 - e.g. git missing
+                raise UndoError(f"undo is not available here: {e}") from e
+        return self._ckpt
+
+    def begin(self, message: str, session: str) -> str | None:
+        """Snapshot before the turn's first change; the refusing result when that fails."""
+        if self.open is not None or not self.enabled:
+            return None
+        try:
+            self.open = self.checkpoints().begin(message[:200], session=session)
+        except Exception as e:  # noqa: BLE001
+            return (f"error: not run: the project could not be snapshotted for /undo ({e}); nothing "
+                    "was changed. Fix that, or run without checkpoints to make changes without undo")
+        return None
+
+    def end(self) -> tuple[list[str], str, list[str]] | None:
+        """Record the open turn: (changed, turn id, skipped paths), None when none is open."""
+        if self.open is None:
+            return None
+        turn, self.open = self.open, None
+        turn = self._ckpt.end(turn)
+        return list(turn.changed), turn.id, list(turn.skipped)
+
+    def undo(self, session: str | None, turn=None, allow_committed: bool = False) -> list[str]:
+        """Restore the turn; the restored and removed paths. The note goes to `notes`."""
+        ck = self.checkpoints()
+        plan = ck.plan(turn, session=session)
+        paths = ck.undo(plan.turn, allow_committed=allow_committed)
+        self.notes.append(f"[the user undid turn {plan.turn} ({plan.describe()}): those files are "
+                          "back as they were before it]")
+        return paths
+
+    def plan(self, session: str | None, turn=None):
+        """What undo() would do, for a UI to confirm (tools.undo.UndoPlan; nothing changes)."""
+        return self.checkpoints().plan(turn, session=session)
+
+    def diff(self, session: str | None, turn=None) -> str:
+        """Unified diff of the turn ("" when it changed nothing)."""
+        return self.checkpoints().diff(turn, session=session)
+
+
+UNDO_HELP = ("/undo [all] [yes] [committed]: show what undoing the last turn of this session (all: of "
+             "any session) would restore; with yes, do it (committed: even files committed since)")
+
+
+def slash_undo(agent, rest: str) -> str:
+    """The /undo command of the REPL and the TUI, as the text to show: without `yes` only the
+    plan (nothing changes: the user confirms by typing `/undo yes`); with it, the restore. Words
+    of `rest`: all (any session's last turn), yes (do it), committed (allow_committed)."""
+    from tools.undo import UndoError
+    words = set(rest.split())
+    unknown = words - {"all", "yes", "committed"}
+    if unknown:
+        return f"unknown /undo option {', '.join(sorted(unknown))}; {UNDO_HELP}"
+    scope = dict(all_sessions="all" in words)
+    try:
+        plan = agent.undo_plan(**scope)
+        if "yes" not in words:
+            extra = " all" if scope["all_sessions"] else ""
+            more = " committed" if plan.committed else ""
+            return (f"/undo would undo turn {plan.turn}: {plan.describe()}. Type /undo{extra} yes{more} "
+                    "to do it")
+        paths = agent.undo(plan.turn, allow_committed="committed" in words)
+    except UndoError as e:
+        return str(e)
+    return f"undid turn {plan.turn}; restored: {', '.join(paths)}" if paths else "nothing to undo"
