@@ -47,8 +47,8 @@ def greedy_by_recompute(params, cfg, prompts, n_new):
 
 
 # ---- correctness of the cache ------------------------------------------------------------------
-@pytest.mark.parametrize("kw", [{}, dict(window_pattern="L", value_embeds=False, smear=False,
-                                         lambdas=False, backout=False),
+@pytest.mark.parametrize("kw", [{}, pytest.param(dict(window_pattern="L", value_embeds=False, smear=False,
+                                                      lambdas=False, backout=False), marks=pytest.mark.slow),
                                 dict(attn_impl="xla", n_kv_head=4)])
 def test_cached_greedy_equals_full_recompute(kw):
     cfg = tiny(**kw)

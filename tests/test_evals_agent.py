@@ -137,7 +137,8 @@ def engine(tok):
     return Engine(random_params(cfg), cfg, tok, buckets=(256, 1024, 4096))
 
 
-@pytest.mark.parametrize("family", ["find_definition", "fix_bug", "user_rejects", "rename_symbol"])
+@pytest.mark.parametrize("family", [pytest.param("find_definition", marks=pytest.mark.slow), "fix_bug",
+                                    "user_rejects", "rename_symbol"])
 def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeypatch, family):
     """--policy model through the real Agent, the tiny model forced to write the oracle's messages."""
     import agent.loop

@@ -103,7 +103,7 @@ def test_model_impls_agree_fp32():
         np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5, err_msg=impl)
 
 
-@pytest.mark.parametrize("pattern", ["SSSL", "L"])
+@pytest.mark.parametrize("pattern", ["SSSL", pytest.param("L", marks=pytest.mark.slow)])
 def test_einsum_attention_backward_matches_autodiff(pattern):
     """The einsum impl's hand-written chunk backward (attention._attend_chunk) gives the gradients that
     autodiff of jax.nn.dot_product_attention gives: GQA (4 query heads, 2 kv heads), windows."""
@@ -125,8 +125,8 @@ def test_auto_impl_on_cpu_is_the_block_causal_einsum():
 
 
 # ---- KV cache --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kw", [{}, dict(window_pattern="L", n_kv_head=4),
-                                dict(value_embeds=False, smear=False, lambdas=False, backout=False)])
+@pytest.mark.parametrize("kw", [{}, dict(window_pattern="L", n_kv_head=4), pytest.param(
+    dict(value_embeds=False, smear=False, lambdas=False, backout=False), marks=pytest.mark.slow)])
 def test_chunked_prefill_with_cache_matches_full_forward(kw):
     cfg = tiny(**kw)
     params = random_params(cfg)
