@@ -65,8 +65,9 @@ from agent.grounding import Grounding
 from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
     DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, Text, ToolCall, ToolResult, TurnEnd,
-    TurnResult, check_call, mode_note, read_memory, system_prompt)
+    TurnResult, check_call, mode_note, system_prompt)
 from tools.dispatch import run_tool
+from tools.files import read_memory
 from tools.sandbox import for_commands
 
 

@@ -504,7 +504,7 @@ class NanocodeApp(App):
         elif cmd == "/help":
             self.note(HELP, style="")
         elif cmd == "/memory":
-            from nanocode.protocol import read_memory
+            from tools.files import read_memory
             mem = read_memory(self.root)
             self.note(f"{mem[0]} (in the system prompt of new conversations):\n{mem[1]}" if mem
                       else "no NANOCODE.md or AGENTS.md at the project root", style="")

@@ -107,31 +107,6 @@ changed and why. no flattery, never ask "anything else?".
 working directory: {cwd}"""
 
 
-def read_memory(root) -> tuple[str, str] | None:
-    """(file name, text) of the project's memory file, cut to MEMORY_CHARS, or None. Opened through
-    the workspace guard (tools/workspace.py, imported here: it imports nothing, so no cycle): a
-    memory file that is a symlink to a place outside the project, or not a regular file, is
-    skipped, never pasted into the prompt. At most 64 x MEMORY_CHARS characters are read."""
-    from tools.workspace import PathOutside, is_regular, open_inside
-    for name in MEMORY_FILES:
-        try:
-            fd, _ = open_inside(root, name)
-        except (PathOutside, OSError):
-            continue
-        if not is_regular(fd):
-            os.close(fd)
-            continue
-        try:
-            with open(fd, encoding="utf-8", errors="replace") as f:
-                text = f.read(64 * MEMORY_CHARS).strip()
-        except OSError:
-            continue
-        if len(text) > MEMORY_CHARS:
-            text = text[:MEMORY_CHARS] + f"\n[... {name} cut at {MEMORY_CHARS} characters]"
-        return name, text
-    return None
-
-
 def system_prompt(cwd, memory: tuple[str, str] | None = None, mode: str = "ask") -> str:
     """The system message for a project shown at `cwd` in `mode`, with its memory file appended.
     Short (~330 tokens at a 4k vocab): a small model's context is precious and every turn re-reads

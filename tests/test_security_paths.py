@@ -12,7 +12,8 @@ import textwrap
 
 import pytest
 
-from nanocode.protocol import MODES, read_memory
+from nanocode.protocol import MODES
+from tools.files import read_memory
 from tools.dispatch import run_tool
 from tools.files import MAX_READ_BYTES, MAX_READ_LINES
 from tools.permissions import Policy

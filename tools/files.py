@@ -37,8 +37,10 @@ import re
 import secrets
 import stat
 
+from nanocode.protocol import MEMORY_CHARS, MEMORY_FILES
 from tools.closest import lines_hint, path_hint
-from tools.workspace import PathOutside, display, is_regular, open_dir, open_resolved, real_root, resolve
+from tools.workspace import (PathOutside, display, is_regular, open_dir, open_inside, open_resolved,
+                             real_root, resolve)
 
 DEFAULT_LIMIT = 100
 MAX_EDIT_BYTES = 50 * 1024 * 1024
@@ -379,3 +381,27 @@ def _edit_in(root, dfd, p, shown, old, new):
     shown_text = result.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     body = _numbered_region(shown_text, start, end)
     return shown + ("\n" + body if body else "")
+
+
+def read_memory(root) -> tuple[str, str] | None:
+    """(file name, text) of the project's memory file (protocol.MEMORY_FILES), cut to
+    MEMORY_CHARS, or None; protocol.system_prompt renders it. Opened through the workspace guard:
+    a memory file that is a symlink to a place outside the project, or not a regular file, is
+    skipped, never pasted into the prompt. At most 64 x MEMORY_CHARS characters are read."""
+    for name in MEMORY_FILES:
+        try:
+            fd, _ = open_inside(root, name)
+        except (PathOutside, OSError):
+            continue
+        if not is_regular(fd):
+            os.close(fd)
+            continue
+        try:
+            with open(fd, encoding="utf-8", errors="replace") as f:
+                text = f.read(64 * MEMORY_CHARS).strip()
+        except OSError:
+            continue
+        if len(text) > MEMORY_CHARS:
+            text = text[:MEMORY_CHARS] + f"\n[... {name} cut at {MEMORY_CHARS} characters]"
+        return name, text
+    return None

@@ -20,8 +20,9 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from nanocode.protocol import REJECTED, read_memory, system_prompt
+from nanocode.protocol import REJECTED, system_prompt
 from tools.dispatch import run_tool
+from tools.files import read_memory
 from train.synth_projects import (
     MODULE_WORDS, TEMPLATES, Func, Project, commit_all, generate_project, pick_word,
     run_python, run_tests, snapshot)
