@@ -13,7 +13,8 @@ at module level: the CLI imports this module.
 Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "messages"} per line),
 preference_train.jsonl / preference_val.jsonl ({"id", "family", "flaw", "chosen", "rejected"}),
 eval_tasks.jsonl ({"id", "family", "seed", "heldout", "project", "prompt", "check"}; rebuild with
-make_task(family, seed, heldout=True)) and stats.json (counts).
+make_task(family, seed, heldout=True)) and stats.json (counts, and the shares of grounded arguments
+from train/oracle_audit.py).
 """
 from __future__ import annotations
 
@@ -151,12 +152,15 @@ def main(args) -> int:
     for e in evals:
         stats["eval_tasks"][e["family"]] = stats["eval_tasks"].get(e["family"], 0) + 1
     _write(os.path.join(args.out, "eval_tasks.jsonl"), evals)
+    from train.oracle_audit import audit, shares_line
+    grounded = audit(out["train"] + out["val"])
+    stats["grounded"] = grounded["counts"]
     with open(os.path.join(args.out, "stats.json"), "w") as f:
         json.dump(stats, f, indent=1, sort_keys=True)
     dt = time.time() - t0
     print(f"wrote {len(out['train'])} train, {len(out['val'])} val conversations, "
           f"{len(out['preference_train']) + len(out['preference_val'])} preference pairs, {len(evals)} eval tasks "
-          f"to {args.out} in {dt:.1f}s ({args.n / max(dt, 1e-9):.2f} conv/s)")
+          f"to {args.out} in {dt:.1f}s ({args.n / max(dt, 1e-9):.2f} conv/s)\n{shares_line(grounded)}")
     return 0
 
 

@@ -121,8 +121,15 @@ def pick_func(p: Project, rng, pred=lambda f: True) -> Func:
     return p.functions[rng.choice(sorted(n for n, f in p.functions.items() if pred(f)))]
 
 
-def read_args(f: Func, r: Rollout) -> dict:
-    if r.rng.random() < 0.5:
+def locate(r: Rollout, f: Func, thought: str) -> None:
+    """Grep for f's definition: the model then has its path and line number to copy."""
+    r.call(thought, "Grep", {"pattern": f"def {f.name}\\("})
+
+
+def read_args(f: Func, r: Rollout, located: bool) -> dict:
+    """Read f's file, half the time at f's lines; an offset only when a Grep has shown f's line
+    number (`located`), so every offset the model learns is one it could copy."""
+    if not located or r.rng.random() < 0.5:
         return {"file_path": f.file}
     return {"file_path": f.file, "offset": f.line - 1, "limit": len(f.source().splitlines()) + 1}
 
@@ -219,10 +226,11 @@ def explain(p: Project, rng, ph) -> dict:
             r.call(f"let me read `{other}`.", "Read", {"file_path": other})
             r.done(f"i think `{f.name}` {wrong}")
             return
-        if f.file not in prompt:
-            r.call(r.pick(f"let me find `{f.name}` first.", f"i'll locate `{f.name}`."), "Grep", {"pattern": f"def {f.name}\\("})
+        located = f.file not in prompt
+        if located:
+            locate(r, f, r.pick(f"let me find `{f.name}` first.", f"i'll locate `{f.name}`."))
         r.call(r.pick(f"let me read `{f.name}`.", "reading the function.", f"let me look at `{f.name}` in `{f.file}`."),
-               "Read", read_args(f, r))
+               "Read", read_args(f, r, located))
         r.done(f"`{f.name}` {f.spec['explain']}" + r.pick("", f" it lives in `{f.file}:{f.line}`."))
     return dict(prompt=prompt, check=explain_check(f), desc=f"answer names {f.name} and one of {f.spec['keywords']}",
                 policy=policy, flaws=["wrong_file", "repeat", "off_style", "asks_more"])
@@ -237,7 +245,8 @@ def fix_bug(p: Project, rng, ph) -> dict:
         cmd = p.test_cmd
         r.call(r.pick("let me run the tests to see what fails.", "first, the failing test.", "running the tests."),
                "Bash", {"command": cmd})
-        r.call(f"`{f.test_name}` fails. let me read `{f.name}` in `{f.file}`.", "Read", read_args(f, r))
+        locate(r, f, f"`{f.test_name}` fails. let me find `{f.name}`.")
+        r.call(f"reading `{f.name}` in `{f.file}`.", "Read", read_args(f, r, True))
         thought = f"found it: `{f.name}` {desc}. fixing that line."
         r.call(thought, "Edit", {"file_path": f.file, "old_string": bad, "new_string": good})
         r.call(r.pick("rerunning the tests.", "checking the tests again."), "Bash", {"command": cmd})
@@ -261,9 +270,11 @@ def implement_stub(p: Project, rng, ph) -> dict:
     prompt = ph("implement_stub", fn=f.name, file=f.file)
 
     def policy(r: Rollout):
-        if f.file not in prompt:
-            r.call(f"let me find `{f.name}`.", "Grep", {"pattern": f"def {f.name}\\("})
-        r.call(r.pick("let me read the stub and its docstring.", f"reading `{f.file}` first."), "Read", read_args(f, r))
+        located = f.file not in prompt
+        if located:
+            locate(r, f, f"let me find `{f.name}`.")
+        r.call(r.pick("let me read the stub and its docstring.", f"reading `{f.file}` first."), "Read",
+               read_args(f, r, located))
         r.call(f"the docstring says: {f.doc[0].lower() + f.doc[1:]} writing the body.", "Edit",
                {"file_path": f.file, "old_string": old, "new_string": new})
         r.call("running the tests.", "Bash", {"command": p.test_cmd})
@@ -316,7 +327,7 @@ def add_parameter(p: Project, rng, ph) -> dict:
 
     def policy(r: Rollout):
         r.call(f"let me read `{f.name}` first.", "Grep", {"pattern": f"def {f.name}\\(", "-A": 6})
-        r.call("reading the whole function.", "Read", read_args(f, r))
+        r.call("reading the whole function.", "Read", read_args(f, r, True))
         r.call(f"adding `{pname}={default}` to the signature.", "Edit",
                {"file_path": f.file, "old_string": f"def {f.signature}:",
                 "new_string": f"def {f.name}({f.spec['params']}, {pname}={default}):"})
@@ -351,7 +362,8 @@ def create_file(p: Project, rng, ph) -> dict:
         prompt = ph("create_test", fn=f.name, test=test)
 
         def policy(r: Rollout):
-            r.call(f"let me read `{f.name}` so the tests match what it does.", "Read", read_args(f, r))
+            locate(r, f, f"let me find `{f.name}` so the tests match what it does.")
+            r.call(f"reading `{f.name}`.", "Read", read_args(f, r, True))
             r.call(f"writing `{test}` with {len(tests)} tests.", "Edit", {"file_path": test, "new_string": content})
             r.call("running the new tests.", "Bash", {"command": f"python -m pytest -q {test}"})
             r.done(f"done: added `{test}` with {len(tests)} tests for `{f.name}`; they pass.")
@@ -448,8 +460,8 @@ def recover_error(p: Project, rng, ph) -> dict:
         prompt = ph("recover_path", fn=f.name, wrong=wrong)
 
         def policy(r: Rollout):
-            r.call(f"there's no `{wrong}` at the root; let me search for `{f.name}`.", "Grep", {"pattern": f"def {f.name}\\("})
-            r.call(f"it's in `{f.file}`. reading it.", "Read", read_args(f, r))
+            locate(r, f, f"there's no `{wrong}` at the root; let me search for `{f.name}`.")
+            r.call(f"it's in `{f.file}`. reading it.", "Read", read_args(f, r, True))
             r.done(f"`{f.name}` (in `{f.file}`, not `{wrong}`) {f.spec['explain']}")
         return dict(prompt=prompt, check=explain_check(f), desc=f"answer names {f.name} and one of {f.spec['keywords']}",
                     policy=policy, flaws=["repeat", "off_style", "asks_more"])
@@ -461,8 +473,8 @@ def recover_error(p: Project, rng, ph) -> dict:
     def policy(r: Rollout):
         r.call(f"running the {mod} tests.", "Bash", {"command": f"python -m pytest -q tests/{mod}_test.py"})
         r.call(f"no `tests/{mod}_test.py`; let me see what the test files are called.", "Bash", {"command": "ls tests"})
-        r.call(f"it's `{test}`.", "Bash", {"command": f"python -m pytest -q {test}"})
-        r.done(f"the {mod} tests pass: {n} passed (the file is `{test}`).")
+        r.call(f"it's `test_{mod}.py`.", "Bash", {"command": f"python -m pytest -q {test}"})
+        r.done(f"the {mod} tests pass: {n} passed (the file is `test_{mod}.py`).")
     return dict(prompt=prompt, check=lambda root, answer="": re.search(rf"\b{n}\b", answer) is not None and "pass" in answer,
                 desc=f"answer says {n} pass", policy=policy, flaws=["repeat", "off_style", "asks_more"])
 
@@ -472,7 +484,7 @@ def user_rejects(p: Project, rng, ph) -> dict:
         cmd = p.test_cmd
         prompt, name, args = ph("rejects_run"), "Bash", {"command": cmd}
         thought = "let me run the test suite."
-        reads: list[tuple[str, dict]] = []
+        reads: list[tuple[str, str, dict]] = []
         answer = f"okay, i didn't run anything. i was going to run `{cmd}` to check whether the tests pass."
         followups = ["don't run anything. what were you going to check?", "no, skip that. what was the plan?",
                      "not now. just tell me what you'd run."]
@@ -482,7 +494,8 @@ def user_rejects(p: Project, rng, ph) -> dict:
         prompt, name = ph("rejects_edit", fn=f.name), "Edit"
         args = {"file_path": f.file, "old_string": old, "new_string": new}
         thought = "replacing the stub with the implementation."
-        reads = [(f"let me read the stub of `{f.name}` first.", {"file_path": f.file})]
+        reads = [(f"let me find the stub of `{f.name}` first.", "Grep", {"pattern": f"def {f.name}\\("}),
+                 ("reading it.", "Read", {"file_path": f.file})]
         answer = (f"understood, `{f.file}` is unchanged. i was going to replace the `raise NotImplementedError` "
                   f"in `{f.name}` with a body that {f.spec['explain'].split(',')[0].split(':')[0].rstrip('.')}.")
         followups = ["don't touch the file. what would you have written?", "no edits please. describe the change.",
@@ -492,8 +505,8 @@ def user_rejects(p: Project, rng, ph) -> dict:
 
     def policy(r: Rollout):
         # A rejection ends the turn (AGENT_INTERFACE.md): the user speaks next, as at inference.
-        for t, a in reads:
-            r.call(t, "Read", a)
+        for t, n, a in reads:
+            r.call(t, n, a)
         r.reject(thought, name, args)
         r.user(followup)
         if r.flaw == "retry":  # ignores what the user said and tries the same call again
