@@ -268,3 +268,35 @@ def test_copy_rows_repeat_a_random_run_and_resume_exactly(corpus):
         next(packed_batches(**kw, copy_share=0.25, state=state))
     with pytest.raises(ValueError, match="copy_share"):
         packed_batches(**kw, copy_share=1.5)
+
+
+def test_span_rows_plant_names_twice_far_apart_and_resume_exactly(corpus):
+    """span_share=1: every natural row keeps its text except for made-up backticked names, each
+    written twice 64+ tokens apart (the second copy is the first's tokens exactly); rows are a
+    function of the state."""
+    from train.copy_rows import MIN_DISTANCE, plant_spans
+    data, tok, _ = corpus
+    kw = dict(tokenizer=tok, sources={"code": data / "code"}, weights=None, batch_size=4, seq_len=600,
+              buffer_docs=6, seed=3)
+    plain = np.concatenate([x for x, _, _ in take(packed_batches(**kw), 6)])
+    spanned = take(packed_batches(**kw, span_share=1.0), 6)
+    rows = np.concatenate([x for x, _, _ in spanned])
+    changed = (rows != plain).mean(axis=1)
+    assert (changed > 0).all() and (changed < 0.5).all()  # names planted, the text mostly kept (a tiny vocab)
+    state = json.loads(json.dumps(spanned[2][2]))
+    assert state["span_share"] == 1.0
+    for (x, _, _), (rx, _, _) in zip(spanned[3:], take(packed_batches(**kw, span_share=1.0, state=state), 3)):
+        assert np.array_equal(x, rx)
+    # the planting itself: every planted name occurs twice, at least MIN_DISTANCE apart
+    row = np.zeros(2049, dtype=np.int32)
+    rng = np.random.default_rng(0)
+    encoded = []
+    n = plant_spans(row, rng, lambda s: encoded.append(tok.encode(s)) or encoded[-1])
+    assert n >= 2
+    text = tok.decode(row)
+    for ids in encoded[:n]:
+        hits = [i for i in range(len(row) - len(ids) + 1) if list(row[i:i + len(ids)]) == ids]
+        assert len(hits) == 2 and hits[1] - hits[0] >= MIN_DISTANCE, (tok.decode(ids), hits)
+    assert text.count("`") == 4 * n
+    with pytest.raises(ValueError, match="span_share"):
+        packed_batches(**kw, span_share=-0.1)

@@ -38,6 +38,13 @@ def test_training_stage_resumes_from_its_checkpoint(tmp_path):
     assert "--resume" in speedrun.stage_commands("sft", p, tmp_path)[0]
     assert "--resume" not in speedrun.stage_commands("base", p, tmp_path)[0]
     assert "--multihost" in speedrun.stage_commands("base", p, tmp_path, multihost=True)[0]
+    # the cpu base ends with a phase at 2,048 tokens that continues the first; sft starts from it
+    (tmp_path / "base_long" / "checkpoints" / "100").mkdir(parents=True)
+    first, long = speedrun.stage_commands("base", p, tmp_path)
+    assert "--resume" in long and "--resume" not in first
+    assert long[long.index("--from") + 1] == f"{tmp_path}/base" and long[long.index("--seq-len") + 1] == "2048"
+    sft = speedrun.stage_commands("sft", p, tmp_path)[0]
+    assert sft[sft.index("--from") + 1] == f"{tmp_path}/base_long"
 
 
 @pytest.mark.parametrize("preset", sorted(speedrun.PRESETS))

@@ -193,3 +193,24 @@ def test_accelerators_compute_in_bf16_by_default(monkeypatch, tmp_path):
         assert dtype() == "bfloat16" and dtype("--dtype", "float32") == "float32"
         assert load_start(str(tmp_path / "ckpt"))[1].compute_dtype == "bfloat16"
         assert load_start(str(tmp_path / "ckpt"), dtype="float32")[1].compute_dtype == "float32"
+
+
+def test_continued_pretraining_at_a_longer_context(home, tmp_path):
+    """`--from` starts from a base run's weights (its first loss far below a fresh model's) and
+    trains them at a longer --seq-len with span rows; its checkpoint has the longer context. A
+    missing --from is a clear error."""
+    from nanocode import checkpoint
+    short, long = tmp_path / "short", tmp_path / "long"
+    train(home, "--run-dir", str(short), "--steps", "12", "--device-batch", "4", "--total-batch", "256",
+          "--lr-scale", "30")
+    r = train(home, "--run-dir", str(long), "--from", str(short), "--seq-len", "256", "--steps", "2",
+              "--device-batch", "2", "--total-batch", "512", "--span-share", "1")
+    assert "starting from" in r.stdout
+    first_short, first_long = losses(short)[1], losses(long)[1]
+    assert first_long < first_short - 0.3, (first_short, first_long)
+    cfg = checkpoint.load_params(long / "checkpoints")[1]
+    assert cfg.sequence_len == 256 and cfg.n_layer == 2
+    env = {**os.environ, "NANOCODE_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "train.cli", "base", *TINY, "--from", str(tmp_path / "nope"),
+                        "--steps", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]

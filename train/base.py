@@ -113,13 +113,19 @@ def main(args) -> int:
         loop.init_multihost()
     enable_compilation_cache()
     home = nanocode_home()
-    tok_dir = Path(args.tokenizer or home / "tokenizer")
+    start = None
     try:
-        tokenizer = Tokenizer.load(tok_dir)
-    except FileNotFoundError as e:
+        if args.from_:  # continued pretraining, e.g. a last phase at a longer context
+            from train.sft import load_start
+            start, cfg, tokenizer, ckpt_dir = load_start(args.from_, args.tokenizer, args.dtype, args.seq_len,
+                                                         args.remat)
+            print(f"starting from {ckpt_dir} (its config; --preset/--depth/--window-pattern are ignored)")
+        else:
+            tokenizer = Tokenizer.load(Path(args.tokenizer or home / "tokenizer"))
+            cfg = model_config(args, tokenizer.vocab_size)
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cfg = model_config(args, tokenizer.vocab_size)
     T, n_dev = cfg.sequence_len, jax.device_count()
     total_batch = args.total_batch or auto_total_batch(cfg, args.ratio)
     rows = args.device_batch * n_dev
@@ -140,7 +146,7 @@ def main(args) -> int:
           f"{rows} rows x {T}; {steps} steps = {steps * total_batch / 1e6:.1f}M tokens; mesh "
           f"{dict(mesh.shape)}; run dir {run_dir}")
 
-    params = init_params(cfg, jax.random.PRNGKey(args.seed))
+    params = start if start is not None else init_params(cfg, jax.random.PRNGKey(args.seed))
     # --lr-scale: every peak lr but the smear's (MODEL.md fixes it) times the flag
     scaled = scaled_lrs(args.lr_scale, [g for g in ("matrix", *ADAMW_GROUPS) if g != "smear"])
     optimizer = build_optimizer(cfg, params, total_steps=steps, batch_tokens=total_batch,
@@ -149,7 +155,7 @@ def main(args) -> int:
     def batches(state):
         stream = packed_batches(tokenizer, sources, weights, local_rows, T, "train",
                                 jax.process_index(), jax.process_count(), seed=args.seed,
-                                state=state, copy_share=args.copy_share)
+                                state=state, copy_share=args.copy_share, span_share=args.span_share)
         return accumulate(stream, accum)
 
     evaluate = make_evaluator(cfg, tokenizer, sources, local_rows, T, args.eval_batches, mesh)
@@ -157,7 +163,7 @@ def main(args) -> int:
                          flops_per_token=flops_per_token(cfg, T), log_every=args.log_every,
                          eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
                          resume=args.resume, peak_flops=args.peak_flops,
-                         extra_metadata={"stage": "base", "preset": args.preset})
+                         extra_metadata={"stage": "base", "preset": args.preset, "from": args.from_})
     result = loop.run(lc, params=params, optimizer=optimizer, loss=next_token_loss(cfg), mesh=mesh,
                       batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
     print("done: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)))

@@ -103,6 +103,11 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     a("--code-ratio", type=float, default=0.2, help="share of rows drawn from code (default: 0.2)")
     a("--copy-share", type=float, default=0.0, help="share of training rows that are a random run "
       "of tokens repeated, so a tiny model learns to copy (see train/loader.py; default: 0)")
+    a("--span-share", type=float, default=0.0, help="share of natural rows in which made-up names are "
+      "planted twice, up to ~1,800 tokens apart, so the model learns to copy at long range "
+      "(train/copy_rows.py; default: 0)")
+    a("--from", dest="from_", metavar="TAG|DIR", help="continue pretraining from this checkpoint (its "
+      "config, e.g. with a longer --seq-len) instead of a fresh model; the optimizer starts fresh")
     a("--tokenizer", metavar="DIR", help="tokenizer directory (default: $NANOCODE_HOME/tokenizer)")
     a("--device-batch", type=int, default=8, help="rows per device per micro-step (default: 8)")
     a("--total-batch", type=int, default=0, help="tokens per optimizer step; 0 = auto from the scaling rule")

@@ -12,17 +12,12 @@ fits the space left, and when none fits it takes the shortest and crops it to fi
 BOS; inputs are row[:-1], targets row[1:]. With several sources (e.g. text 0.8, code 0.2) the
 source of each row is drawn from an RNG seeded by (seed, process, batch number).
 
-Copy rows (`copy_share`, off by default). A tiny model trained on a few million tokens never
-learns to copy: the cpu preset's first base had no induction at all (bench/induction.py: the
-second copy of a random sequence no likelier than the first), so after SFT it invented names instead
-of copying them from the prompt. With copy_share p, each row is, with probability p, BOS and then a
-random run of 8-128 ordinary tokens repeated to fill the row: nothing predicts the first run, the
-repeats are free for a model that looks back, so the loss pays for induction heads. Measured on
-the cpu preset's base (copy_share 0.5; bench/induction.py, nats/token on a random sequence's first
-/ second copy): 9.01 / 8.62 at step 600, 8.65 / 7.99 at 900, 9.30 / 1.04 at 1,200; the first cpu
-base, without copy rows, 10.53 / 10.61 after the same tokens. Which rows are copy rows, and
-their tokens, come from an RNG seeded by (seed, process, batch number, 1), and copy rows read no
-documents: a pure function of the state, so resume stays exact.
+Copy and span rows (`copy_share`, `span_share`, off by default; train/copy_rows.py says why and
+what they are). With copy_share p a row is, with probability p, a copy row (BOS and a random run
+repeated); with span_share q a natural row gets, with probability q, made-up names planted twice,
+up to ~1,800 tokens apart. Which rows, and their tokens, come from an RNG seeded by (seed,
+process, batch number, 1), and copy rows read no documents: a pure function of the state, so
+resume stays exact.
 
 Resume. The state yielded with each batch is small JSON: per source the epoch, the next row group to
 read and the buffer as document references (shard, row group, rows) with their token counts, in
@@ -50,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from train.copy_rows import copy_row, plant_spans
 from train.shards import DataError, list_shards, open_shard, read_row_group
 
 STATE_FORMAT = "nanocode-loader/1"
@@ -224,7 +220,8 @@ def _fingerprint(tokenizer) -> str:
 def packed_batches(tokenizer, sources: dict[str, str | os.PathLike], weights: dict[str, float] | None,
                    batch_size: int, seq_len: int, split: str = "train", process_index: int = 0,
                    process_count: int = 1, buffer_docs: int = 1000, seed: int = 0,
-                   state: dict | None = None, copy_share: float = 0.0) -> Iterator[tuple[np.ndarray, np.ndarray, dict]]:
+                   state: dict | None = None, copy_share: float = 0.0,
+                   span_share: float = 0.0) -> Iterator[tuple[np.ndarray, np.ndarray, dict]]:
     """An iterator of (inputs int32 (B, T), targets int32 (B, T), state) for this process, endless
     for train. Shards are listed and checked, and a state is restored, here rather than at the first
     batch, so bad data or a mismatched state fails at the call.
@@ -232,13 +229,15 @@ def packed_batches(tokenizer, sources: dict[str, str | os.PathLike], weights: di
     sources: name -> shard directory (e.g. {"text": .../data/text, "code": .../data/code}); weights:
     name -> row probability (None = equal; names with weight 0 are not opened). batch_size is this
     process's batch (see check_batch). state: a state yielded earlier, to continue right after it.
-    copy_share: the share of rows that are copy rows (see the module docstring).
+    copy_share, span_share: the share of rows that are copy rows, and of the other rows that get
+    planted names (see the module docstring).
     Val ends when a source runs out (the partial batch is dropped).
     """
     if batch_size < 1 or seq_len < 1 or buffer_docs < 1:
         raise ValueError(f"batch_size, seq_len and buffer_docs must be >= 1 (got {batch_size}, {seq_len}, {buffer_docs})")
-    if not 0.0 <= copy_share <= 1.0:
-        raise ValueError(f"copy_share must be in [0, 1], got {copy_share}")
+    for name, share in (("copy_share", copy_share), ("span_share", span_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {share}")
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     weights = dict(weights) if weights is not None else {name: 1.0 for name in sources}
@@ -255,8 +254,9 @@ def packed_batches(tokenizer, sources: dict[str, str | os.PathLike], weights: di
     config = {"format": STATE_FORMAT, "split": split, "seed": seed, "batch_size": batch_size, "seq_len": seq_len,
               "process_index": process_index, "process_count": process_count, "buffer_docs": buffer_docs,
               "weights": {n: float(p) for n, p in zip(names, probs)}, "tokenizer": _fingerprint(tokenizer)}
-    if copy_share:  # only when on, so states saved before copy rows existed still match
-        config["copy_share"] = copy_share
+    for name, share in (("copy_share", copy_share), ("span_share", span_share)):
+        if share:  # only when on, so states saved before these rows existed still match
+            config[name] = share
     batches = 0
     if state is not None:
         differ = {k: (state.get(k), v) for k, v in config.items() if state.get(k) != v}
@@ -266,12 +266,12 @@ def packed_batches(tokenizer, sources: dict[str, str | os.PathLike], weights: di
         for n in names:
             streams[n].restore(state["sources"][n], n)
         batches = int(state["batches"])
-    return _batches(streams, names, probs, config, batches, tokenizer.bos_id)
+    return _batches(streams, names, probs, config, batches, tokenizer.bos_id, tokenizer.encode)
 
 
-def _batches(streams, names, probs, config, batches, bos):
+def _batches(streams, names, probs, config, batches, bos, encode):
     batch_size, seq_len, seed, process = (config[k] for k in ("batch_size", "seq_len", "seed", "process_index"))
-    copy_share = config.get("copy_share", 0.0)
+    copy_share, span_share = config.get("copy_share", 0.0), config.get("span_share", 0.0)
     while True:
         choice = np.random.default_rng([seed, process, batches]).choice(len(names), size=batch_size, p=probs)
         copy_rng = np.random.default_rng([seed, process, batches, 1])
@@ -281,14 +281,9 @@ def _batches(streams, names, probs, config, batches, bos):
                 copy_row(rows[b], bos, copy_rng)
             elif not streams[names[choice[b]]].fill(rows[b], bos):
                 return
+            elif span_share and copy_rng.random() < span_share:
+                plant_spans(rows[b], copy_rng, encode)
         batches += 1
         state = {**config, "batches": batches, "sources": {n: streams[n].state() for n in names}}
         yield np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, 1:]), state
 
-
-def copy_row(row: np.ndarray, bos: int, rng: np.random.Generator) -> None:
-    """In place: BOS, then a run of 8-128 random ordinary tokens (ids below BOS, the first special)
-    repeated to fill the row."""
-    run = rng.integers(0, bos, int(rng.integers(8, 129)))
-    row[0] = bos
-    row[1:] = np.resize(run, len(row) - 1)

@@ -44,7 +44,8 @@ Multi-host (`--multihost`, the same command on every worker, the run dir on shar
   and a failure marker from an earlier run cannot release a waiter. `.done` markers are kept:
   with --resume they mean "done" on every process alike.
 
-Layout of a run (default $NANOCODE_HOME/speedrun/<preset>): data/ tokenizer/ base/ synth/ sft/ dpo/
+Layout of a run (default $NANOCODE_HOME/speedrun/<preset>): data/ tokenizer/ base/ (base_long/: the
+cpu preset's last phase at 2,048 tokens) synth/ sft/ dpo/
 model/ (checkpoints/<step>: the exported bf16 params-only checkpoint; MODEL_CARD.md; evals/*.json)
 report/ and logs/<stage>.log. Ship a model by copying model/ to nanocode/default_model/.
 """
@@ -81,9 +82,13 @@ PRESETS = {
         about="tiny model on this CPU (~1.3 h on 2 cores); the shipped default model",
         data=[["data", "local"]],
         tokenizer=["--vocab-size", "4096", "--max-chars", "20000000"],
-        base=["--preset", "cpu-d4", "--steps", "1200", "--total-batch", "4096", "--device-batch", "8",
+        base=["--preset", "cpu-d4", "--steps", "900", "--total-batch", "4096", "--device-batch", "8",
               "--lr-scale", "6", "--copy-share", "0.5", "--eval-every", "300", "--eval-batches", "4",
               "--save-every", "300"],
+        # the last quarter at the agent's 2,048 context, names planted up to ~1,800 tokens apart
+        base_long=["--seq-len", "2048", "--steps", "300", "--total-batch", "4096", "--device-batch", "2",
+                   "--lr-scale", "6", "--copy-share", "0.25", "--span-share", "0.75", "--eval-every", "150",
+                   "--eval-batches", "2", "--save-every", "100"],
         synth=["--n", "3000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
         sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "700", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
@@ -150,13 +155,18 @@ def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> l
         return [train + c + ["--out", f"{R}/data"] for c in p["data"]]
     if stage == "tokenizer":
         return [train + ["tokenizer", "--data", f"{R}/data", "--out", f"{R}/tokenizer"] + p["tokenizer"]]
-    if stage == "base":
-        return [train + ["base", "--tokenizer", f"{R}/tokenizer", "--data", f"{R}/data", "--run-dir",
+    if stage == "base":  # with base_long: a last phase at the agent's context, from the first
+        cmds = [train + ["base", "--tokenizer", f"{R}/tokenizer", "--data", f"{R}/data", "--run-dir",
                          f"{R}/base"] + p["base"] + host + resume("base")]
+        if "base_long" in p:
+            cmds.append(train + ["base", "--from", f"{R}/base", "--data", f"{R}/data", "--run-dir",
+                                 f"{R}/base_long"] + p["base_long"] + host + resume("base_long"))
+        return cmds
     if stage == "synth":
         return [train + ["synth", "--out", f"{R}/synth"] + p["synth"]]
     if stage == "sft":
-        return [train + ["sft", "--from", f"{R}/base", "--data", f"{R}/synth/train.jsonl", "--val",
+        base = "base_long" if "base_long" in p else "base"
+        return [train + ["sft", "--from", f"{R}/{base}", "--data", f"{R}/synth/train.jsonl", "--val",
                          f"{R}/synth/val.jsonl", "--run-dir", f"{R}/sft"] + p["sft"] + host + resume("sft")]
     if stage == "dpo":
         return [train + ["dpo", "--from", f"{R}/sft", "--data", f"{R}/synth/preference_train.jsonl",
@@ -471,12 +481,13 @@ def write_card(run: str) -> int:
             lines.append(f"| {s} | {d['seconds'] / 60:.1f} | {cmds} |")
     lines += ["", "## Evals", "", "From the JSON files in evals/ beside this card, written by the `evals` "
               "commands of the recipe.", ""] + eval_tables(model / "evals")
-    base_val = [json.loads(ln) for ln in open(run_dir / "base" / "metrics.jsonl") if "val_bpb" in ln] \
-        if (run_dir / "base" / "metrics.jsonl").exists() else []
-    if base_val:
-        v = base_val[-1]
-        lines += [f"The base model before fine-tuning (step {v['step']}, rows of its 512-token context): val "
-                  + ", ".join(f"{k.removeprefix('val_')} {x:.3f}" for k, x in v.items() if k != "step"), ""]
+    for phase in ("base", "base_long"):
+        metrics = run_dir / phase / "metrics.jsonl"
+        base_val = [json.loads(ln) for ln in open(metrics) if "val_bpb" in ln] if metrics.exists() else []
+        if base_val:
+            v = base_val[-1]
+            lines += [f"The base model before fine-tuning ({phase}, step {v['step']}): val "
+                      + ", ".join(f"{k.removeprefix('val_')} {x:.3f}" for k, x in v.items() if k != "step"), ""]
     if (run_dir / "NOTES.md").exists():  # what happened during this particular run
         lines += ["## Run notes", "", (run_dir / "NOTES.md").read_text().strip(), ""]
     (model / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
