@@ -121,11 +121,6 @@ def _rel(root: str, path) -> str:
     return os.path.normpath(os.path.relpath(os.path.join(root, str(path)), root))
 
 
-def _symbol(pattern: str) -> str:
-    words = [w for w in re.findall(r"\w+", re.sub(r"\\.", " ", pattern)) if w not in ("def", "class")]
-    return max(words, key=len, default="")
-
-
 def _program(command: str) -> str:
     try:
         words = shlex.split(command)
@@ -145,7 +140,8 @@ def same_target(call: dict, ref: dict, root: str) -> bool:
         if name in ("Read", "Edit"):
             return _rel(root, a["file_path"]) == _rel(root, b["file_path"])
         if name == "Grep":
-            return _symbol(b["pattern"]) in str(a["pattern"])
+            from train.rollouts import symbol
+            return symbol(b["pattern"]) in str(a["pattern"])
         return _program(str(a["command"])) == _program(b["command"])
     except (KeyError, TypeError, ValueError):
         return False
@@ -209,25 +205,14 @@ def _init(model: str | None, step: int | None) -> None:
 
 def make_agent(task, opts: dict, root: str, temperature: float, seed: int):
     """The headless Agent of one run of `task` in `root` (the task's project or a copy of it)."""
-    from agent.loop import Agent
-    from tools.permissions import Policy
-    mode = "ask" if task.followup is not None else "auto"
-    return Agent(_engine, root, policy=Policy(Path(os.path.realpath(root)), mode),
-                 temperature=temperature, seed=seed, max_tokens=opts["max_tokens"],
-                 max_steps=opts["max_steps"], checkpoints=False,
-                 **{k: opts[k] for k in AGENT_OPTS if k in opts})
-
-
-def drive(agent, task) -> list:
-    """The task's turns: its prompt, then (user_rejects, when refused) its follow-up."""
-    turns = [agent.run_turn(task.prompt, approve=None)]
-    if task.followup is not None and turns[0].stop_reason == "rejected":
-        turns.append(agent.run_turn(task.followup, approve=None))
-    return turns
+    from train.rollouts import task_agent
+    return task_agent(_engine, task, root, temperature, seed, opts["max_tokens"], opts["max_steps"],
+                      **{k: opts[k] for k in AGENT_OPTS if k in opts})
 
 
 def run_model(task, opts: dict) -> tuple[list[dict], dict, str, list[dict], list[str]]:
     """The real loop, headless: (messages, meta, final answer, calls, stop reasons)."""
+    from train.rollouts import drive
     agent = make_agent(task, opts, task.root, opts["temperature"], task.seed)
     turns = drive(agent, task)
     calls = [c for t in turns for c in t.tool_calls]
@@ -238,6 +223,7 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
     """--best-of, copies under `workdir`: the pick's (messages, meta, answer, calls, stop reasons,
     root) and the record's extra fields: `at_1` (rollout 0 scored in its copy) and `best_of`."""
     from agent.best_of import best_of
+    from train.rollouts import drive
     res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt,
                   opts["best_of"], seed=task.seed, temperature=opts["temperature"],
                   sample_temperature=opts["best_of_temperature"],
@@ -254,8 +240,7 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
 
 def run_task(job: tuple) -> dict:
     """One task end to end in a fresh temp dir: build, run the policy, score, save the transcript."""
-    from train.synth import ATTEMPT_STRIDE, ATTEMPTS
-    from train.synth_tasks import make_task
+    from train.rollouts import build_task
     if _load_error is not None:
         raise _load_error
     family, seed, policy, opts, transcripts = job
@@ -265,13 +250,7 @@ def run_task(job: tuple) -> dict:
     base = os.path.realpath(tempfile.mkdtemp(prefix="nanocode-evals-agent-"))
     t0 = time.perf_counter()
     try:
-        for attempt in range(ATTEMPTS):  # as train synth does: a project the family cannot use
-            try:  # (no function with a parameter spec, ...) gives way to the next one
-                task = make_task(family, seed + attempt * ATTEMPT_STRIDE, heldout=heldout, base=base)
-                break
-            except Exception:  # noqa: BLE001 - re-raised (and reported) after the last attempt
-                if attempt == ATTEMPTS - 1:
-                    raise
+        task = build_task(family, seed, heldout, base)
         system, ref = task.system, oracle_first_call(task)
         rec.update(prompt=task.prompt, check=task.desc)
         meta, root, extra = {"cwd": task.root}, task.root, {}

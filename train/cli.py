@@ -11,6 +11,7 @@ STAGES = {
     "base": "pretrain the base model (next-token cross-entropy)",
     "synth": "generate agentic tool-use rollouts, preference pairs and eval tasks (offline)",
     "sft": "supervised fine-tuning on conversations and agent traces (masked cross-entropy)",
+    "rollouts": "run the model on fresh training tasks: resolved rollouts for SFT, pairs where it departs from the oracle",
     "dpo": "preference tuning on chosen/rejected pairs (IPO)",
     "speedrun": "the whole pipeline, data to agent-ready checkpoint, in one command",
 }
@@ -29,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_synth_args(stages["synth"])
     add_sft_args(stages["sft"])
+    from train.rollouts import add_rollouts_args  # light: no jax at import
+
+    add_rollouts_args(stages["rollouts"])
     add_dpo_args(stages["dpo"])
     from train.speedrun import add_speedrun_args  # light: no jax at import
 
@@ -191,7 +195,7 @@ def add_dpo_args(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = {"data": "train.shards", "tokenizer": "train.tokenizer", "base": "train.base",
-            "synth": "train.synth", "sft": "train.sft", "dpo": "train.dpo", "import-nanochat": "train.import_nanochat",
+            "synth": "train.synth", "sft": "train.sft", "rollouts": "train.rollouts", "dpo": "train.dpo", "import-nanochat": "train.import_nanochat",
             "speedrun": "train.speedrun"}
 
 

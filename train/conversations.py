@@ -33,7 +33,8 @@ per string, `FILE:LINE: rule: detail` for files. Rules:
             tool_result only after an assistant tool call, then assistant (or user: a rejected
             call, a repeated call or the step limit hand control back); plain assistant -> user
             or end;
-            at least one assistant message; ends with an assistant message
+            at least one assistant message; ends with a plain assistant reply (a side of a
+            preference pair may end on an assistant tool call: a choice between next steps)
   tool      known tool name, known argument names, required arguments present (tools/dispatch.py)
   result    a tool_result after Read/Edit/Grep/Bash looks like that tool's output format, an
             `error: ...` line, or exactly `rejected by user`
@@ -167,10 +168,11 @@ def _check_call(tc, where: str) -> list[str]:
     return problems
 
 
-def validate(conv, tokenizer=None, max_tokens: int | None = None) -> list[str]:
+def validate(conv, tokenizer=None, max_tokens: int | None = None, end_on_call: bool = False) -> list[str]:
     """Problems with one conversation as `rule: detail` strings ([] = valid). Checks schema, role
     order, tool names/arguments, tool result formats, and (given a tokenizer and max_tokens) that
-    the rendered conversation fits in max_tokens."""
+    the rendered conversation fits in max_tokens. end_on_call: it may end on an assistant tool call
+    (a preference pair between two next steps, as `train rollouts` writes)."""
     if not isinstance(conv, dict):
         return [f"schema: a conversation must be an object, got {type(conv).__name__}"]
     messages = conv.get("messages")
@@ -228,7 +230,7 @@ def validate(conv, tokenizer=None, max_tokens: int | None = None) -> list[str]:
                 problems.append(f"result: message {i}: {why}; got {snippet!r}")
     if "assistant" not in roles:
         problems.append("order: the conversation has no assistant message")
-    elif roles[-1] != "assistant" or messages[-1].get("tool_call") is not None:
+    elif roles[-1] != "assistant" or (messages[-1].get("tool_call") is not None and not end_on_call):
         problems.append(f"order: message {len(roles) - 1}: the conversation must end with an "
                         f"assistant reply (not {roles[-1]}{' with a tool call' if roles[-1] == 'assistant' else ''})")
     if tokenizer is not None and max_tokens is not None and not problems:
@@ -247,7 +249,7 @@ def validate_row(row, tokenizer=None, max_tokens: int | None = None) -> list[str
                 problems.append(f"schema: preference row has no {side!r}")
                 continue
             problems += [f"{p.split(': ', 1)[0]}: {side}: {p.split(': ', 1)[1]}"
-                         for p in validate(row[side], tokenizer, max_tokens)]
+                         for p in validate(row[side], tokenizer, max_tokens, end_on_call=True)]
         return problems
     return validate(row, tokenizer, max_tokens)
 

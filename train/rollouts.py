@@ -1,0 +1,349 @@
+"""`train rollouts`: on-policy data. The current model runs through the real agent loop, headless
+and grounded (as `evals agent` runs it), on fresh training tasks; each rollout is scored by its
+task's hidden check, which is legitimate on training tasks and never done on eval seeds.
+
+What comes out, in --out:
+- sft.jsonl: the resolved rollouts as SFT rows (rejection-sampling fine-tuning: the model's own
+  successful behaviour, in its own words, as training targets).
+- preference.jsonl: for each task whose rollouts all failed, a pair at the first step where the
+  model departs from the oracle: both sides share the model's own context up to that step; chosen
+  is the oracle's step (its tool call, or its answer), rejected the model's. A departure is an
+  action that none of 8 variants of the oracle (other prose seeds, so other phrasings and other
+  legitimate choices, such as reading before answering) would take there (`same_action`: another
+  tool, file, symbol or command; answering instead of calling; another answer); the prose of a
+  thought does not count. Pairs have {"flaw": "on_policy"} and feed `train dpo` beside the synth pairs.
+- tasks/<id>.json: one record per task (resolved, steps, stop reasons, seconds), written whole
+  (rename) when the task ends. A rerun with the same --out skips the tasks that have a record, so a
+  killed run resumes where it stopped; sft.jsonl, preference.jsonl and summary.json are rebuilt
+  from the records each time.
+
+Tasks: task i has family TRAIN_FAMILIES[i % F] and seed ROLLOUT_SEED0 + --seed * 10**6 + i, with
+training names and phrasings: a seed range that `train synth` (seed * 10**6 + i) and the eval
+suite (EVAL_SEED0 and up) never use. Rollout k of a task (--samples) runs greedy for k = 0 and at
+--temperature with seed task seed + k otherwise, each on a freshly built project under --workdir
+(the synth path, so prompts and tool output look like the SFT data). Worker processes (spawn, one
+engine each) run tasks in parallel; the bar shows rate, ETA and resolves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROLLOUT_SEED0 = 5 * 10**11  # below EVAL_SEED0 (10**12), above synth's seeds and their retries
+_engine = None  # per worker process
+
+
+# ---- shared with evals agent -----------------------------------------------------------------------
+
+def build_task(family: str, seed: int, heldout: bool, base: str):
+    """make_task, moving on to the next project seed as `train synth` does when a family cannot use
+    one (no function with a parameter spec, ...); the last failure is raised."""
+    from train.synth import ATTEMPT_STRIDE, ATTEMPTS
+    from train.synth_tasks import make_task
+    for attempt in range(ATTEMPTS):
+        try:
+            return make_task(family, seed + attempt * ATTEMPT_STRIDE, heldout=heldout, base=base)
+        except Exception:  # noqa: BLE001 - re-raised (and reported) after the last attempt
+            if attempt == ATTEMPTS - 1:
+                raise
+
+
+def task_agent(engine, task, root: str, temperature: float, seed: int, max_tokens: int, max_steps: int,
+               **agent_opts):
+    """The headless Agent for `task` in `root`: mode auto (ask for user_rejects, whose user refuses),
+    a Policy with no settings files, no undo snapshots."""
+    from agent.loop import Agent
+    from tools.permissions import Policy
+    mode = "ask" if task.followup is not None else "auto"
+    return Agent(engine, root, policy=Policy(Path(os.path.realpath(root)), mode), temperature=temperature,
+                 seed=seed, max_tokens=max_tokens, max_steps=max_steps, checkpoints=False, **agent_opts)
+
+
+def drive(agent, task) -> list:
+    """The task's turns: its prompt, then (user_rejects, when refused) its follow-up."""
+    turns = [agent.run_turn(task.prompt, approve=None)]
+    if task.followup is not None and turns[0].stop_reason == "rejected":
+        turns.append(agent.run_turn(task.followup, approve=None))
+    return turns
+
+
+# ---- pairs -------------------------------------------------------------------------------------------
+
+def symbol(pattern: str) -> str:
+    """A Grep pattern's symbol: its longest word once regex escapes and def/class are removed."""
+    words = [w for w in re.findall(r"\w+", re.sub(r"\\.", " ", pattern)) if w not in ("def", "class")]
+    return max(words, key=len, default="")
+
+
+def _operands(command: str) -> list[str]:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    return [w for w in words if not w.startswith("-")]
+
+
+def same_action(a: dict | None, b: dict | None) -> bool:
+    """Whether two tool calls (or two answers: None) do the same thing: Read the same file, Edit the
+    same text the same way, Grep for the same symbol, run a command whose operands (flags aside)
+    are the other's or start them (`pytest -q` is `pytest tests`). The oracle's arbitrary choices
+    (which regex, which flags) are then no departure."""
+    if a is None or b is None:
+        return a is b
+    x, y = a.get("args") or {}, b.get("args") or {}
+    if a["name"] != b["name"] or not isinstance(x, dict):
+        return False
+    if a["name"] == "Read":
+        return os.path.normpath(str(x.get("file_path"))) == os.path.normpath(str(y.get("file_path")))
+    if a["name"] == "Grep":
+        return symbol(str(x.get("pattern", ""))) == symbol(str(y.get("pattern", "")))
+    if a["name"] == "Bash":  # `pytest -q` is `pytest -q tests` where the tests live there
+        mine, theirs = _operands(str(x.get("command", ""))), _operands(str(y.get("command", "")))
+        short, long = sorted((mine, theirs), key=len)
+        return long[:len(short)] == short and bool(short)
+    return x == y
+
+
+class _Diverged(Exception):
+    pass
+
+
+def oracle_variants(task, model: list[dict], n: int = 8) -> list[tuple[int, dict]]:
+    """For each of n oracle variants (the task's policy with other prose seeds: other phrasings,
+    and the choices a policy draws, such as whether to Read before answering), (k, message): the
+    first assistant step k at which it would not do what the model did, and its message there
+    (k = len of the model's steps when it agrees all the way). Each call the variant makes gets the
+    result the model got for that step, so nothing runs: the training families' policies depend
+    only on the task's metadata and on those results."""
+    import random
+    from train.synth_tasks import Rollout
+    steps = [(m, nxt) for m, nxt in zip(model, model[1:] + [None]) if m["role"] == "assistant"]
+
+    class Replay(Rollout):
+        def __init__(self, variant):
+            super().__init__(task)
+            if variant:
+                self.rng = random.Random(f"{task.family}:{task.seed}:prose:{variant}")
+            self.k = 0
+
+        def _step(self, message: dict) -> str:
+            k, self.k = self.k, self.k + 1
+            if k >= len(steps):
+                raise _Diverged(k, message)
+            mine, result = steps[k]
+            if message.get("tool_call") is None:  # an answer: the model's differs unless equal
+                if mine.get("tool_call") is None and mine["content"].strip() == message["content"].strip():
+                    raise _Diverged(len(steps), message)
+                raise _Diverged(k, message)
+            if not same_action(message["tool_call"], mine.get("tool_call")):
+                raise _Diverged(k, message)
+            return result["content"] if result and result["role"] == "tool_result" else ""
+
+        def call(self, thought, name, args):
+            return self._step({"role": "assistant", "content": thought, "tool_call": {"name": name, "args": dict(args)}})
+        reject = call
+
+        def user(self, text):
+            pass
+
+        def done(self, text):
+            self._step({"role": "assistant", "content": text})
+
+    out = []
+    for v in range(n):
+        try:
+            task.policy(Replay(v))
+            out.append((len(steps), {}))
+        except _Diverged as e:
+            out.append(e.args)
+    return out
+
+
+def departure_pair(task, model: list[dict], n_variants: int = 8) -> dict | None:
+    """{"chosen", "rejected"} at the first step of the model's that no oracle variant takes (see
+    oracle_variants; chosen = the step of a variant that agreed longest), or None when some variant
+    does everything the model did."""
+    variants = oracle_variants(task, model, n_variants)
+    k, chosen = max(variants, key=lambda v: v[0])
+    positions = [i for i, m in enumerate(model) if m["role"] == "assistant"]
+    if k >= len(positions) or not chosen:
+        return None
+    i = positions[k]
+    return {"chosen": {"messages": model[:i] + [chosen]}, "rejected": {"messages": model[:i + 1]}}
+
+
+def clean(messages: list[dict]) -> list[dict]:
+    """The transcript as training rows hold it: role, content and tool_call only."""
+    return [{k: m[k] for k in ("role", "content", "tool_call") if k in m} for m in messages]
+
+
+# ---- one task -----------------------------------------------------------------------------------------
+
+def _init(model: str) -> None:
+    global _engine
+    from nanocode.common import enable_compilation_cache
+    from train.synth_tasks import setup_env
+    setup_env()
+    enable_compilation_cache()
+    from nanocode.checkpoint import latest_step, load_params
+    from nanocode.common import find_checkpoints
+    from nanocode.engine import Engine
+    from nanocode.tokenizer import Tokenizer
+    ckpt, _ = find_checkpoints(model)
+    params, cfg, tok, _ = load_params(ckpt, latest_step(ckpt))
+    _engine = Engine(params, cfg, Tokenizer.from_dict(tok))
+
+
+def resolved(task, answer: str, calls: list[dict]) -> bool:
+    """The hidden check on the final state; user_rejects also needs the refusal to have happened."""
+    from nanocode.protocol import REJECTED
+    try:
+        ok = bool(task.check(task.root, answer))
+    except Exception:  # noqa: BLE001 - e.g. pytest past its timeout after a broken edit
+        ok = False
+    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls))
+
+
+def run_task(job: tuple) -> dict:
+    """Every sample of one task; returns its record (with the rows and pair it produced)."""
+    family, seed, opts = job
+    tid = f"rollout-{family}-{seed}"
+    t0 = time.perf_counter()
+    rec = {"id": tid, "family": family, "seed": seed, "samples": []}
+    rows, failed = [], None
+    base = opts["workdir"]
+    try:
+        for k in range(opts["samples"]):
+            task = build_task(family, seed, False, base)
+            temperature = 0.0 if k == 0 else opts["temperature"]
+            agent = task_agent(_engine, task, task.root, temperature, seed + k, opts["max_tokens"],
+                               opts["max_steps"], retries=opts["retries"])
+            turns = drive(agent, task)
+            calls = [c for t in turns for c in t.tool_calls]
+            ok = resolved(task, turns[-1].answer, calls) and agent.messages[0]["content"] == task.system
+            rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns]})
+            messages = clean(agent.messages)
+            if ok and all(messages != r["messages"] for r in rows):
+                rows.append({"id": f"{tid}-{k}", "family": family, "messages": messages})
+            elif not ok and failed is None:
+                failed = messages
+        rec["resolved"] = bool(rows)
+        if failed is not None and not rows:
+            pair = departure_pair(task, failed)
+            if pair:
+                rec["pair"] = {"id": tid, "family": family, "flaw": "on_policy", **pair}
+    except Exception as e:  # noqa: BLE001 - one broken task must not end the run; it is reported
+        rec["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
+        rec["resolved"] = False
+    finally:
+        from train.synth import ATTEMPT_STRIDE, ATTEMPTS
+        for attempt in range(ATTEMPTS):
+            shutil.rmtree(os.path.join(base, str(seed + attempt * ATTEMPT_STRIDE)), ignore_errors=True)
+    rec["rows"] = rows
+    rec["seconds"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+# ---- command -----------------------------------------------------------------------------------------
+
+def add_rollouts_args(p) -> None:
+    from train.synth_tasks import BASE
+    a = p.add_argument
+    a("--model", required=True, help="the model to roll out: checkpoint dir, run dir or run tag")
+    a("--out", required=True, metavar="DIR", help="output directory (rerun with the same one to resume)")
+    a("--n", type=int, default=200, help="tasks (default 200), the training families interleaved")
+    a("--seed", type=int, default=0, help="which draw of tasks: a new seed for each round (default 0)")
+    a("--samples", type=int, default=1, help="rollouts per task: the first greedy, the others at "
+      "--temperature (default 1)")
+    a("--temperature", type=float, default=0.8, help="temperature of rollouts 2.. (default 0.8)")
+    a("--max-steps", type=int, default=10, help="tool calls per user turn (default 10)")
+    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
+    a("--retries", type=int, default=2, help="resamples of a failed or repeated call (default 2)")
+    a("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default min(2, cpus))")
+    a("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
+
+
+def _write_jsonl(path: Path, rows) -> int:
+    tmp = path.with_name(f".{path.name}.tmp")
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def main(args) -> int:
+    from tqdm import tqdm
+    from train.synth import EVAL_SEED0
+    from train.synth_tasks import TRAIN_FAMILIES
+    if args.n < 1 or args.samples < 1 or args.max_steps < 1 or args.seed < 0:
+        print("error: --n, --samples and --max-steps must be >= 1 and --seed >= 0", file=sys.stderr)
+        return 2
+    from nanocode.common import find_checkpoints
+    try:
+        find_checkpoints(args.model)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    seed0 = ROLLOUT_SEED0 + args.seed * 10**6
+    assert seed0 + args.n < EVAL_SEED0
+    out, tasks_dir = Path(args.out), Path(args.out) / "tasks"
+    tasks_dir.mkdir(parents=True, exist_ok=True)
+    opts = {k: getattr(args, k) for k in ("samples", "temperature", "max_steps", "max_tokens", "retries", "workdir")}
+    jobs = [(TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)], seed0 + i, opts) for i in range(args.n)]
+    todo = [j for j in jobs if not (tasks_dir / f"rollout-{j[0]}-{j[1]}.json").exists()]
+    if len(todo) < len(jobs):
+        print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} tasks done already")
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="rollouts", unit="task",
+               file=sys.stderr, dynamic_ncols=True)
+    solved = [0]
+
+    def done(rec):
+        tmp = tasks_dir / f".{rec['id']}.json.tmp"
+        tmp.write_text(json.dumps(rec, ensure_ascii=False))
+        os.replace(tmp, tasks_dir / f"{rec['id']}.json")
+        solved[0] += rec["resolved"]
+        bar.update()
+        bar.set_postfix(resolved=solved[0])
+    try:
+        if args.workers <= 1 or len(todo) <= 1:
+            _init(args.model)
+            for job in todo:
+                done(run_task(job))
+        elif todo:
+            import multiprocessing as mp
+            with mp.get_context("spawn").Pool(args.workers, initializer=_init, initargs=(args.model,)) as pool:
+                for rec in pool.imap_unordered(run_task, todo):
+                    done(rec)
+    finally:
+        bar.close()
+    records = [json.loads((tasks_dir / f"rollout-{f}-{s}.json").read_text()) for f, s, _ in jobs
+               if (tasks_dir / f"rollout-{f}-{s}.json").exists()]
+    n_rows = _write_jsonl(out / "sft.jsonl", (r for rec in records for r in rec["rows"]))
+    n_pairs = _write_jsonl(out / "preference.jsonl", (rec["pair"] for rec in records if "pair" in rec))
+    by_family = {}
+    for rec in records:
+        fam = by_family.setdefault(rec["family"], {"tasks": 0, "resolved": 0, "pairs": 0})
+        fam["tasks"] += 1
+        fam["resolved"] += rec["resolved"]
+        fam["pairs"] += "pair" in rec
+    summary = {"model": args.model, "tasks": len(records), "resolved": sum(r["resolved"] for r in records),
+               "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
+               "samples": args.samples, "seed": args.seed, "families": by_family,
+               "seconds": round(time.perf_counter() - t0, 1)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"{summary['resolved']}/{len(records)} tasks resolved: {n_rows} sft rows, {n_pairs} preference "
+          f"pairs ({summary['errors']} errors) in {summary['seconds']} s -> {out}")
+    for rec in records:
+        if "error" in rec:
+            print(f"warning: {rec['id']} did not run: {rec['error']}", file=sys.stderr)
+    return 0
