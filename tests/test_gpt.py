@@ -155,7 +155,7 @@ def test_cross_entropy_ignore_index_and_reductions():
     np.testing.assert_allclose(cross_entropy(logits, targets), per_token.sum() / 7, rtol=1e-6)
 
 
-@pytest.mark.parametrize("B, T", [(4, 256), (3, 33)])  # two time chunks of 128; one odd chunk
+@pytest.mark.parametrize("B, T", [pytest.param(4, 256, marks=pytest.mark.slow), (3, 33)])  # two chunks of 128 (slow); one odd chunk
 def test_fused_head_loss_matches_forward_logits(B, T):
     """nll_sum (on CPU: the chunked head + loss with its own gradient) gives the loss and every
     gradient of cross_entropy over forward's logits, with ignored targets and a padded vocab."""

@@ -19,7 +19,8 @@ def test_dry_run_plans_every_stage(preset, tmp_path, capsys):
     assert main(["speedrun", "--preset", preset, "--run-dir", str(tmp_path / "r"), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split(":")[0] for ln in lines][:1] == ["data"]
-    assert {ln.split(":")[0] for ln in lines} == set(speedrun.STAGES)
+    planned = {s for s in speedrun.STAGES if s not in speedrun.ON_POLICY or s in speedrun.PRESETS[preset]}
+    assert {ln.split(":")[0] for ln in lines} == planned
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
     for stage in ("base", "sft", "dpo"):
         assert "--resume" not in next(ln for ln in lines if ln.startswith(stage + ":"))
@@ -45,13 +46,21 @@ def test_training_stage_resumes_from_its_checkpoint(tmp_path):
     assert long[long.index("--from") + 1] == f"{tmp_path}/base" and long[long.index("--seq-len") + 1] == "2048"
     sft = speedrun.stage_commands("sft", p, tmp_path)[0]
     assert sft[sft.index("--from") + 1] == f"{tmp_path}/base_long"
+    # the on-policy round: rollouts of the sft model, rft from sft on them, dpo from rft with their pairs
+    rollouts, = speedrun.stage_commands("rollouts", p, tmp_path)
+    assert rollouts[rollouts.index("--model") + 1] == f"{tmp_path}/sft"
+    rft, = speedrun.stage_commands("rft", p, tmp_path)
+    assert f"{tmp_path}/rollouts/sft.jsonl*3" in rft and rft[rft.index("--from") + 1] == f"{tmp_path}/sft"
+    dpo, = speedrun.stage_commands("dpo", p, tmp_path)
+    assert f"{tmp_path}/rollouts/preference.jsonl*3" in dpo and dpo[dpo.index("--from") + 1] == f"{tmp_path}/rft"
+    assert speedrun.stage_commands("rft", speedrun.PRESETS["d12"], tmp_path) == []
 
 
 @pytest.mark.parametrize("preset", sorted(speedrun.PRESETS))
 def test_preset_commands_parse_and_accelerator_presets_shard_every_training_stage(preset, tmp_path):
     from train.cli import build_parser
     p = speedrun.PRESETS[preset]
-    for stage in ("data", "tokenizer", "base", "synth", "sft", "dpo"):
+    for stage in ("data", "tokenizer", "base", "synth", "sft", "rollouts", "rft", "dpo"):
         for cmd in speedrun.stage_commands(stage, p, tmp_path):
             build_parser().parse_args(cmd[3:])  # every flag exists (argparse exits otherwise)
     if preset != "cpu":

@@ -59,8 +59,9 @@ import sys
 import time
 from pathlib import Path
 
-STAGES = ("data", "tokenizer", "base", "synth", "sft", "dpo", "export", "evals", "report")
-TRAINING = ("base", "sft", "dpo")  # with --multihost: every process runs these together
+STAGES = ("data", "tokenizer", "base", "synth", "sft", "rollouts", "rft", "dpo", "export", "evals", "report")
+TRAINING = ("base", "sft", "rft", "dpo")  # with --multihost: every process runs these together
+ON_POLICY = ("rollouts", "rft")  # stages a preset may leave out (no commands, done at once)
 SINGLE_WRITER = tuple(s for s in STAGES if s not in TRAINING)  # with --multihost: process 0 only
 WAIT_POLL_S = 2.0  # how often a waiting process looks for process 0's marker files
 WAIT_REPORT_S = 60.0  # how often it says that it is still waiting
@@ -92,10 +93,16 @@ PRESETS = {
         synth=["--n", "3000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
         sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "700", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
+        # on-policy round: the sft model on 160 fresh training tasks; its resolved rollouts, 3x,
+        # beside the synth data for a short second sft; its departures as pairs for dpo
+        rollouts=["--n", "160", "--max-steps", "10", "--workers", "2"],
+        rft=["--seq-len", "2048", "--device-batch", "2", "--steps", "150", "--lr-scale", "2",
+             "--eval-every", "75", "--save-every", "75", "--sample-tokens", "0"],
+        rft_weight=3,
         dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
         evals=[["bpb", "--batches", "4"],
                ["humaneval", "--n", "10", "--temperature", "0.8", "--max-tokens", "256"],
-               ["agent", "--per-family", "6", "--max-steps", "10"]],  # the agent's 1024-token replies
+               ["agent", "--per-family", "20", "--max-steps", "10"]],  # the agent's 1024-token replies
     ),
 }
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the
@@ -168,9 +175,20 @@ def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> l
         base = "base_long" if "base_long" in p else "base"
         return [train + ["sft", "--from", f"{R}/{base}", "--data", f"{R}/synth/train.jsonl", "--val",
                          f"{R}/synth/val.jsonl", "--run-dir", f"{R}/sft"] + p["sft"] + host + resume("sft")]
-    if stage == "dpo":
-        return [train + ["dpo", "--from", f"{R}/sft", "--data", f"{R}/synth/preference_train.jsonl",
-                         "--val", f"{R}/synth/preference_val.jsonl", "--run-dir", f"{R}/dpo"]
+    if stage in ON_POLICY and stage not in p:
+        return []
+    if stage == "rollouts":  # the sft model on fresh training tasks (train/rollouts.py)
+        return [train + ["rollouts", "--model", f"{R}/sft", "--out", f"{R}/rollouts"] + p["rollouts"]]
+    if stage == "rft":  # sft again on the synth data plus the model's own resolved rollouts
+        return [train + ["sft", "--from", f"{R}/sft", "--data", f"{R}/synth/train.jsonl",
+                         f"{R}/rollouts/sft.jsonl*{p['rft_weight']}", "--val", f"{R}/synth/val.jsonl",
+                         "--run-dir", f"{R}/rft"] + p["rft"] + host + resume("rft")]
+    if stage == "dpo":  # the synth pairs, plus the on-policy ones where the model departed
+        on_policy = "rollouts" in p
+        return [train + ["dpo", "--from", f"{R}/{'rft' if on_policy else 'sft'}", "--data",
+                         f"{R}/synth/preference_train.jsonl"]
+                + ([f"{R}/rollouts/preference.jsonl*{p['rft_weight']}"] if on_policy else [])
+                + ["--val", f"{R}/synth/preference_val.jsonl", "--run-dir", f"{R}/dpo"]
                 + p["dpo"] + host + resume("dpo")]
     if stage == "export":
         return [[sys.executable, "-m", "train.speedrun", "export", f"{R}/dpo", model]]
