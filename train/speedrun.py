@@ -11,11 +11,14 @@ Trade-offs:
   stage exits 0, and a rerun skips it. A training stage that was interrupted restarts with
   `--resume` from its newest checkpoint, so `--resume` after a kill redoes at most the steps since
   the last save. A stage whose inputs changed is not detected: delete its .done to redo it.
-- The cpu preset is sized for this kind of machine: ~1.3 h on 2 idle cores (base ~28 min, synth
-  ~13, sft ~22, dpo ~5, evals ~7), depth 4, width 256, vocab 4096 (7.3M params, 11.6 MB in bf16).
-  Its base trains 1,200 small steps (4,096 tokens) at 6x MODEL.md's batch-scaled lrs with half the
-  rows copy rows (train/loader.py): the first cpu base (300 steps of 16,384 tokens, plain data)
-  never learned to copy, and a model that cannot copy cannot use names from its prompt.
+- The cpu preset is sized for this kind of machine (one sitting, <= ~150 min on 2 cores; each
+  stage's measured time is in the model card): depth 4, width 256, vocab 4096 (7.3M params). Its
+  base trains 900 small steps (4,096 tokens) at 512 tokens with half the rows copy rows, then 300
+  more at the agent's 2,048-token context with names planted up to ~1,800 tokens apart
+  (base_long; train/copy_rows.py): a model that cannot copy cannot use names from its context,
+  and one pretrained at 512 never saw the distances the agent works at. After sft, an on-policy
+  round: `train rollouts` runs the sft model on fresh training tasks, rft fine-tunes again with its
+  resolved rollouts beside the synth data, and dpo adds the pairs where it departed from the oracle.
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; the README estimates their
   times from the FLOPs (none has run on its hardware yet). Their `chip` and `devices` keys say what
   they are sized for; bench/memory.py checks that their train steps fit that chip.
