@@ -444,15 +444,15 @@ def eval_tables(evals_dir: Path) -> list[str]:
     lines = []
     if "agent" in found:
         a = found["agent"]
-        lines += ["| agentic suite (held-out tasks) | resolved | valid tool calls | first call right | mean steps |",
-                  "|---|---|---|---|---|"]
+        lines += ["| agentic suite (held-out tasks) | resolved | valid tool calls | first call right | mean steps | edits applied |",
+                  "|---|---|---|---|---|---|"]
         rows = [(f"{name}", m) for name, m in a["families"].items()]
         rows += [("**trained families**", a["trained_families"]), ("**eval-only families**",
                  a["eval_only_families"]), ("**all**", a["overall"])]
         for name, m in rows:
             lines.append(f"| {name} | {m['resolved']}/{m['tasks']} ({pct(m['resolve_rate'])}) | "
                          f"{pct(m['valid_tool_call_rate'])} | {pct(m['first_call_correct_rate'])} | "
-                         f"{m['mean_steps'] or 0:.1f} |")
+                         f"{m['mean_steps'] or 0:.1f} | {pct(m.get('edits_applied_rate'))} |")
         lines.append("")
     other = []
     for name in ("humaneval", "mbpp", "humanevalplus", "mbppplus"):
