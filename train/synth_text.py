@@ -135,8 +135,8 @@ def phrase(key: str, rng: random.Random, heldout: bool, **slots) -> str:
     r = rng.random()
     if r < 0.25:
         text = text.replace("`", "")
-    elif r < 0.35 and text[0].islower():
-        text = text[0].upper() + text[1:]
+    elif r < 0.35 and text[0].islower() and not text.startswith(tuple(str(v) for v in slots.values())):
+        text = text[0].upper() + text[1:]  # never a name: the model copies names as written
     elif r < 0.45 and not text.endswith(("?", ".")):
         text += rng.choice([".", " please", " thanks"])
     return text
