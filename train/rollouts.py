@@ -4,7 +4,8 @@ task's hidden check, which is legitimate on training tasks and never done on eva
 
 What comes out, in --out:
 - sft.jsonl: the resolved rollouts as SFT rows (rejection-sampling fine-tuning: the model's own
-  successful behaviour, in its own words, as training targets).
+  successful behaviour, in its own words, as training targets), those that end on the model's own
+  answer (not the step limit) with no tool output compacted away.
 - preference.jsonl: for each task whose rollouts all failed, a pair at the first step where the
   model departs from the oracle: both sides share the model's own context up to that step; chosen
   is the oracle's step (its tool call, or its answer), rejected the model's. A departure is an
@@ -212,6 +213,7 @@ def resolved(task, answer: str, calls: list[dict]) -> bool:
 
 def run_task(job: tuple) -> dict:
     """Every sample of one task; returns its record (with the rows and pair it produced)."""
+    from nanocode.protocol import DROPPED
     family, seed, opts = job
     tid = f"rollout-{family}-{seed}"
     t0 = time.perf_counter()
@@ -229,11 +231,13 @@ def run_task(job: tuple) -> dict:
             ok = resolved(task, turns[-1].answer, calls) and agent.messages[0]["content"] == task.system
             rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns]})
             messages = clean(agent.messages)
-            if ok and all(messages != r["messages"] for r in rows):
+            # a row must read as a whole turn: ended by the model's own answer, nothing compacted
+            whole = turns[-1].stop_reason == "done" and not any(m["content"] == DROPPED for m in messages)
+            if ok and whole and all(messages != r["messages"] for r in rows):
                 rows.append({"id": f"{tid}-{k}", "family": family, "messages": messages})
             elif not ok and failed is None:
                 failed = messages
-        rec["resolved"] = bool(rows)
+        rec["resolved"] = any(x["resolved"] for x in rec["samples"])
         if failed is not None and not rows:
             pair = departure_pair(task, failed)
             if pair:
