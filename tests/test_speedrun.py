@@ -50,9 +50,9 @@ def test_training_stage_resumes_from_its_checkpoint(tmp_path):
     rollouts, = speedrun.stage_commands("rollouts", p, tmp_path)
     assert rollouts[rollouts.index("--model") + 1] == f"{tmp_path}/sft"
     rft, = speedrun.stage_commands("rft", p, tmp_path)
-    assert f"{tmp_path}/rollouts/sft.jsonl*3" in rft and rft[rft.index("--from") + 1] == f"{tmp_path}/sft"
+    assert f"{tmp_path}/rollouts/sft.jsonl*10" in rft and rft[rft.index("--from") + 1] == f"{tmp_path}/sft"
     dpo, = speedrun.stage_commands("dpo", p, tmp_path)
-    assert f"{tmp_path}/rollouts/preference.jsonl*3" in dpo and dpo[dpo.index("--from") + 1] == f"{tmp_path}/rft"
+    assert f"{tmp_path}/rollouts/preference.jsonl*10" in dpo and dpo[dpo.index("--from") + 1] == f"{tmp_path}/rft"
     assert speedrun.stage_commands("rft", speedrun.PRESETS["d12"], tmp_path) == []
 
 

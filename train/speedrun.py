@@ -96,12 +96,12 @@ PRESETS = {
         synth=["--n", "3000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
         sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "700", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
-        # on-policy round: the sft model on 160 fresh training tasks; its resolved rollouts, 3x,
+        # on-policy round: the sft model on 160 fresh training tasks; its resolved rollouts, 10x,
         # beside the synth data for a short second sft; its departures as pairs for dpo
         rollouts=["--n", "160", "--max-steps", "10", "--workers", "2"],
         rft=["--seq-len", "2048", "--device-batch", "2", "--steps", "150", "--lr-scale", "2",
              "--eval-every", "75", "--save-every", "75", "--sample-tokens", "0"],
-        rft_weight=3,
+        on_policy_weight=10,
         dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
         evals=[["bpb", "--batches", "4"],
                ["humaneval", "--n", "10", "--temperature", "0.8", "--max-tokens", "256"],
@@ -184,13 +184,13 @@ def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> l
         return [train + ["rollouts", "--model", f"{R}/sft", "--out", f"{R}/rollouts"] + p["rollouts"]]
     if stage == "rft":  # sft again on the synth data plus the model's own resolved rollouts
         return [train + ["sft", "--from", f"{R}/sft", "--data", f"{R}/synth/train.jsonl",
-                         f"{R}/rollouts/sft.jsonl*{p['rft_weight']}", "--val", f"{R}/synth/val.jsonl",
+                         f"{R}/rollouts/sft.jsonl*{p['on_policy_weight']}", "--val", f"{R}/synth/val.jsonl",
                          "--run-dir", f"{R}/rft"] + p["rft"] + host + resume("rft")]
     if stage == "dpo":  # the synth pairs, plus the on-policy ones where the model departed
         on_policy = "rollouts" in p
         return [train + ["dpo", "--from", f"{R}/{'rft' if on_policy else 'sft'}", "--data",
                          f"{R}/synth/preference_train.jsonl"]
-                + ([f"{R}/rollouts/preference.jsonl*{p['rft_weight']}"] if on_policy else [])
+                + ([f"{R}/rollouts/preference.jsonl*{p['on_policy_weight']}"] if on_policy else [])
                 + ["--val", f"{R}/synth/preference_val.jsonl", "--run-dir", f"{R}/dpo"]
                 + p["dpo"] + host + resume("dpo")]
     if stage == "export":
