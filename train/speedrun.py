@@ -13,10 +13,11 @@ Trade-offs:
   the last save. A stage whose inputs changed is not detected: delete its .done to redo it.
 - The cpu preset is sized for this kind of machine (one sitting, <= ~150 min on 2 cores; each
   stage's measured time is in the model card): depth 4, width 256, vocab 4096 (7.3M params). Its
-  base trains 900 small steps (4,096 tokens) at 512 tokens with half the rows copy rows, then 300
-  more at the agent's 2,048-token context with names planted up to ~1,800 tokens apart
-  (base_long; train/copy_rows.py): a model that cannot copy cannot use names from its context,
-  and one pretrained at 512 never saw the distances the agent works at. After sft, an on-policy
+  base trains 1,200 small steps (4,096 tokens) at 512 tokens, half the rows copy rows and names
+  planted in half of the others, then 300 more at the agent's 2,048-token context with names
+  planted up to ~1,800 tokens apart (base_long; train/copy_rows.py): a model that cannot copy
+  cannot use names from its context, and one pretrained at 512 never saw the distances the agent
+  works at. After sft, an on-policy
   round: `train rollouts` runs the sft model on fresh training tasks, rft fine-tunes again with its
   resolved rollouts beside the synth data, and dpo adds the pairs where it departed from the oracle.
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; the README estimates their
@@ -86,9 +87,10 @@ PRESETS = {
         about="tiny model on this CPU (~1.3 h on 2 cores); the shipped default model",
         data=[["data", "local"]],
         tokenizer=["--vocab-size", "4096", "--max-chars", "20000000"],
-        base=["--preset", "cpu-d4", "--steps", "900", "--total-batch", "4096", "--device-batch", "8",
-              "--lr-scale", "6", "--copy-share", "0.5", "--eval-every", "300", "--eval-batches", "4",
-              "--save-every", "300"],
+        # induction forms late in this 1,200-step schedule (a 900-step one had none: docs/LOG.md)
+        base=["--preset", "cpu-d4", "--steps", "1200", "--total-batch", "4096", "--device-batch", "8",
+              "--lr-scale", "6", "--copy-share", "0.5", "--span-share", "0.5", "--eval-every", "300",
+              "--eval-batches", "4", "--save-every", "300"],
         # the last quarter at the agent's 2,048 context, names planted up to ~1,800 tokens apart
         base_long=["--seq-len", "2048", "--steps", "300", "--total-batch", "4096", "--device-batch", "2",
                    "--lr-scale", "6", "--copy-share", "0.25", "--span-share", "0.75", "--eval-every", "150",
