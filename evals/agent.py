@@ -163,14 +163,9 @@ def oracle_calls(messages: list[dict]) -> list[dict]:
 def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | None = None) -> dict:
     """Resolution and the dense metrics of one finished task, its project at `root` (default:
     task.root; a best-of rollout's copy otherwise)."""
+    from train.rollouts import resolved as check
     root = root or task.root
-    try:
-        resolved = bool(task.check(root, answer))
-        check_error = None
-    except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout on a broken edit
-        resolved, check_error = False, f"{type(e).__name__}: {e}".splitlines()[0]
-    if task.followup is not None:  # user_rejects: the refusal must have happened
-        resolved = resolved and any(c["result"] == REJECTED for c in calls)
+    resolved, check_error = check(task, answer, calls, root)
     edits = [c for c in calls if c["name"] == "Edit" and c["result"] != REJECTED]
     applied = [c for c in edits if not str(c["result"]).startswith("error")]
     first = calls[0] if calls else None

@@ -4,7 +4,6 @@ model departs from every oracle variant; a rerun resumes. The pair builder is ch
 with transcripts whose departures are known."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -118,4 +117,3 @@ def test_a_missing_model_is_a_clear_error(tmp_path, capsys):
     args = build_parser().parse_args(["rollouts", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert rollouts.main(args) == 2
     assert "nope" in capsys.readouterr().err
-    assert isinstance(args, argparse.Namespace)

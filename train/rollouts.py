@@ -201,14 +201,15 @@ def _init(model: str) -> None:
     _engine = Engine(params, cfg, Tokenizer.from_dict(tok))
 
 
-def resolved(task, answer: str, calls: list[dict]) -> bool:
-    """The hidden check on the final state; user_rejects also needs the refusal to have happened."""
+def resolved(task, answer: str, calls: list[dict], root: str | None = None) -> tuple[bool, str | None]:
+    """(resolved, why the check raised or None): the hidden check on the final state in `root`
+    (default task.root); user_rejects also needs the refusal to have happened."""
     from nanocode.protocol import REJECTED
     try:
-        ok = bool(task.check(task.root, answer))
-    except Exception:  # noqa: BLE001 - e.g. pytest past its timeout after a broken edit
-        ok = False
-    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls))
+        ok, error = bool(task.check(root or task.root, answer)), None
+    except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout after a broken edit
+        ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0]
+    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls)), error
 
 
 def run_task(job: tuple) -> dict:
@@ -228,7 +229,7 @@ def run_task(job: tuple) -> dict:
                                opts["max_steps"], retries=opts["retries"])
             turns = drive(agent, task)
             calls = [c for t in turns for c in t.tool_calls]
-            ok = resolved(task, turns[-1].answer, calls) and agent.messages[0]["content"] == task.system
+            ok = resolved(task, turns[-1].answer, calls)[0] and agent.messages[0]["content"] == task.system
             rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns]})
             messages = clean(agent.messages)
             # a row must read as a whole turn: ended by the model's own answer, nothing compacted

@@ -17,9 +17,9 @@ Trade-offs:
   planted in half of the others, then 300 more at the agent's 2,048-token context with names
   planted up to ~1,800 tokens apart (base_long; train/copy_rows.py): a model that cannot copy
   cannot use names from its context, and one pretrained at 512 never saw the distances the agent
-  works at. After sft, an on-policy
-  round: `train rollouts` runs the sft model on fresh training tasks, rft fine-tunes again with its
-  resolved rollouts beside the synth data, and dpo adds the pairs where it departed from the oracle.
+  works at. After sft, an on-policy round: `train rollouts` runs the sft model on fresh training
+  tasks, rft fine-tunes again with its resolved rollouts beside the synth data, and dpo adds the
+  pairs where it departed from the oracle.
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; the README estimates their
   times from the FLOPs (none has run on its hardware yet). Their `chip` and `devices` keys say what
   they are sized for; bench/memory.py checks that their train steps fit that chip.
