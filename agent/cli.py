@@ -10,9 +10,12 @@ prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI when agent/tui.py
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
-from nanocode.protocol import MODES  # light: no jax, no tools
+from agent.headless import OUTPUT_FORMATS  # light: no jax, no tools
+from nanocode.protocol import MODES
 
 ALIASES = {"edits": "accept-edits", "yolo": "auto"}  # the stub's names, still accepted
 
@@ -34,10 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     face = p.add_mutually_exclusive_group()
     face.add_argument(
-        "-p", "--print", metavar="PROMPT", dest="prompt",
+        "-p", "--print", metavar="PROMPT", dest="prompt", nargs="?", const="-",
         help="headless: run one prompt to completion, print the answer on stdout (progress on "
         "stderr) and exit; calls that would ask for approval are rejected unless --mode/--yes "
-        "allows them",
+        "allows them. With no PROMPT, or '-', the prompt is read from stdin. Exit status: 0 "
+        "answered, 3 a call needed approval, 4 stopped early (step limit, repeated call, reply "
+        "cut), 5 context full, 130 cancelled",
     )
     face.add_argument(
         "--plain", action="store_true",
@@ -62,9 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=25,
                    help="most tool calls per request before control returns to you (default 25)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--output-format", choices=["text", "json"], default="text",
-                   help="with -p: the answer as text, or JSON with answer, tool_calls, "
-                   "files_changed, steps, stop_reason")
+    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text",
+                   help="with -p: the answer as text; JSON with answer, tool_calls, "
+                   "files_changed, steps, stop_reason, usage; or stream-json, one JSON event per "
+                   "line as it happens (text deltas, tool calls and results, then the result)")
     p.add_argument("--best-of", type=int, default=1, metavar="N",
                    help="with -p: run the request N times in copies of the project and apply only "
                    "the best (tests pass for a change, agreement for a question) as one undoable "
@@ -97,8 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.best_of < 1:
-        parser.error(f"--best-of must be at least 1, got {args.best_of}")
+    for flag, value, least in (("--best-of", args.best_of, 1), ("--max-tokens", args.max_tokens, 1),
+                               ("--max-steps", args.max_steps, 1), ("--top-k", args.top_k, 0)):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
+    if not args.temperature >= 0:
+        parser.error(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
     if args.best_of > 1 and args.prompt is None:
         parser.error("--best-of needs -p PROMPT (it runs headless)")
     if args.best_of_temperature <= 0:
@@ -134,12 +144,38 @@ def trusted(root, headless: bool) -> bool:
         return False
 
 
+def _interrupted_at_start(*_) -> None:
+    """Ctrl-C before the agent is built: nothing is written yet, so leave at once (a
+    KeyboardInterrupt inside jax's import or a loader thread can be swallowed)."""
+    sys.stderr.write("\ninterrupted during start-up: nothing was run\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    import threading
+    if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
+        return _main(args, lambda: None)
+    old = signal.signal(signal.SIGINT, _interrupted_at_start)
+    try:
+        return _main(args, lambda: signal.signal(signal.SIGINT, old))
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _main(args, started) -> int:
+    """main's body; `started()` hands Ctrl-C back to the faces once the model is loaded."""
     from pathlib import Path
 
     from agent.model import ModelError, resolve_model
 
+    if args.prompt is not None:
+        from agent.headless import read_prompt
+        args.prompt = read_prompt(args.prompt)
+        if args.prompt is None:
+            _err("error: the prompt is empty: pass it as -p \"...\" or pipe it on stdin (-p -)")
+            return 2
     root = Path(args.cwd).expanduser()
     if not root.is_dir():
         _err(f"error: --cwd {root} is not a directory")
@@ -166,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         store = SessionStore(root, meta.get("id") or path.stem.rsplit("-", 1)[-1], path)
 
     if args.prompt is None and not args.plain:  # the TUI loads the model in a worker
+        started()  # the TUI loads in a worker and reads Ctrl-C as a key
         from agent import tui
         return tui.run(tui.Loader(args, root, model_dir, messages, meta, store), args)
     from agent.model import build_agent
@@ -174,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModelError as e:
         _err(str(e))
         return e.code
+    started()
     if args.prompt is not None and args.best_of > 1:
         from agent.headless import run_best_of
         return run_best_of(agent, args.prompt, args.best_of, args.output_format,

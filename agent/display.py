@@ -38,6 +38,15 @@ def printable_json(obj) -> str:
     return json.dumps(obj, ensure_ascii=False).translate(_JSON)
 
 
+def rule_words(rules: str) -> str:
+    """Session rules (tools.permissions.Policy.always: "Edit", "Bash(git status:*)",
+    "Read(/x/**)", joined by ", ") as the faces say them, escaped: "Edit" is every edit to any
+    file of the project, which its name alone does not tell."""
+    words = ["Edit on any file in the project" if r == "Edit" else r
+             for r in (rules.split(", ") if rules else [])]
+    return printable(", ".join(words))
+
+
 def summarize(result: str, width: int = 100) -> str:
     """The first line of `result` (escaped, cut at `width`) and how many lines follow."""
     lines = printable(result).splitlines() or [""]

@@ -1,25 +1,35 @@
 """`nanocode -p PROMPT`: one request to completion, no questions asked.
 
-stdout gets only the answer (text) or one JSON object (`--output-format json`: answer,
-tool_calls [{name, args, result}], files_changed, steps, stop_reason, session, sandbox: what
-contains Bash, also the first stderr line); progress (each
-tool call and a one-line summary of its result, status notes) goes to stderr. Text that came from
-the model or a tool is escaped (agent/display.py: no control or bidi character reaches the
+The prompt is the argument, or stdin with `-p -` or a bare `-p` (`git diff | nanocode -p`).
+Three output formats:
+- text: stdout gets only the answer; progress (each tool call and a one-line summary of its
+  result, status notes) goes to stderr.
+- json: one JSON object on stdout at the end: answer, tool_calls [{name, args, result}],
+  files_changed, steps, stop_reason, retries, usage, session, sandbox.
+- stream-json: one JSON object per line on stdout as things happen (`stream_event`: text
+  deltas, tool calls and results, approvals, status notes, then one "result" line carrying
+  the json format's fields, usage included). Nothing but the sandbox line goes to stderr.
+The sandbox line (what contains Bash) is always the first stderr line. Text that came from the
+model or a tool is escaped (agent/display.py: no control or bidi character reaches the
 terminal); the JSON keeps every value exact, those characters written as JSON escapes.
 
-Nobody is there to approve: a call the policy would ask about is rejected (`rejected by user`,
-which ends the turn, stop_reason "rejected") unless the mode allows it: `--mode accept-edits`
-lets Edit run, `--yes`/`--mode auto` lets Edit and Bash run (destructive commands are still
-rejected), and `--mode plan` denies Edit and Bash outright. Ctrl-C cancels the run (stop_reason
-"cancelled"). Exit status 0 when the loop ran (whatever its stop_reason), 1 if it crashed.
+Nobody is there to approve: a call the policy would ask about is rejected (the model reads
+protocol.REJECTED; the turn ends, stop_reason "rejected") unless the mode allows it: `--mode
+accept-edits` lets Edit run, `--yes`/`--mode auto` lets Edit and Bash run (destructive commands
+are still rejected), and `--mode plan` denies Edit and Bash outright. Ctrl-C cancels the run.
+
+Exit status (EXIT_CODES, by stop_reason): 0 the model answered; 3 a call needed an approval
+nobody could give; 4 stopped before an answer (step limit, a repeated call, a reply cut at
+--max-tokens); 5 the request did not fit the context; 130 cancelled; 1 a crash or a --best-of
+pick that could not be applied; 2 bad usage.
 
 `--best-of N` (run_best_of): N rollouts in copies of the project, the verifier's pick applied as
 one undoable turn (agent/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
 and in JSON a `best_of` object beside the winner's fields (every rollout's stop reason, changed
 files, test verdict and score; pass_at_1 = rollout 0). Rollouts share the agent's engine, policy
 (re-rooted at the copy), sampling settings and conversation, so `-c --best-of N` continues it; the
-winner's conversation, relocated to the project, is what the session saves. Exit 1 when the pick
-could not be applied (the project changed meanwhile), nothing written.
+winner's conversation, relocated to the project, is what the session saves. The exit status is
+the winner's.
 """
 from __future__ import annotations
 
@@ -27,13 +37,22 @@ import signal
 import sys
 import threading
 
+import dataclasses
+
 from agent.display import format_call, printable, printable_json, summarize
+from nanocode.protocol import REJECTED
+
+EXIT_CODES = {"done": 0, "rejected": 3, "step_limit": 4, "repeat": 4, "max_tokens": 4,
+              "context": 5, "cancelled": 130}
+OUTPUT_FORMATS = ("text", "json", "stream-json")
 
 
 def on_event(ev) -> None:
     """Progress on stderr: each call, a line of its result, approvals refused, status notes."""
     if ev.kind == "tool_call":
         print(f"> {format_call(ev.name, ev.args)}", file=sys.stderr, flush=True)
+    elif ev.kind == "tool_result" and ev.result == REJECTED:  # there is no user to reject it
+        print("  rejected: nobody can approve it in headless mode", file=sys.stderr, flush=True)
     elif ev.kind == "tool_result":
         print(f"  {summarize(ev.result)}", file=sys.stderr, flush=True)
     elif ev.kind == "approval" and ev.answer == "no":
@@ -41,6 +60,19 @@ def on_event(ev) -> None:
               file=sys.stderr, flush=True)
     elif ev.kind == "status":
         print(f"[{printable(ev.text)}]", file=sys.stderr, flush=True)
+
+
+def stream_event(ev) -> None:
+    """One event as one JSON line on stdout: {"type": ev.kind, ...its fields}."""
+    print(printable_json({"type": ev.kind, **dataclasses.asdict(ev)}), flush=True)
+
+
+def read_prompt(prompt: str) -> str | None:
+    """The -p argument, or all of stdin for "-"; None when it is empty (or stdin is a terminal
+    with nothing typed)."""
+    if prompt == "-":
+        prompt = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+    return prompt if prompt.strip() else None
 
 
 def _with_sigint(cancel: threading.Event, fn):
@@ -61,6 +93,8 @@ def _print(res, output_format: str, **extra) -> None:
     exact, every character a terminal would act on written as a JSON escape."""
     if output_format == "json":
         print(printable_json({**res.to_dict(), **extra}))
+    elif output_format == "stream-json":
+        print(printable_json({"type": "result", **res.to_dict(), **extra}), flush=True)
     else:
         print(printable(res.answer))
 
@@ -68,10 +102,11 @@ def _print(res, output_format: str, **extra) -> None:
 def run_headless(agent, prompt: str, output_format: str = "text") -> int:
     cancel = threading.Event()
     _say_sandbox(agent)
-    res = _with_sigint(cancel, lambda: agent.run_turn(prompt, approve=None, on_event=on_event,
+    events = stream_event if output_format == "stream-json" else on_event
+    res = _with_sigint(cancel, lambda: agent.run_turn(prompt, approve=None, on_event=events,
                                                       cancel=cancel))
     _print(res, output_format, session=agent.meta.get("id"), sandbox=agent.sandbox_status)
-    return 0
+    return EXIT_CODES[res.stop_reason]
 
 
 def _say_sandbox(agent) -> None:
@@ -109,7 +144,8 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
         return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, n,
                        seed=agent.seed, temperature=agent.temperature,
                        sample_temperature=sample_temperature, test_command=test_command,
-                       on_event=on_event, cancel=cancel)
+                       on_event=stream_event if output_format == "stream-json" else on_event,
+                       cancel=cancel)
     try:
         res = _with_sigint(cancel, run)
     except BestOfError as e:
@@ -127,4 +163,4 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
                 print(f"[could not save the session: {printable(e)}]", file=sys.stderr)
     _print(res.result, output_format, session=agent.meta.get("id"), sandbox=agent.sandbox_status,
            best_of=res.to_dict())
-    return 0
+    return EXIT_CODES[res.result.stop_reason]

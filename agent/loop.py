@@ -15,7 +15,8 @@ One user turn: append the user message (the first also carries the system prompt
 renderer) -> generate (grammar-masked, see agent/grammar.py) until `<|tool_call_end|>` or
 `<|assistant_end|>` -> for a call: append `<|assistant_end|>`, check it (protocol.check_call),
 ask the policy (allow / deny -> `error: <reason>` / ask -> approve(name, args,
-decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn ends), run it
+decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn ends; Ctrl-C or
+Ctrl-D at the prompt -> `cancelled by user`, recorded as "cancelled", not a rejection), run it
 (tools.dispatch.run_tool), append the result, generate again; a plain reply ends the turn.
 Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`),
 a reply cut by `max_tokens`, a request that does not fit the context.
@@ -64,7 +65,7 @@ from agent.grammar import CONTENT, Grammar
 from agent.grounding import Grounding
 from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
-    DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, Text, ToolCall, ToolResult, TurnEnd,
+    CANCELLED, DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, Text, ToolCall, ToolResult, TurnEnd,
     TurnResult, check_call, mode_note, system_prompt)
 from tools.dispatch import run_tool
 from tools.files import read_memory
@@ -134,6 +135,7 @@ class Agent:
         self.undo_log = TurnUndo(self.root, checkpoints)  # agent/turn_undo.py
         self._turn_start = 0
         self._emit = lambda *a, **k: None
+        self._usage = TurnResult().usage  # the running turn's (compact() outside a turn too)
         self._full = np.ones(engine.cfg.vocab_size, bool)
         self._device_masks: dict = {}  # id(numpy mask) -> (mask, device copy); masks are memoised
         self.mask_time = 0.0  # seconds spent in the mask hook (for the overhead number)
@@ -217,6 +219,7 @@ class Agent:
         emit = on_event or (lambda event: None)
         cancel = cancel or threading.Event()
         res = TurnResult()
+        self._usage, started = res.usage, time.perf_counter()
         if not self.messages:
             memory = read_memory(self.root) if self.memory else None
             self.meta["mode"] = self.mode
@@ -313,6 +316,7 @@ class Agent:
                                        "stop_reason": res.stop_reason,
                                        "files_changed": res.files_changed, "checkpoint": ck_id})
             self.meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            res.usage["seconds"] = time.perf_counter() - started
             if self.store is not None:
                 try:
                     self.store.save(self.messages, self.meta)
@@ -335,18 +339,24 @@ class Agent:
             if approve is not None:
                 try:
                     answer = str(approve(name, args, d)).strip().lower()
-                except (KeyboardInterrupt, EOFError):
-                    answer = "no"
+                except (KeyboardInterrupt, EOFError):  # Ctrl-C / Ctrl-D at the prompt
+                    answer = "cancelled"
                 answer = {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
-                if answer not in ("yes", "no", "always"):
+                if cancel.is_set():
+                    answer = "cancelled"
+                elif answer not in ("yes", "no", "always", "cancelled"):
                     answer = "no"
             rule = self.policy.always(name, args) if answer == "always" else ""
+            if answer == "always" and not rule:  # nothing to remember (e.g. destructive): once
+                answer = "yes"
             self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,
                                            "args": args, "reason": d.reason, "answer": answer,
                                            **({"rule": rule} if rule else {})})
-            emit(Approval(name, args, d.action, d.reason, answer))
+            emit(Approval(name, args, d.action, d.reason, answer, rule))
             if answer == "no":
                 return REJECTED, "rejected"
+            if answer == "cancelled":  # not the user's verdict on the call: nothing ran
+                return CANCELLED, "cancelled"
         if name in ("Edit", "Bash"):
             refused = self.undo_log.begin(self.messages[self._turn_start]["content"], self.meta["id"])
             if refused:
@@ -419,6 +429,7 @@ class Agent:
             self._copy.extend(self.session.ids[self._copy_seen:])
             self._copy_seen = len(self.session.ids)
         temperature = self.temperature or (self.retry_temperature if retry else 0.0)
+        t0 = time.perf_counter()
         for t in self.session.generate(max_tokens=budget, temperature=temperature,
                                        top_k=self.top_k, top_p=self.top_p, seed=seed,
                                        allowed=self._hook()):
@@ -435,6 +446,8 @@ class Agent:
             if cancel.is_set() and t not in self._stops:
                 cancelled = True
                 break
+        self._usage["generate_s"] += time.perf_counter() - t0
+        self._usage["completion_tokens"] += len(out)
         if not in_call:
             tail = dec.decode(b"", final=True)
             if tail:
@@ -473,7 +486,7 @@ class Agent:
                 == [t for t in canonical if self.tok.is_special(t)])
         if same and not self._dirty:
             if not ends_reply:
-                self.session.append([self._a_end])
+                self._prefill([self._a_end])
             self._k = len(self.messages)
         else:
             self._dirty = True  # rebuilt from the render at the next flush
@@ -496,14 +509,20 @@ class Agent:
             new = [t for m in self.messages[self._k:] for t in self._piece(m)] + tail
             if len(new) + extra <= self.session.room():
                 if new:
-                    self.session.append(new)
+                    self._prefill(new)
                 self._k = len(self.messages)
                 return
         self._dirty = True  # messages may change below: only a full render is right now
         ids = self._fit(len(tail) + extra)
         self.session = self.engine.session()
-        self.session.append(ids + tail)
+        self._prefill(ids + tail)
         self._k, self._dirty = len(self.messages), False
+
+    def _prefill(self, ids: list[int]) -> None:
+        t0, before = time.perf_counter(), self.session.stats["prefilled_total"]
+        self.session.append(ids)  # (it may also feed the last sampled token: counted)
+        self._usage["prefill_s"] += time.perf_counter() - t0
+        self._usage["prompt_tokens"] += self.session.stats["prefilled_total"] - before
 
     def _fit(self, extra: int) -> list[int]:
         """The render, compacted (agent/context.py) to fit with `extra` more slots; one status

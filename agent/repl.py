@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 
-from agent.display import call_text, format_call, printable, summarize
+from agent.display import call_text, format_call, printable, rule_words, summarize
 from agent.turn_undo import slash_undo
 
 HELP = """\
@@ -97,6 +97,8 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
             con.dim(f"  {summarize(ev.result)}")
         elif ev.kind == "status":
             con.dim(f"[{ev.text}]")
+        elif ev.kind == "approval" and ev.rule:
+            con.dim(f"  allowed from now on this session: {rule_words(ev.rule)}")
 
     def approve(name, args, decision):
         if state["open"]:
@@ -112,13 +114,13 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         else:
             con.write(call_text(args) + "\n")
         rule = getattr(decision, "always", "")
-        choices = f"[y]es / [n]o / [a]lways: allow {printable(rule)} for this session" if rule \
+        choices = f"[y]es / [n]o / [a]lways this session: {rule_words(rule)}" if rule \
             else "[y]es / [n]o"
         while True:
             try:
                 answer = con.ask(f"allow? {choices}: ").strip().lower()
             except (KeyboardInterrupt, EOFError):
-                return "no"
+                return "cancelled"  # not a verdict on the call: the turn stops, nothing recorded as "no"
             if answer in ("y", "yes", "n", "no") or (rule and answer in ("a", "always")):
                 return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
 

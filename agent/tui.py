@@ -27,17 +27,16 @@ import time
 from pathlib import Path
 
 from rich.console import Group
-from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Collapsible, Input, Static
+from textual.widgets import Button, Input, Static
 
-from agent.display import call_text, call_title, edit_diff, printable, summarize
+from agent.display import call_text, edit_diff, rule_words
+from agent.tui_widgets import ApprovalPanel, HistoryInput, Reply, ToolCard, code_view, plain
 from agent.turn_undo import slash_undo
-from nanocode.protocol import REJECTED
 
 HELP = """\
 /help            this help
@@ -80,99 +79,6 @@ class Loader:
             raise LoadError(str(e), e.code) from None
 
 
-# ---- rendering helpers (everything untrusted is escaped: agent/display.py) ---------------------
-def plain(text, style: str = "") -> Text:
-    """`text` escaped, as a Text: never markup, no control or bidi character."""
-    return Text(printable(text), style=style)
-
-
-def code_view(code: str, lexer: str = "diff") -> Syntax:
-    """`code` escaped and highlighted (a diff, a Bash command), wrapped, never cut."""
-    return Syntax(printable(code), lexer, theme="ansi_dark", background_color="default",
-                  word_wrap=True)
-
-
-# ---- widgets ----------------------------------------------------------------------------------
-class Reply(Static):
-    """The assistant's prose, grown piece by piece."""
-
-    def __init__(self):
-        super().__init__("", classes="assistant")
-        self.text = ""
-
-    def add(self, piece: str) -> None:
-        self.text += piece
-        self.update(plain(self.text))
-
-
-class ToolCard(Collapsible):
-    """One tool call: the header, for Edit the diff, and the result (collapsed, except Edit)."""
-
-    def __init__(self, tool: str, args: dict):
-        self.tool, self.args, self.header = tool, args, call_title(tool, args)
-        kids = [Static(code_view(edit_diff(args)), classes="diff")] if tool == "Edit" else []
-        self.result = Static(Text("running…", style="dim"), classes="result")
-        self.result_text = None
-        super().__init__(*kids, self.result, title=Text(self.header), collapsed=tool != "Edit",
-                         classes="tool")
-
-    def set_result(self, result: str) -> None:
-        self.result_text = result
-        self.result.update(plain(result))
-        self.title = Text(f"{self.header}  ⎯ {summarize(result, width=60)}")  # both escaped
-        if result.startswith("error:") or result == REJECTED:
-            self.add_class("failed")
-
-
-class HistoryInput(Input):
-    BINDINGS = [Binding("up", "history(-1)", show=False), Binding("down", "history(1)", show=False)]
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.history: list[str] = []
-        self.pos, self.draft = 0, ""
-
-    def remember(self, text: str) -> None:
-        if not self.history or self.history[-1] != text:
-            self.history.append(text)
-        self.pos = len(self.history)
-
-    def action_history(self, step: int) -> None:
-        if not self.history:
-            return
-        if self.pos == len(self.history):
-            self.draft = self.value
-        self.pos = max(0, min(len(self.history), self.pos + step))
-        self.value = self.history[self.pos] if self.pos < len(self.history) else self.draft
-        self.cursor_position = len(self.value)
-
-
-class ApprovalPanel(Vertical, can_focus=True):
-    """The call in full (a long one scrolls: up/down, page up/down, the wheel) and y / n / a."""
-    BINDINGS = [Binding("y", "answer('yes')", "yes"), Binding("n", "answer('no')", "no"),
-                Binding("a", "answer('always')", "always"),
-                *(Binding(k, f"scroll_by({n})", show=False) for k, n in
-                  (("up", -1), ("down", 1), ("pageup", -10), ("pagedown", 10)))]
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="approval-scroll"):
-            yield Static(id="approval-text")
-        with Horizontal(id="approval-buttons"):
-            yield Button(Text("[y]es"), id="yes", variant="success")
-            yield Button(Text("[n]o"), id="no", variant="error")
-            yield Button(Text("[a]lways for this session"), id="always")
-
-    def action_answer(self, answer: str) -> None:
-        self.app.answer_approval(answer)
-
-    def action_scroll_by(self, lines: int) -> None:
-        self.query_one("#approval-scroll").scroll_relative(y=lines, animate=False)
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        self.app.answer_approval(event.button.id)
-
-
 # ---- messages from the worker threads ---------------------------------------------------------
 class Approval:
     def __init__(self, name, args, reason, always=""):
@@ -198,10 +104,10 @@ class NanocodeApp(App):
     .assistant { margin-top: 1; }
     .tool { margin: 0 0 0 2; padding: 0; border: none; }
     .tool.failed CollapsibleTitle { color: $error; }
-    #approval { display: none; height: auto; border: round $warning; padding: 0 1; }
+    #approval { display: none; height: auto; max-height: 50vh; border: round $warning; padding: 0 1; }
     #approval.show { display: block; }
-    #approval-scroll { height: auto; max-height: 60vh; }
-    #approval-buttons { height: auto; }
+    #approval-scroll { height: auto; max-height: 35vh; }  /* + border and buttons: under 50vh */
+    #approval-buttons { height: 1; }
     #approval-buttons Button { margin-right: 1; }
     #status { height: 1; background: $panel; padding: 0 1; }
     """
@@ -224,6 +130,7 @@ class NanocodeApp(App):
         self._cards: dict[int, ToolCard] = {}
         self._last_note = ""
         self._ctrl_c_at = 0.0
+        self._typed_at = 0.0  # the last change to the prompt: an approval then waits for Tab
 
     def compose(self) -> ComposeResult:
         yield VerticalScroll(id="transcript")
@@ -289,6 +196,7 @@ class NanocodeApp(App):
     def loaded(self, agent, error, code) -> None:
         if error:
             self.load_error, self.exit_code = error, code
+            self.query_one(HistoryInput).placeholder = "no model: /quit to leave"
             self.note(error + "\n(/quit to leave)", style="bold red")
         else:
             self.agent = agent
@@ -329,27 +237,33 @@ class NanocodeApp(App):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()
         event.input.value = ""
+        self._typed_at = 0.0
         if not text:
             return
         event.input.remember(text)
         if text.startswith("/"):
             self.slash(text)
             return
-        self.add(Static(plain("> " + text), classes="user"))
-        self.pending.append(text)
+        text = event.input.expand(text)
         if self.load_error:
-            self.pending.clear()
+            self.add(Static(plain("> " + text), classes="user"))
             self.note("no model: " + self.load_error)
-        elif self.agent is None:
-            self.note("waiting for the model to load…")
-        elif self.running:
-            self.note("queued: runs after the current turn")
+            return
+        self.pending.append(text)
+        if self.agent is None or self.running:  # shown in the transcript when it starts
+            waits = "the model to load" if self.agent is None else "the current turn"
+            self.note(f"queued ({len(self.pending)}), runs after {waits}: {text.splitlines()[0][:60]}")
         self._next()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.value:  # a draft being typed (not the clearing after a submit)
+            self._typed_at = time.monotonic()
 
     def _next(self) -> None:
         if self.agent is None or self.running or not self.pending:
             return
         text = self.pending.pop(0)
+        self.add(Static(plain("> " + text), classes="user"))
         self.running, self.cancel = True, threading.Event()
         self._reply, self._cards = None, {}
         threading.Thread(target=self._turn, args=(self.agent, text, self.cancel), daemon=True,
@@ -358,19 +272,11 @@ class NanocodeApp(App):
 
     # ---- the worker thread --------------------------------------------------------------------
     def _turn(self, agent, text: str, cancel: threading.Event) -> None:
-        mark = [time.perf_counter()]  # when the last reply started: turn start or last result
-
-        def on_event(ev):
-            if ev.kind == "tool_result":
-                mark[0] = time.perf_counter()
-            self.later(self.agent_event, ev)
-
         tps, error = None, None
         try:
-            agent.run_turn(text, approve=lambda n, a, d: self._approve(n, a, d, cancel),
-                           on_event=on_event, cancel=cancel)
-            n, dt = agent.session.stats.get("generated", 0), time.perf_counter() - mark[0]
-            tps = n / dt if n and dt > 0 else None
+            res = agent.run_turn(text, approve=lambda n, a, d: self._approve(n, a, d, cancel),
+                                 on_event=lambda ev: self.later(self.agent_event, ev), cancel=cancel)
+            tps = res.tokens_per_second  # sampling time only: approvals and tools left out
         except Exception as e:  # noqa: BLE001 - the session survives a crashed turn
             error = f"error: the turn crashed: {type(e).__name__}: {e}"
         self.later(self.turn_done, tps, error)
@@ -380,7 +286,7 @@ class NanocodeApp(App):
         self.later(self.ask_approval, box)
         while not box.done.wait(0.05):
             if cancel.is_set():
-                return "no"
+                return "cancelled"
         return box.answer
 
     # ---- events from the worker ---------------------------------------------------------------
@@ -407,9 +313,9 @@ class NanocodeApp(App):
             if card is not None:
                 card.set_result(ev.result)
         elif ev.kind == "approval":
-            said = {"yes": "allowed once", "always": "allowed for this session",
-                    "no": "rejected"}.get(ev.answer, ev.answer)
-            self.note(f"{ev.name}: {said}")
+            said = {"yes": "allowed once", "no": "rejected", "cancelled": "cancelled, not run",
+                    "always": f"allowed, and from now on this session: {rule_words(ev.rule)}"}
+            self.note(f"{ev.name}: {said.get(ev.answer, ev.answer)}")
         elif ev.kind == "status":
             self.note(f"[{ev.text}]")
         elif ev.kind == "turn_end" and ev.stop_reason == "cancelled" \
@@ -434,20 +340,44 @@ class NanocodeApp(App):
             body = Group(head, plain(call_text(box.args)))
         self.query_one("#approval-text", Static).update(body)
         button = self.query_one("#always", Button)  # says what "always" stores, or is gone
-        button.label = Text(f"[a]lways: allow {printable(box.always)} this session")
+        button.label = Text(f"[a]lways this session: {rule_words(box.always)}")
         button.display = bool(box.always)
         self.query_one("#approval-scroll").scroll_home(animate=False)
         panel = self.query_one(ApprovalPanel)
         panel.add_class("show")
-        panel.focus()
+        prompt = self.query_one(HistoryInput)
+        if prompt.value or time.monotonic() - self._typed_at < 1.0:  # mid-typing: keys stay there
+            self.note("[approval waiting: press Tab to answer it; your draft is kept]")
+        else:
+            panel.focus()
         self.refresh_status()
+
+    def action_focus_approval(self) -> None:
+        if self.asking is not None:
+            self.query_one(ApprovalPanel).focus()
+        else:
+            self.screen.focus_next()
+
+    def action_focus_prompt(self) -> None:
+        self.query_one(HistoryInput).focus()
+
+    def action_page_transcript(self, pages: int) -> None:
+        t = self.query_one("#transcript", VerticalScroll)
+        t.scroll_relative(y=pages * max(1, t.size.height - 2), animate=False)
+
+    def on_resize(self, event) -> None:
+        t = self.query_one("#transcript", VerticalScroll)
+        if t.scroll_y >= t.max_scroll_y - 1:  # it followed the end: keep it there
+            self.call_after_refresh(t.scroll_end, animate=False)
 
     def answer_approval(self, answer: str) -> None:
         if answer == "always" and self.asking is not None and not self.asking.always:
             return  # no rule to store: the choice is not offered
         box, self.asking = self.asking, None
         self.query_one(ApprovalPanel).remove_class("show")
-        self.query_one(HistoryInput).focus()
+        prompt = self.query_one(HistoryInput)
+        prompt.focus()
+        prompt.cursor_position = len(prompt.value)
         if box is not None:
             box.answer = answer
             box.done.set()
@@ -456,7 +386,7 @@ class NanocodeApp(App):
     def turn_done(self, tps, error) -> None:
         self.running, self._reply = False, None
         if self.asking is not None:
-            self.answer_approval("no")
+            self.answer_approval("cancelled")
         if tps:
             self.tps = tps
         if error:
@@ -471,7 +401,7 @@ class NanocodeApp(App):
             self.cancel.set()
             self.pending.clear()
             if self.asking is not None:
-                self.answer_approval("no")
+                self.answer_approval("cancelled")
             self.note("stopping…")
             self._ctrl_c_at = 0.0
             return
@@ -492,7 +422,7 @@ class NanocodeApp(App):
     def shutdown(self) -> None:
         self.cancel.set()
         if self.asking is not None:
-            self.answer_approval("no")
+            self.answer_approval("cancelled")
         self.exit(return_code=self.exit_code)
 
     # ---- slash commands -----------------------------------------------------------------------

@@ -71,6 +71,7 @@ MODE_TOOLS = {"ask": tuple(TOOLS), "accept-edits": tuple(TOOLS), "auto": tuple(T
 
 # fixed tool results and notes: the data and the agent write exactly these
 REJECTED = "rejected by user"
+CANCELLED = "cancelled by user: the call was not run"
 DROPPED = "[output dropped to save context]"
 REPEATED = "error: the same call three times in a row; stopped so the user can step in"
 PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
@@ -235,13 +236,15 @@ class ToolCall:
 
 @dataclass
 class Approval:
-    """A call the policy asked about and the user's answer ("yes", "no", "always")."""
+    """A call the policy asked about and the user's answer ("yes", "no", "always", or
+    "cancelled": Ctrl-C at the prompt, which is not a verdict on the call)."""
     kind: ClassVar[str] = "approval"
     name: str
     args: dict
     decision: str
     reason: str
     answer: str
+    rule: str = ""  # the session rule(s) "always" added (tools.permissions.Policy.always)
 
 
 @dataclass
@@ -282,7 +285,18 @@ class TurnResult:
     steps: int = 0
     stop_reason: str = "done"
     retries: int = 0
+    # tokens the model read (prefilled) and wrote (sampled, taken-back retries included), and the
+    # seconds each took; `seconds` is the whole turn, approvals and tools included
+    usage: dict = field(default_factory=lambda: dict.fromkeys(
+        ("prompt_tokens", "completion_tokens", "prefill_s", "generate_s", "seconds"), 0))
 
     def to_dict(self) -> dict:
         return {"answer": self.answer, "tool_calls": self.tool_calls, "files_changed": self.files_changed,
-                "steps": self.steps, "stop_reason": self.stop_reason, "retries": self.retries}
+                "steps": self.steps, "stop_reason": self.stop_reason, "retries": self.retries,
+                "usage": self.usage}
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """The decode rate of this turn (sampled tokens over sampling time), None before any."""
+        u = self.usage
+        return u["completion_tokens"] / u["generate_s"] if u["generate_s"] > 0 else None

@@ -156,6 +156,56 @@ def test_always_then_runs(engine, tok, repo):
     assert agent.meta["approvals"][0]["rule"] == "Bash(echo*)"
 
 
+def test_always_on_a_destructive_command_is_once(engine, tok, repo):
+    """No rule can allow `rm -r` for the session: "always" there runs it once, says no rule,
+    and the next rm -r asks again."""
+    agent, _ = make(engine, repo, [call(tok, "", "Bash", command="rm -r b"),
+                                   call(tok, "", "Bash", command="rm -r c"), reply(tok, "done")],
+                    mode="auto")
+    for d in ("b", "c"):
+        (repo / d).mkdir()
+        (repo / d / "f").write_text(d)
+    asked, events = [], []
+    agent.run_turn("clean up", approve=lambda n, a, d: asked.append(d) or "always",
+                   on_event=events.append)
+    assert len(asked) == 2 and asked[0].always == "" and agent.policy.session == []
+    assert [a["answer"] for a in agent.meta["approvals"]] == ["yes", "yes"]
+    assert [(e.answer, e.rule) for e in events if e.kind == "approval"] == [("yes", "")] * 2
+    assert not (repo / "b").exists() and not (repo / "c").exists()
+
+
+@pytest.mark.parametrize("how", ["interrupt", "cancel event"])
+def test_ctrl_c_at_an_approval_cancels(engine, tok, repo, how):
+    """Ctrl-C at the prompt is not the user's "no": nothing runs, the result says cancelled,
+    the approval is recorded as cancelled, the turn stops as cancelled."""
+    import threading
+
+    from nanocode.protocol import CANCELLED
+    agent, script = make(engine, repo, [call(tok, "", "Bash", command="rm a.py"), reply(tok, "x")],
+                         mode="accept-edits")
+    cancel = threading.Event()
+
+    def approve(name, args, decision):
+        if how == "interrupt":
+            raise KeyboardInterrupt
+        cancel.set()
+        return "no"
+    res = agent.run_turn("delete a.py", approve=approve, cancel=cancel)
+    assert res.stop_reason == "cancelled" and res.tool_calls[0]["result"] == CANCELLED
+    assert agent.meta["approvals"][-1]["answer"] == "cancelled" and script.i == 0
+    assert (repo / "a.py").exists()
+
+
+def test_usage_counts_tokens_and_time(engine, tok, repo):
+    agent, _ = make(engine, repo, [call(tok, "look.", "Read", file_path="a.py"), reply(tok, "done.")])
+    res = agent.run_turn("what is x?")
+    u, st = res.usage, agent.session.stats  # one Session all turn long
+    assert (u["prompt_tokens"], u["completion_tokens"]) == (st["prefilled_total"], st["generated_total"])
+    assert u["completion_tokens"] == len(tok.encode("look.")) + len(tok.encode("done.")) + \
+        len(tok.encode_tool_call({"name": "Read", "args": {"file_path": "a.py"}})) + 1
+    assert u["seconds"] >= u["generate_s"] + u["prefill_s"] and res.tokens_per_second > 0
+
+
 def test_plan_mode_denies_and_continues(engine, tok, repo):
     # the grammar offers no Edit in plan mode (below); the policy denies it even without the grammar
     agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", new_string="y"),

@@ -232,6 +232,20 @@ def test_bad_data_is_a_clear_error(base, tmp_path, capsys, monkeypatch):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
     assert run_cli(["sft", "--from", str(base), "--data", str(bad), *SFT]) == 2
-    assert "no valid rows" in capsys.readouterr().err
+    assert "no data source has a valid row" in capsys.readouterr().err
+
+
+def test_a_source_without_valid_rows_is_skipped(base, data, tmp_path, capsys, monkeypatch):
+    """Saved sessions: one file that ended on a rejection must not stop the others training;
+    --eval-every 0 and --save-every 0 mean at the end only."""
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    args = [a if a != "1000" else "0" for a in SFT]
+    assert run_cli(["sft", "--from", str(base), "--data", str(bad), str(data[0]), *args,
+                    "--steps", "2", "--save-every", "0", "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr()
+    assert f"data {bad}: skipped, no valid rows" in out.out + out.err
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.is_dir()) == ["2"]
     assert run_cli(["sft", "--from", str(base), "--data", str(tmp_path / "nope.jsonl"), *SFT]) == 2
     assert "nope.jsonl" in capsys.readouterr().err

@@ -323,3 +323,17 @@ def test_grep_caps_are_named_once():
     src = open(grep_mod.__file__).read()
     for name in ("MAX_CONTEXT", "MAX_OUTPUT_BYTES", "MAX_OUTPUT_LINES"):
         assert src.count(f"{name} = ") == 1
+
+
+@pytest.mark.parametrize("use_rg", [True, False])
+def test_grep_says_which_files_were_too_big(proj, use_rg):
+    """A file over the size cap is never a silent `no matches found`: the output names it and
+    says how to search it; matches elsewhere are still shown."""
+    (proj / "big.log").write_text("needle here\n" + ("x" * 80 + "\n") * (grep_mod.MAX_FILE_BYTES // 81 + 10))
+    out = grep(proj, {"pattern": "needle"}, use_rg=use_rg)
+    assert out.startswith("no matches found") and "big.log (5.0 MB)" in out, out
+    assert "over the 5 MB limit" in out and "grep -n" in out
+    (proj / "small.py").write_text("needle = 1\n")
+    out = grep(proj, {"pattern": "needle"}, use_rg=use_rg)
+    assert out.splitlines()[0] == "small.py:1:needle = 1" and "big.log" in out.splitlines()[-1]
+    assert "not searched" not in grep(proj, {"pattern": "needle", "path": "small.py"}, use_rg=use_rg)

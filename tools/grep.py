@@ -15,7 +15,7 @@ is in a git work tree and git is installed; run through tools/git.py, so nothing
 config names is executed), its list is used, so .gitignore is respected; otherwise
 the tree is walked, skipping SKIP_DIRS and the patterns of a .gitignore at the search root (simple
 fnmatch subset: `name`, `dir/`, `/anchored`, `*.ext`; negations are ignored). Always skipped: .git,
-files over MAX_FILE_BYTES (5 MB), binary files (NUL in the first 8 KB), symlinks resolving outside
+files over MAX_FILE_BYTES (5 MB: the output names them and says how to search one), binary files (NUL in the first 8 KB), symlinks resolving outside
 the root, and unreadable files. Every file is opened where it was checked
 (tools.workspace.open_resolved) and searched through that descriptor, by either engine.
 
@@ -161,39 +161,56 @@ def _grep(root, args, allow_outside, use_rg):
         real = os.path.realpath(fp)
         if outside_ok or is_inside(root, real):
             listed.append((display(root, fp if is_inside(root, fp) else real), real))
-    candidates, found = _search(root, pattern, rx, listed, before, after, use_rg)
+    candidates, found, big = _search(root, pattern, rx, listed, before, after, use_rg)
     out = _format(candidates, found, before, after)
-    return out + names_hint(pattern, [r for _, r in candidates]) if out == NO_MATCHES else out
+    if out == NO_MATCHES:
+        out += names_hint(pattern, [r for _, r in candidates])
+    return out + _big_note(big)
 
 
-def _open_text(root, real: str) -> int | None:
-    """A descriptor of the file the check saw (tools.workspace.open_resolved: no component may
-    have become a symlink since), or None when it is not a regular text file under the size cap."""
+def _big_note(big: list[tuple[str, int]]) -> str:
+    """Says which files were too big to search (never a silent `no matches found`)."""
+    if not big:
+        return ""
+    names = ", ".join(f"{name} ({size / 2**20:.1f} MB)" for name, size in big[:5])
+    more = f" and {len(big) - 5} more" if len(big) > 5 else ""
+    return (f"\n(not searched, over the {MAX_FILE_BYTES // 2**20} MB limit: {names}{more}; "
+            "Bash `grep -n PATTERN FILE` searches one)")
+
+
+def _open_text(root, real: str) -> tuple[int | None, int]:
+    """(a descriptor of the file the check saw (tools.workspace.open_resolved: no component may
+    have become a symlink since), or None when it is not a regular text file under the size cap;
+    the size of a regular file over the cap, else 0)."""
     try:
         fd = open_resolved(root, real)
     except (OSError, PathOutside):
-        return None
+        return None, 0
+    big = 0
     try:
         st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_FILE_BYTES \
-                and not is_binary_bytes(os.pread(fd, SNIFF_BYTES, 0)):
-            return fd
+        big = st.st_size if stat.S_ISREG(st.st_mode) and st.st_size > MAX_FILE_BYTES else 0
+        if stat.S_ISREG(st.st_mode) and not big and not is_binary_bytes(os.pread(fd, SNIFF_BYTES, 0)):
+            return fd, 0
     except OSError:
         pass
     os.close(fd)
-    return None
+    return None, big
 
 
 def _search(root, pattern, rx, listed, before, after, use_rg):
-    """(candidates, found): the text files searched, and the hits by real path. Files are opened
+    """(candidates, found, big): the text files searched, the hits by real path, and (shown
+    name, size) of the files over MAX_FILE_BYTES left out. Files are opened
     RG_BATCH at a time and both engines read the open descriptors (rg gets them as /dev/fd/N),
     so what is searched is what was checked, whatever is swapped on disk meanwhile."""
-    candidates, found, deadline = [], {}, time.monotonic() + MAX_SECONDS
+    candidates, found, big, deadline = [], {}, [], time.monotonic() + MAX_SECONDS
     for i in range(0, len(listed), RG_BATCH):
         fds = {}
         try:
             for shown, real in listed[i:i + RG_BATCH]:
-                fd = _open_text(root, real)
+                fd, size = _open_text(root, real)
+                if size:
+                    big.append((shown, size))
                 if fd is not None and real not in fds:
                     fds[real] = fd
                     candidates.append((shown, real))
@@ -206,7 +223,7 @@ def _search(root, pattern, rx, listed, before, after, use_rg):
         found.update(part)
         if part.get(TIMED_OUT):
             break
-    return candidates, found
+    return candidates, found, big
 
 
 def _lines(data: bytes) -> list[str]:

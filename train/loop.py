@@ -223,7 +223,7 @@ class LoopConfig:
     total_steps: int
     tokens_per_step: int
     flops_per_token: float
-    log_every: int = 10
+    log_every: int = 10  # each of these three: 0 = only at the end
     eval_every: int = 250
     save_every: int = 500
     keep: int = 3
@@ -253,6 +253,12 @@ class _StopFlag:
     def __exit__(self, *exc):
         for s, h in self._old.items():
             signal.signal(s, h)
+
+
+def every(step: int, period: int, total: int) -> bool:
+    """Whether step `step` (counted from 1) logs / evaluates / saves: each `period` steps and at
+    the last; period 0 (or less) means at the last only."""
+    return step == total or (period > 0 and step % period == 0)
 
 
 def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callable[[dict | None], Iterator],
@@ -328,7 +334,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
             bar.update(1)
             done = step + 1
             stopping = any_process(stop.signal is not None)
-            if done % lc.log_every == 0 or done == lc.total_steps or stopping:
+            if every(done, lc.log_every, lc.total_steps) or stopping:
                 losses = [(s, float(l)) for s, l in pending]  # syncs with the device
                 dt = time.perf_counter() - t_last
                 tok_s = lc.tokens_per_step * (done - step_last) / dt
@@ -340,7 +346,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
                 record({**last, "eta_s": eta})
                 bar.set_postfix_str(f"loss {losses[-1][1]:.4f} | {tok_s:,.0f} tok/s | MFU {mfu:.1%}")
                 pending, t_last, step_last = [], time.perf_counter(), done
-            if evaluate and (done % lc.eval_every == 0 or done == lc.total_steps):
+            if evaluate and every(done, lc.eval_every, lc.total_steps):
                 ev = evaluate_at(done)
                 record({"step": done, **ev})
                 last.update(ev)
@@ -351,7 +357,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
                 save(done, loader_state, f" ({why})")
                 bar.close()
                 raise SystemExit(f"stopped by {why} after step {done}; continue with --resume")
-            if done % lc.save_every == 0 or done == lc.total_steps:
+            if every(done, lc.save_every, lc.total_steps):
                 save(done, loader_state)
     bar.close()
     return {**last, "params": state[0]}

@@ -92,10 +92,11 @@ def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len:
 
 # ---- data ----------------------------------------------------------------------------------------
 def load_sources(specs, tokenizer=None, max_tokens=None, log=print):
-    """[(valid rows, K)] per --data spec; reports what was dropped and why."""
+    """[(valid rows, K)] per --data spec with any; reports what was dropped and why, skips a
+    source with no valid row, and fails only when no source has one."""
     from train.conversations import TRIMMED, keep_valid, load_rows, parse_source
 
-    out = []
+    out, skipped = [], []
     for spec in specs:
         source, times = parse_source(spec)
         rows, counts = keep_valid(load_rows(source), tokenizer, max_tokens)
@@ -103,10 +104,14 @@ def load_sources(specs, tokenizer=None, max_tokens=None, log=print):
         note = ("; dropped " + ", ".join(f"{n} {rule}" for rule, n in sorted(dropped.items()))
                 if dropped else "") + (f"; {counts[TRIMMED]} {TRIMMED}" if TRIMMED in counts else "")
         log(f"data {source}: {len(rows)} rows x {times:g}{note}")
-        if not rows:
-            raise ValueError(f"data source {source} has no valid rows; check it with "
-                             f"`python -m train.conversations FILE`")
-        out.append((rows, times))
+        if rows:
+            out.append((rows, times))
+        else:  # e.g. one saved session that ended on a rejection: the others still train
+            log(f"data {source}: skipped, no valid rows (see `python -m train.conversations {source}`)")
+            skipped.append(str(source))
+    if not out:
+        raise ValueError(f"no data source has a valid row ({', '.join(skipped)}); check them with "
+                         f"`python -m train.conversations FILE`")
     return out
 
 

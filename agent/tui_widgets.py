@@ -1,0 +1,133 @@
+"""The widgets of the Textual face (agent/tui.py): the streamed reply, a tool call's card, the
+prompt input (history, pasted blocks) and the approval panel. Everything untrusted they show is
+escaped (agent/display.py) and never parsed as markup."""
+from __future__ import annotations
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, Collapsible, Input, Static
+
+from agent.display import call_title, edit_diff, printable, summarize
+from nanocode.protocol import REJECTED
+
+
+# ---- rendering helpers (everything untrusted is escaped: agent/display.py) ---------------------
+def plain(text, style: str = "") -> Text:
+    """`text` escaped, as a Text: never markup, no control or bidi character."""
+    return Text(printable(text), style=style)
+
+
+def code_view(code: str, lexer: str = "diff") -> Syntax:
+    """`code` escaped and highlighted (a diff, a Bash command), wrapped, never cut."""
+    return Syntax(printable(code), lexer, theme="ansi_dark", background_color="default",
+                  word_wrap=True)
+
+
+# ---- widgets ----------------------------------------------------------------------------------
+class Reply(Static):
+    """The assistant's prose, grown piece by piece."""
+
+    def __init__(self):
+        super().__init__("", classes="assistant")
+        self.text = ""
+
+    def add(self, piece: str) -> None:
+        self.text += piece
+        self.update(plain(self.text))
+
+
+class ToolCard(Collapsible):
+    """One tool call: the header, for Edit the diff, and the result (collapsed, except Edit)."""
+
+    def __init__(self, tool: str, args: dict):
+        self.tool, self.args, self.header = tool, args, call_title(tool, args)
+        kids = [Static(code_view(edit_diff(args)), classes="diff")] if tool == "Edit" else []
+        self.result = Static(Text("running…", style="dim"), classes="result")
+        self.result_text = None
+        super().__init__(*kids, self.result, title=Text(self.header), collapsed=tool != "Edit",
+                         classes="tool")
+
+    def set_result(self, result: str) -> None:
+        self.result_text = result
+        self.result.update(plain(result))
+        self.title = Text(f"{self.header}  ⎯ {summarize(result, width=60)}")  # both escaped
+        if result.startswith("error:") or result == REJECTED:
+            self.add_class("failed")
+
+
+class HistoryInput(Input):
+    """The prompt: up/down history, page up/down scroll the transcript, Tab answers a waiting
+    approval. A paste of several lines becomes one `[pasted N lines #k]` token in the line
+    (Input holds one line) that `expand` turns back into the text on submit. The draft is never
+    selected when focus comes back (the next key would replace it)."""
+    BINDINGS = [Binding("up", "history(-1)", show=False), Binding("down", "history(1)", show=False),
+                Binding("pageup", "app.page_transcript(-1)", show=False),
+                Binding("pagedown", "app.page_transcript(1)", show=False),
+                Binding("tab", "app.focus_approval", show=False)]
+
+    def __init__(self, **kw):
+        super().__init__(select_on_focus=False, **kw)
+        self.history: list[str] = []
+        self.pos, self.draft = 0, ""
+        self.pastes: dict[str, str] = {}  # token -> the pasted text
+
+    def _on_paste(self, event) -> None:
+        text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        if "\n" not in text.strip("\n"):
+            return  # one line: Input's own handler (Textual runs each class's _on_paste)
+        event.prevent_default()  # not Input's: it would keep the first line only
+        event.stop()
+        token = f"[pasted {len(text.strip(chr(10)).splitlines())} lines #{len(self.pastes) + 1}]"
+        self.pastes[token] = text
+        self.insert_text_at_cursor(token)
+
+    def expand(self, text: str) -> str:
+        """`text` with each paste token replaced by what was pasted."""
+        for token, pasted in self.pastes.items():
+            text = text.replace(token, pasted)
+        return text
+
+    def remember(self, text: str) -> None:
+        if not self.history or self.history[-1] != text:
+            self.history.append(text)
+        self.pos = len(self.history)
+
+    def action_history(self, step: int) -> None:
+        if not self.history:
+            return
+        if self.pos == len(self.history):
+            self.draft = self.value
+        self.pos = max(0, min(len(self.history), self.pos + step))
+        self.value = self.history[self.pos] if self.pos < len(self.history) else self.draft
+        self.cursor_position = len(self.value)
+
+
+class ApprovalPanel(Vertical, can_focus=True):
+    """The call in full (a long one scrolls: up/down, page up/down, the wheel) and y / n / a;
+    Esc goes back to the prompt without answering (Tab there comes back)."""
+    BINDINGS = [Binding("y", "answer('yes')", "yes"), Binding("n", "answer('no')", "no"),
+                Binding("a", "answer('always')", "always"),
+                Binding("escape", "app.focus_prompt", "back to the prompt", show=False),
+                *(Binding(k, f"scroll_by({n})", show=False) for k, n in
+                  (("up", -1), ("down", 1), ("pageup", -10), ("pagedown", 10)))]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="approval-scroll"):
+            yield Static(id="approval-text")
+        with Horizontal(id="approval-buttons"):
+            yield Button(Text("[y]es"), id="yes", variant="success", compact=True)
+            yield Button(Text("[n]o"), id="no", variant="error", compact=True)
+            yield Button(Text("[a]lways for this session"), id="always", compact=True)
+
+    def action_answer(self, answer: str) -> None:
+        self.app.answer_approval(answer)
+
+    def action_scroll_by(self, lines: int) -> None:
+        self.query_one("#approval-scroll").scroll_relative(y=lines, animate=False)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.app.answer_approval(event.button.id)
