@@ -1,4 +1,12 @@
-"""Fitting a conversation into the model's context: old tool outputs first, then old turns.
+"""Fitting a conversation into the model's context: each new piece to its share, then old tool
+outputs, then old turns.
+
+Shares (of the model's max_len, so a longer-context model sees more): one tool result gets
+`result_budget` tokens (half of what the reply reserve leaves), the project memory file
+`memory_budget` (an eighth). `fit_result` cuts a longer result on line boundaries and says where
+and how to see the rest (Read: the offset to go on from; Bash: head and tail kept, how to page it;
+Grep: narrow it); `fit_memory` keeps the memory file's first lines. `read_limit` is the default
+number of lines a Read without `limit` asks for: about what fits its share.
 
 When the rendered conversation plus the slots kept for a reply do not fit, the oldest tool
 outputs are replaced by protocol.DROPPED (never the newest message, never one the marker would not
@@ -9,7 +17,11 @@ to the first change; summarising would cost a model call per compaction.
 """
 from __future__ import annotations
 
+import re
+
 from nanocode.protocol import DROPPED
+
+TOKENS_PER_READ_LINE = 10  # a numbered line of code, roughly, at a 4k vocab (read_limit)
 
 
 class ContextFull(Exception):
@@ -57,3 +69,80 @@ def dropped_note(outputs: int, turns: int) -> str:
         f"{outputs} old tool output{'s' * (outputs != 1)}" if outputs else "",
         f"{turns} earlier turn{'s' * (turns != 1)}" if turns else "") if x)
     return f"context full: dropped {what}"
+
+
+def result_budget(max_len: int, reserve: int) -> int:
+    """Tokens one tool result may take: half of what the reply reserve leaves (64 at least)."""
+    return max(64, (max_len - reserve) // 2)
+
+
+def memory_budget(max_len: int) -> int:
+    """Tokens the memory file (NANOCODE.md / AGENTS.md) may take in the system prompt."""
+    return max(32, max_len // 8)
+
+
+def read_limit(budget: int) -> int:
+    """The default `limit` of a Read: about the lines that fit `budget` tokens (20 to 2,000)."""
+    return max(20, min(2000, budget // TOKENS_PER_READ_LINE))
+
+
+def _head(lines: list[str], tok, budget: int) -> int:
+    """How many leading lines fit in `budget` tokens (each line costs its tokens plus one)."""
+    used = 0
+    for i, line in enumerate(lines):
+        used += len(tok.encode(line)) + 1
+        if used > budget:
+            return i
+    return len(lines)
+
+
+def fit_result(name: str, result: str, tok, budget: int) -> str:
+    """`result` when it fits `budget` tokens, else its first lines (Bash: first and last, where
+    errors are) with a line saying what was cut and how to see it; never over `budget`."""
+    n = len(tok.encode(result))
+    if n <= budget:
+        return result
+    lines = result.split("\n")
+    if name == "Bash":  # a third of the room for the head, the rest for the tail
+        tail = _head(lines[::-1], tok, budget * 2 // 3)
+        head = _head(lines[:len(lines) - tail], tok, budget // 3)
+    else:
+        head, tail = _head(lines, tok, budget), 0
+
+    def compose(head: int, tail: int) -> str:
+        rest = len(lines) - head - tail
+        if head + tail == 0:  # one huge line: cut by characters
+            return f"{result[:budget]}\n[... cut to fit the context ({n:,} tokens)]"
+        if name == "Bash":
+            note = (f"[... {rest} lines cut to fit the context ({n:,} tokens); page the output "
+                    "with `| head -n N`, `| tail -n N`, or `> out.txt` and Read it]")
+            return "\n".join(lines[:head] + [note] + lines[len(lines) - tail:])
+        if name == "Read":
+            m = re.match(r" *(\d+)→", lines[head - 1])
+            go_on = f"Read it with offset={m.group(1)} to see more" if m else "Read on with offset"
+            return "\n".join(lines[:head] + [f"[cut to fit the context: {rest} more lines; {go_on}]"])
+        return "\n".join(lines[:head] + [f"[... {rest} more lines cut to fit the context; narrow "
+                                          "the pattern or the path]"])
+
+    out = compose(head, tail)
+    while len(tok.encode(out)) > budget and head + tail > 0:  # the note's tokens: shrink to fit
+        head, tail = head * 9 // 10, tail * 9 // 10
+        out = compose(head, tail)
+    while len(tok.encode(out)) > budget:  # characters of the one-line form
+        result = result[:len(result) * 9 // 10]
+        out = compose(0, 0)
+    return out
+
+
+def fit_memory(memory: tuple[str, str] | None, tok, budget: int) -> tuple[str, str] | None:
+    """The memory file's (name, text) cut to its first lines that fit `budget` tokens."""
+    if memory is None or len(tok.encode(memory[1])) <= budget:
+        return memory
+    name, text = memory
+    lines = text.split("\n")
+    keep = _head(lines, tok, budget)
+    while True:
+        cut = "\n".join(lines[:keep] + [f"[... {name} cut to fit the context: /memory shows it all]"])
+        if keep == 0 or len(tok.encode(cut)) <= budget:
+            return name, cut
+        keep -= 1

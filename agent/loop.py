@@ -27,9 +27,11 @@ back and resampled, `retries` times at most per step (at retry_temperature when 
 greedy); then it stands as today (and three identical calls in a row end the turn). Taken-back
 replies are not in the conversation; `TurnResult.retries` counts them.
 
-Context. Before new tokens go in, they plus `reserve` slots for the reply must fit; if not, old
-tool outputs and then old turns are dropped (agent/context.py), the Session is rebuilt and a
-status event says what was dropped. `compact()` (/compact) drops old outputs the same way.
+Context. Each tool result is cut to its share of the context (agent/context.py: result_budget,
+with a note saying how to see the rest), the memory file to its share, and a Read without
+`limit` asks for about what fits. Before new tokens go in, they plus `reserve` slots for the
+reply must fit; if not, old tool outputs and then old turns are dropped, the Session is rebuilt
+and a status event says what was dropped. `compact()` (/compact) drops old outputs the same way.
 
 Undo. The first Edit or Bash of a turn takes a tools.undo.Checkpoints snapshot (begin); the turn's
 end records its changes (end) and says which paths it could not snapshot. Turns that only read
@@ -59,7 +61,8 @@ import uuid
 
 import numpy as np
 
-from agent.context import ContextFull, droppable, dropped_note, fit
+from agent.context import (ContextFull, droppable, dropped_note, fit, fit_memory, fit_result,
+                           memory_budget, read_limit, result_budget)
 from agent.copy_bias import CopyBias
 from agent.grammar import CONTENT, Grammar
 from agent.grounding import Grounding
@@ -113,6 +116,8 @@ class Agent:
         self.temperature, self.top_k, self.top_p, self.seed = temperature, top_k, top_p, seed
         self.max_tokens, self.max_steps, self.tool_timeout = max_tokens, max_steps, tool_timeout
         self.reserve = reserve if reserve is not None else min(max_tokens, engine.max_len // 4)
+        self.result_budget = result_budget(engine.max_len, self.reserve)  # agent/context.py
+        self.read_limit = read_limit(self.result_budget)
         self.extra_mask, self.constrain, self.memory = extra_mask, constrain, memory
         self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
         self.grounding = Grounding(self.root) if ground and constrain else None
@@ -136,6 +141,8 @@ class Agent:
         self._turn_start = 0
         self._emit = lambda *a, **k: None
         self._usage = TurnResult().usage  # the running turn's (compact() outside a turn too)
+        self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
+        self._said_no_snapshot = False  # the "could not snapshot" note is said once
         self._full = np.ones(engine.cfg.vocab_size, bool)
         self._device_masks: dict = {}  # id(numpy mask) -> (mask, device copy); masks are memoised
         self.mask_time = 0.0  # seconds spent in the mask hook (for the overhead number)
@@ -209,6 +216,29 @@ class Agent:
             pass
         return before - len(self.rendered_ids())
 
+    def _system_prompt(self) -> str:
+        """The system message a new conversation starts with: the mode's tools, the folder and
+        the memory file cut to its share of the context."""
+        memory = read_memory(self.root) if self.memory else None
+        memory = fit_memory(memory, self.tok, memory_budget(self.engine.max_len))
+        return system_prompt(self.root, memory, self.mode)
+
+    def refresh_system_prompt(self) -> bool:
+        """A resumed conversation starts from today's system prompt (the memory file, the folder
+        or the mode may have changed since it was saved); True when it changed. The next turn
+        says so in a status note."""
+        if not self.messages or self.messages[0]["role"] != "system":
+            return False
+        fresh = self._system_prompt()
+        if fresh == self.messages[0]["content"]:
+            return False
+        self.messages[0] = {"role": "system", "content": fresh}
+        self.meta["mode"] = self.mode
+        self._dirty = True
+        self._startup_notes.append("the project notes, folder or mode changed since this session "
+                                   "was saved: it goes on with the new system prompt")
+        return True
+
     def rendered_ids(self) -> list[int]:
         """The canonical render of the conversation (what the session holds, when not open)."""
         return self.tok.render_conversation({"messages": self.messages})[0] if self.messages else []
@@ -220,10 +250,12 @@ class Agent:
         cancel = cancel or threading.Event()
         res = TurnResult()
         self._usage, started = res.usage, time.perf_counter()
+        for note in self._startup_notes:
+            emit(Status(note))
+        self._startup_notes = []
         if not self.messages:
-            memory = read_memory(self.root) if self.memory else None
             self.meta["mode"] = self.mode
-            self.messages.append({"role": "system", "content": system_prompt(self.root, memory, self.mode)})
+            self.messages.append({"role": "system", "content": self._system_prompt()})
         elif MODE_TOOLS[self.meta.get("mode", "ask")] != MODE_TOOLS[self.mode]:
             self.meta["mode"] = self.mode
             user_text = f"{mode_note(self.mode)}\n{user_text}"
@@ -360,10 +392,15 @@ class Agent:
         if name in ("Edit", "Bash"):
             refused = self.undo_log.begin(self.messages[self._turn_start]["content"], self.meta["id"])
             if refused:
-                emit(Status("could not snapshot the project for /undo, so the call was not run"))
+                if not self._said_no_snapshot:  # e.g. a read-only project: not on every call
+                    emit(Status("could not snapshot the project for /undo, so the call was not run"))
+                    self._said_no_snapshot = True
                 return refused, None
+        if name == "Read" and "limit" not in args:  # the default follows the context
+            args = {**args, "limit": self.read_limit}
         result = run_tool(self.root, name, args, allow_outside=True, timeout=self.tool_timeout,
                           cancel=cancel, sandbox=self.sandbox)
+        result = fit_result(name, result, self.tok, self.result_budget)
         if name in ("Edit", "Bash") and self.grounding is not None:
             self.grounding.refresh()  # the tree may have changed
         return result, None

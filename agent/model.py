@@ -74,6 +74,7 @@ def build_agent(args, root, model_dir, messages=None, meta=None, store=None):
                       sandbox=args.sandbox, network=args.network)
     except SettingsError as e:
         raise ModelError(f"error: {e}", 2) from None
+    agent.refresh_system_prompt()  # a resumed session: today's AGENTS.md, folder and mode
     agent.meta["model"] = str(model_dir)
     agent.store = store or SessionStore(root, agent.meta["id"])
     return agent

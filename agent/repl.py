@@ -4,8 +4,7 @@ plain input() otherwise, so it can be driven through a pipe).
 The reply streams as it is written; tool calls and a short summary of each result are shown
 dimmed; a call that needs approval asks `[y]es / [n]o / [a]lways`. Ctrl-C during a turn stops
 generation or the running command (the conversation survives); at the prompt it clears the line;
-Ctrl-D or /quit leaves. Slash commands: /help /undo /diff /clear /compact /mode [MODE] /session
-/quit.
+Ctrl-D or /quit leaves. Slash commands: agent/commands.py, the same table as the TUI's.
 
 Safe output: Console.write and Console.dim pass every string through agent/display.printable,
 so nothing the model, a tool or a file produced can drive the terminal (its only escapes are its
@@ -19,18 +18,6 @@ import sys
 import threading
 
 from agent.display import call_text, format_call, printable, rule_words, summarize
-from agent.turn_undo import slash_undo
-
-HELP = """\
-/help            this help
-/undo [yes]      what undoing the last turn of this session restores; yes does it
-                 (/undo all: of any session; committed: also files committed since)
-/diff            show what the last turn changed
-/clear           start a new conversation
-/compact         drop old tool outputs now (automatic when the context fills)
-/mode [MODE]     show or set the permission mode: ask, accept-edits, auto, plan
-/session         this session's id and file (continue later with --resume ID)
-/quit            leave (also Ctrl-D)"""
 
 DIM, RESET = "\033[2m", "\033[0m"
 
@@ -155,39 +142,10 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
 
 
 def slash(agent, text: str, con) -> bool:
-    """Run one slash command; True means quit."""
-    from tools.undo import UndoError
-    cmd, _, rest = text.partition(" ")
-    rest = rest.strip()
-    if cmd in ("/quit", "/exit", "/q"):
+    """Run one slash command (agent/commands.py, the table both faces share); True means quit."""
+    from agent import commands
+    out = commands.run(text, agent, agent.root)
+    if out.kind == "quit":
         return True
-    if cmd == "/help":
-        con.write(HELP + "\n")
-    elif cmd == "/undo":
-        con.write(slash_undo(agent, rest) + "\n")
-    elif cmd == "/diff":
-        try:
-            con.write((agent.diff() or "the last turn changed nothing") + "\n")
-        except UndoError as e:
-            con.write(f"{e}\n")
-    elif cmd == "/clear":
-        agent.clear()
-        con.write("new conversation\n")
-    elif cmd == "/compact":
-        freed = agent.compact()
-        con.write(f"compacted: old tool outputs dropped, {freed:,} tokens freed\n" if freed else
-                  "nothing to compact: no old tool output is longer than its marker\n")
-    elif cmd == "/mode":
-        if rest:
-            try:
-                agent.set_mode(rest)
-            except ValueError as e:
-                con.write(f"{e}\n")
-                return False
-        con.write(f"mode: {agent.mode}\n")
-    elif cmd == "/session":
-        path = getattr(agent.store, "path", None)
-        con.write(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") + "\n")
-    else:
-        con.write(f"unknown command {cmd}; /help lists them\n")
+    con.write(out.text + "\n")
     return False

@@ -36,21 +36,6 @@ from textual.widgets import Button, Input, Static
 
 from agent.display import call_text, edit_diff, rule_words
 from agent.tui_widgets import ApprovalPanel, HistoryInput, Reply, ToolCard, code_view, plain
-from agent.turn_undo import slash_undo
-
-HELP = """\
-/help            this help
-/undo [yes]      what undoing the last turn of this session restores; yes does it
-                 (/undo all: of any session; committed: also files committed since)
-/diff            show what the last turn changed
-/clear           start a new conversation
-/compact         drop old tool outputs (automatic when the context fills)
-/mode [MODE]     show or set the permission mode: ask, accept-edits, auto, plan
-/model           the model in use
-/memory          the project memory file (NANOCODE.md or AGENTS.md) in use
-/resume          list saved sessions of this project
-/quit            leave (also Ctrl-C twice, Ctrl-Q)
-keys: Enter sends, up/down history, Ctrl-C stops the running turn"""
 
 
 # ---- loading ----------------------------------------------------------------------------------
@@ -427,95 +412,40 @@ class NanocodeApp(App):
 
     # ---- slash commands -----------------------------------------------------------------------
     def slash(self, text: str) -> None:
-        cmd, _, rest = text.partition(" ")
-        rest, a = rest.strip(), self.agent
-        if cmd in ("/quit", "/exit", "/q"):
-            self.shutdown()
-        elif cmd == "/help":
-            self.note(HELP, style="")
-        elif cmd == "/memory":
-            from tools.files import read_memory
-            mem = read_memory(self.root)
-            self.note(f"{mem[0]} (in the system prompt of new conversations):\n{mem[1]}" if mem
-                      else "no NANOCODE.md or AGENTS.md at the project root", style="")
-        elif cmd == "/model":
-            path = a.meta.get("model", "(in-memory engine)") if a else ""
-            if a is None:
-                self.note(f"model {self.model_name}: " + (self.load_error or "loading…"))
-            else:
-                c = a.engine.cfg
-                self.note(f"model {self.model_name or path}: {path}\n{c.n_layer} layers, width "
-                          f"{c.n_embd}, vocab {c.vocab_size}, context {a.engine.max_len} tokens; "
-                          f"temperature {a.temperature}, max {a.max_tokens} tokens per reply",
-                          style="")
-        elif cmd == "/resume":
-            self.list_sessions()
-        elif a is None:
-            self.note("the model is still loading; try again in a moment" if not self.load_error
-                      else "no model: " + self.load_error)
-        elif cmd == "/mode":
-            if rest:
-                try:
-                    a.set_mode(rest)
-                except ValueError as e:
-                    self.note(str(e))
-                    return
-            self.note(f"mode: {a.mode}")
-        elif cmd in ("/undo", "/diff", "/clear", "/compact") and self.running:
-            self.note(f"a turn is running: Ctrl-C stops it, then {cmd}")
-        elif cmd in ("/undo", "/diff"):
-            from tools.undo import UndoError
-            try:
-                if cmd == "/undo":
-                    self.note(slash_undo(a, rest))
-                else:
-                    d = a.diff()
-                    self.add(Static(code_view(d), classes="diff") if d else
-                             Static(Text("the last turn changed nothing", style="dim")))
-            except UndoError as e:
-                self.note(str(e))
-        elif cmd == "/clear":
-            a.clear()
-            self.query_one("#transcript").remove_children()
-            self.note("new conversation")
-        elif cmd == "/compact":  # rebuilding the cache is a prefill: off the UI thread
-            self.running = True
-            threading.Thread(target=self._compact, args=(a,), daemon=True).start()
+        """A slash command from the shared table (agent/commands.py); slow ones on a worker."""
+        from agent import commands
+        cmd, _ = commands.find(text)
+        if cmd is not None and cmd.slow and self.agent is not None and not self.running:
+            self.running = True  # the KV-cache rebuild is a prefill: off the UI thread
+            threading.Thread(target=self._slow_command, args=(text,), daemon=True).start()
         else:
-            self.note(f"unknown command {cmd}; /help lists them")
+            self.show(commands.run(text, self.agent, self.root, self.running))
         self.refresh_status()
 
-    def _compact(self, agent) -> None:  # on a worker thread
+    def _slow_command(self, text: str) -> None:  # on a worker thread
+        from agent import commands
         try:
-            self.later(self.compacted, agent.compact(), None)
+            out = commands.run(text, self.agent, self.root)
         except Exception as e:  # noqa: BLE001 - shown, the session goes on
-            self.later(self.compacted, 0, f"error: /compact failed: {type(e).__name__}: {e}")
+            out = commands.Out(f"error: {text.split()[0]} failed: {type(e).__name__}: {e}")
+        self.later(self._slow_done, out)
 
-    def compacted(self, freed: int, error: str | None) -> None:
+    def _slow_done(self, out) -> None:
         self.running = False
-        done = f"compacted: old tool outputs dropped, {freed:,} tokens freed" if freed else \
-            "nothing to compact: no old tool output is longer than its marker"
-        self.note(error or done)
+        self.show(out)
         self.refresh_status()
         self._next()
 
-    def list_sessions(self) -> None:
-        from agent.sessions import list_sessions, load_session
-        found = list_sessions(self.root)[-10:]
-        if not found:
-            self.note("no saved sessions in this project yet")
-            return
-        lines = []
-        for p in reversed(found):
-            try:
-                msgs, _ = load_session(p)
-            except (OSError, ValueError):
-                continue
-            first = next((m["content"] for m in msgs if m["role"] == "user"), "")
-            lines.append(f"{p.stem.rsplit('-', 1)[-1]}  {p.stem[:15]}  "
-                         f"{first.splitlines()[0][:60] if first else '(empty)'}")
-        self.note("saved sessions, newest first (continue one with `nanocode --resume ID`):\n"
-                  + "\n".join(lines))
+    def show(self, out) -> None:
+        """Render a command's Out: a note, a highlighted diff, a cleared transcript, or quit."""
+        if out.kind == "quit":
+            self.shutdown()
+        elif out.kind == "diff":
+            self.add(Static(code_view(out.text), classes="diff"))
+        else:
+            if out.kind == "clear":
+                self.query_one("#transcript").remove_children()
+            self.note(out.text, style="" if "\n" in out.text else "dim")
 
 
 def run(agent, args=None) -> int:

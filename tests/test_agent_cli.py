@@ -232,6 +232,19 @@ def test_repl_slash_commands_and_a_turn(ckpt, proj):
     assert "/undo" in text and "mode: plan" in text and "unknown mode" in text
     assert "new conversation" in text and agent.messages == []
     assert agent.sandbox_status + "\n" in con.out  # the banner says what contains commands
+    (proj / ".nanocode").mkdir()
+    (proj / ".nanocode" / "settings.json").write_text('{"permissions": {"allow": ["Bash(pytest*)"]}}')
+    (proj / "AGENTS.md").write_text("run pytest\n")
+    agent = Agent(engine, proj, max_tokens=8)
+    con = FakeConsole(["/model", "/memory", "/resume", "/settings", "/session", "/help", "/exit"])
+    assert run_repl(agent, "tiny", console=con) == 0
+    text = "".join(con.out)  # the TUI's commands, here too (one table: agent/commands.py)
+    for want in ("layers, width", "AGENTS.md (in the system prompt", "run pytest",
+                 "saved sessions", "allow rules: Bash(pytest*)",
+                 str(proj / '.nanocode' / 'settings.json'), "session "):
+        assert want in text, want
+    from agent.commands import COMMANDS, help_text
+    assert help_text() + "\n" in con.out and all(c.name in help_text() for c in COMMANDS)
     off = Agent(engine, proj, max_tokens=8, sandbox=False)
     con = FakeConsole(["/quit"])
     run_repl(off, "tiny", console=con)

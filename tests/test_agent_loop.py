@@ -292,6 +292,92 @@ def test_context_drops_old_output_then_turns(engine, tok, repo):
     assert res.answer == "fine" and all(script.identity)
 
 
+def test_big_results_are_cut_to_their_share(engine, tok, repo):
+    """A default Read of a long log and `seq 1 200000` used to end the turn ("does not fit the
+    context"): each result now takes at most its share, says how to see the rest, and the
+    turn goes on to an answer."""
+    (repo / "app.log").write_text("".join(f"2026-12-01 12:00:{i % 60:02d} INFO worker {i} handled "
+                                          f"request /api/items/{i} in {i % 97} ms\n" for i in range(300)))
+    agent, _ = make(engine, repo, [call(tok, "", "Read", file_path="app.log"),
+                                   call(tok, "", "Bash", command="seq 1 200000"),
+                                   reply(tok, "done")], mode="auto")
+    res = agent.run_turn("what is in the log?", approve=lambda *a: "yes")
+    assert res.stop_reason == "done" and res.answer == "done"
+    read, bash = (c["result"] for c in res.tool_calls)
+    budget = agent.result_budget
+    assert budget == (engine.max_len - agent.reserve) // 2
+    assert len(tok.encode(read)) <= budget and len(tok.encode(bash)) <= budget
+    last = int(read.split("\n")[-2].split("→")[0])  # the last line shown, then where to go on
+    assert read.split("\n")[-1] == f"[cut to fit the context: {agent.read_limit - last} more " \
+        f"lines; Read it with offset={last} to see more]"
+    lines = bash.split("\n")
+    assert lines[0] == "1" and lines[-1] == "200000" and "lines cut to fit the context" in bash
+    # the default limit follows the context: fewer lines asked for than Read's own default
+    assert 20 <= agent.read_limit < 100
+
+
+@pytest.mark.parametrize("name, result, says", [
+    ("Grep", "\n".join(f"src/m{i}.py:{i}:needle = {i}" for i in range(200)), "narrow the pattern"),
+    ("Bash", "y" * 20000, "cut to fit the context"),
+    ("Read", "    1→" + "z" * 20000, "cut to fit the context"),
+    ("Bash", "\n".join(["Traceback"] + [f"  frame {i}" for i in range(300)] + ["ValueError: boom"]),
+     "cut to fit the context"),
+])
+def test_fit_result_stays_in_budget(tok, name, result, says):
+    from agent.context import fit_result
+    for budget in (64, 200):
+        out = fit_result(name, result, tok, budget)
+        assert len(tok.encode(out)) <= budget and says in out
+        assert out.startswith(result[:5])
+    if name == "Bash" and "ValueError" in result:  # the end, where the error is, is kept
+        out = fit_result(name, result, tok, 200)
+        assert out.endswith("ValueError: boom") and "lines cut to fit the context" in out
+    assert fit_result(name, "short", tok, 64) == "short"
+
+
+def test_a_long_memory_file_fits_its_share(engine, tok, repo):
+    """A 4.8 KB AGENTS.md made every request of that project fail: it is cut to its share of
+    the context (the note says /memory shows it all) and requests run."""
+    from agent.context import memory_budget
+    (repo / "AGENTS.md").write_text("".join(f"- rule {i}: always run the tests in tests/unit_{i} "
+                                            f"before committing a change\n" for i in range(80)))
+    assert len((repo / "AGENTS.md").read_text()) > 4800
+    agent, _ = make(engine, repo, [reply(tok, "ok")])
+    res = agent.run_turn("hi")
+    assert res.stop_reason == "done"
+    system = agent.messages[0]["content"]
+    assert "- rule 0: always run" in system and "AGENTS.md cut to fit the context" in system
+    notes = system.split("project notes (AGENTS.md):\n")[1]
+    assert len(tok.encode(notes)) <= memory_budget(engine.max_len)
+
+
+def test_resumed_session_gets_todays_system_prompt(engine, tok, repo):
+    agent, _ = make(engine, repo, [reply(tok, "ok")])
+    agent.run_turn("hi")
+    assert agent.refresh_system_prompt() is False  # nothing changed
+    (repo / "AGENTS.md").write_text("use tabs\n")
+    again, _ = make(engine, repo, [reply(tok, "ok")], messages=agent.messages, meta=agent.meta)
+    assert again.refresh_system_prompt() is True
+    assert again.messages[0]["content"].endswith("project notes (AGENTS.md):\nuse tabs")
+    events = []
+    again.run_turn("and now?", on_event=events.append)
+    assert any("new system prompt" in e.text for e in events if e.kind == "status")
+    assert again.session.ids == again.rendered_ids()
+
+
+def test_failed_snapshot_is_said_once(engine, tok, repo):
+    """A project /undo cannot snapshot (read-only, say): each change is refused, the note is
+    said once, not on every call."""
+    agent, _ = make(engine, repo, [call(tok, "", "Bash", command="echo a"),
+                                   call(tok, "", "Bash", command="echo b"), reply(tok, "ok")],
+                    mode="auto", retries=0)
+    agent.undo_log.begin = lambda *a: "error: not run: the project could not be snapshotted"
+    events = []
+    res = agent.run_turn("go", on_event=events.append)
+    assert [c["result"][:12] for c in res.tool_calls] == ["error: not r"] * 2
+    assert sum("could not snapshot" in e.text for e in events if e.kind == "status") == 1
+
+
 def test_compact_drops_old_outputs_now(engine, tok, repo):
     rd = call(tok, "", "Read", file_path="big.py", limit="20")
     agent, script = make(engine, repo, [rd, reply(tok, "ok")] * 2 + [reply(tok, "fine")])

@@ -242,6 +242,7 @@ class Policy:
     session: list = field(default_factory=list)
     home: Path = field(default_factory=Path.home)
     sandboxed: bool = True  # Bash runs in tools/sandbox.py; False: every Bash call asks
+    sources: list = field(default_factory=list)  # the settings files that were read (/settings)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -252,10 +253,12 @@ class Policy:
         home = Path.home() if home is None else Path(home)
         user_file = default_user_file(home) if user_file is None else Path(user_file)
         proj = Path(root) / ".nanocode"
-        files = [_load_file(f) for f in (user_file, proj / "settings.json", proj / "settings.local.json")]
+        paths = (user_file, proj / "settings.json", proj / "settings.local.json")
+        files = [_load_file(f) for f in paths]
         lists = {key: [r for data in files for r in data.get(key, [])] for key in _KINDS}
         file_mode = next((data["mode"] for data in reversed(files) if "mode" in data), "ask")
-        return cls(Path(root), file_mode if mode is None else mode, session=[], home=home, **lists)
+        return cls(Path(root), file_mode if mode is None else mode, session=[], home=home,
+                   sources=[str(f) for f in paths if f.is_file()], **lists)
 
     # -- matching
 

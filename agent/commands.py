@@ -1,0 +1,175 @@
+"""The slash commands: one table (name, arguments, help, handler) that both faces use, the
+Textual TUI (agent/tui.py) and the --plain REPL (agent/repl.py); `help_text` is generated from it.
+
+A handler takes (agent, root, rest) and returns an `Out`: the text to show and what kind of
+thing it is, which is all a face needs to render it: "note" (plain text), "diff" (highlighted),
+"clear" (a new conversation: the TUI also empties its transcript), "quit". `agent` is None while
+the TUI's model loads; a command with `needs_agent` then says so instead of running. `slow`
+commands (a KV-cache rebuild) run off the TUI's UI thread; `idle_only` ones wait for no turn to
+be running. Keys (Enter, Ctrl-C, Tab ...) are the faces' own and listed under the table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Out:
+    text: str
+    kind: str = "note"  # note | diff | clear | quit
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    args: str
+    help: str
+    run: Callable  # (agent, root, rest) -> Out
+    needs_agent: bool = True
+    idle_only: bool = False
+    slow: bool = False
+
+
+def _help(agent, root, rest) -> Out:
+    return Out(help_text())
+
+
+def _undo(agent, root, rest) -> Out:
+    from agent.turn_undo import slash_undo
+    return Out(slash_undo(agent, rest))
+
+
+def _diff(agent, root, rest) -> Out:
+    from tools.undo import UndoError
+    try:
+        d = agent.diff()
+    except UndoError as e:
+        return Out(str(e))
+    return Out(d, "diff") if d else Out("the last turn changed nothing")
+
+
+def _clear(agent, root, rest) -> Out:
+    agent.clear()
+    return Out("new conversation", "clear")
+
+
+def _compact(agent, root, rest) -> Out:
+    freed = agent.compact()
+    return Out(f"compacted: old tool outputs dropped, {freed:,} tokens freed" if freed else
+               "nothing to compact: no old tool output is longer than its marker")
+
+
+def _mode(agent, root, rest) -> Out:
+    if rest:
+        try:
+            agent.set_mode(rest)
+        except ValueError as e:
+            return Out(str(e))
+    return Out(f"mode: {agent.mode}")
+
+
+def _model(agent, root, rest) -> Out:
+    c = agent.engine.cfg
+    return Out(f"model {agent.meta.get('model', '(in-memory engine)')}\n{c.n_layer} layers, width "
+               f"{c.n_embd}, vocab {c.vocab_size}, context {agent.engine.max_len} tokens; "
+               f"temperature {agent.temperature}, max {agent.max_tokens} tokens per reply, "
+               f"max {agent.max_steps} calls per request")
+
+
+def _memory(agent, root, rest) -> Out:
+    from tools.files import read_memory
+    mem = read_memory(root)
+    if mem is None:
+        return Out("no NANOCODE.md or AGENTS.md at the project root")
+    return Out(f"{mem[0]} (in the system prompt of new conversations, cut to its share of the "
+               f"context):\n{mem[1]}")
+
+
+def _settings(agent, root, rest) -> Out:
+    p = agent.policy
+    lines = [f"mode: {p.mode}", f"commands: {agent.sandbox_status}",
+             "settings files: " + (", ".join(p.sources) or "none (the defaults)")]
+    for kind in ("allow", "ask", "deny", "session"):
+        rules = getattr(p, kind)
+        lines.append(f"{kind} rules: {', '.join(rules) if rules else '-'}")
+    return Out("\n".join(lines))
+
+
+def _session(agent, root, rest) -> Out:
+    path = getattr(agent.store, "path", None)
+    return Out(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") +
+               " (continue it later with `nanocode --resume ID`)")
+
+
+def _resume(agent, root, rest) -> Out:
+    from agent.sessions import list_sessions, load_session
+    found = list_sessions(root)[-10:]
+    if not found:
+        return Out("no saved sessions in this project yet")
+    lines = []
+    for p in reversed(found):
+        try:
+            msgs, _ = load_session(p)
+        except (OSError, ValueError):
+            continue
+        first = next((m["content"] for m in msgs if m["role"] == "user"), "")
+        lines.append(f"{p.stem.rsplit('-', 1)[-1]}  {p.stem[:15]}  "
+                     f"{first.splitlines()[0][:60] if first else '(empty)'}")
+    return Out("saved sessions, newest first (continue one with `nanocode --resume ID`):\n"
+               + "\n".join(lines))
+
+
+def _quit(agent, root, rest) -> Out:
+    return Out("", "quit")
+
+
+COMMANDS = [
+    Command("/help", "", "this help", _help, needs_agent=False),
+    Command("/undo", "[all] [yes] [committed]", "what undoing the last turn of this session "
+            "restores; yes does it (all: of any session; committed: also files committed since)",
+            _undo, idle_only=True),
+    Command("/diff", "", "what the last turn changed", _diff, idle_only=True),
+    Command("/clear", "", "start a new conversation", _clear, idle_only=True),
+    Command("/compact", "", "drop old tool outputs now (automatic when the context fills)",
+            _compact, idle_only=True, slow=True),
+    Command("/mode", "[MODE]", "show or set the permission mode: ask, accept-edits, auto, plan",
+            _mode),
+    Command("/model", "", "the model in use and its sampling settings", _model),
+    Command("/memory", "", "the project memory file (NANOCODE.md or AGENTS.md)", _memory,
+            needs_agent=False),
+    Command("/settings", "", "the permission mode, rules and the settings files they came from",
+            _settings),
+    Command("/session", "", "this session's id and file", _session),
+    Command("/resume", "", "list this project's saved sessions", _resume, needs_agent=False),
+    Command("/quit", "", "leave (also /exit, Ctrl-D in --plain, Ctrl-C twice in the TUI)", _quit,
+            needs_agent=False),
+]
+ALIASES = {"/exit": "/quit", "/q": "/quit"}
+BY_NAME = {c.name: c for c in COMMANDS}
+KEYS = ("keys: Enter sends, up/down history, Ctrl-C stops the running turn; in the TUI Tab "
+        "answers a waiting approval, Esc goes back to the prompt")
+
+
+def help_text() -> str:
+    rows = [(f"{c.name} {c.args}".strip(), c.help) for c in COMMANDS]
+    width = max(len(r[0]) for r in rows) + 2
+    return "\n".join(f"{name:<{width}}{text}" for name, text in rows) + "\n" + KEYS
+
+
+def find(text: str) -> tuple[Command | None, str]:
+    """(the command `text` names, the rest of the line); None for an unknown one."""
+    name, _, rest = text.strip().partition(" ")
+    return BY_NAME.get(ALIASES.get(name, name)), rest.strip()
+
+
+def run(text: str, agent, root, running: bool = False) -> Out:
+    """Run one slash command line as a face would (not `slow` ones on a UI thread)."""
+    cmd, rest = find(text)
+    if cmd is None:
+        return Out(f"unknown command {text.split()[0]}; /help lists them")
+    if cmd.needs_agent and agent is None:
+        return Out("the model is still loading; try again in a moment")
+    if cmd.idle_only and running:
+        return Out(f"a turn is running: Ctrl-C stops it, then {cmd.name}")
+    return cmd.run(agent, root, rest)
