@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+import re
 
 _CONTROLS = [*(c for c in range(0x20) if c not in (0x09, 0x0A)), 0x7F, *range(0x80, 0xA0)]
 _BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
@@ -88,12 +90,33 @@ def call_text(args: dict) -> str:
     return "\n".join(lines)
 
 
-def edit_diff(args: dict) -> str:
+def edit_diff(args: dict, root=None) -> str:
     """Unified diff of an Edit call (old_string -> new_string; a new file when there is none),
-    escaped, its context spanning both strings: every line of each is shown, none elided."""
+    escaped, its context spanning both strings: every line of each is shown, none elided. With
+    the project `root`, the hunk is numbered where old_string sits in the file (read now, before
+    the edit runs), not from 1."""
     path = printable(args.get("file_path", "?"))
     old = printable(args.get("old_string") or "").splitlines()
     new = printable(args.get("new_string", "")).splitlines()
-    lines = difflib.unified_diff(old, new, f"a/{path}" if old else "/dev/null", f"b/{path}",
-                                 lineterm="", n=max(len(old), len(new)))
+    lines = list(difflib.unified_diff(old, new, f"a/{path}" if old else "/dev/null", f"b/{path}",
+                                      lineterm="", n=max(len(old), len(new))))
+    start = _line_of(root, args) if root is not None and old else None
+    if start is not None and len(lines) > 2 and lines[2].startswith("@@"):
+        lines[2] = re.sub(r"^@@ -1(,?\d*) \+1(,?\d*) @@",
+                          lambda m: f"@@ -{start}{m.group(1)} +{start}{m.group(2)} @@", lines[2])
     return "\n".join(lines)
+
+
+def _line_of(root, args) -> int | None:
+    """The 1-based line where the Edit's old_string starts in its file, when it is there once."""
+    from tools.workspace import PathOutside, resolve
+    try:
+        p = resolve(root, args.get("file_path") or "", write=False, allow_outside=False)
+        if os.path.getsize(p) > 5 * 2**20:
+            return None
+        text = open(p, encoding="utf-8", errors="surrogateescape").read().replace("\r\n", "\n")
+    except (OSError, ValueError, PathOutside):
+        return None
+    old = args.get("old_string") or ""
+    at = text.find(old)
+    return text.count("\n", 0, at) + 1 if at >= 0 and text.find(old, at + 1) < 0 else None

@@ -66,6 +66,7 @@ from agent.context import (ContextFull, droppable, dropped_note, fit, fit_memory
 from agent.copy_bias import CopyBias
 from agent.grammar import CONTENT, Grammar
 from agent.grounding import Grounding
+from agent.mentions import mentioned
 from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
     CANCELLED, DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, Text, ToolCall, ToolResult, TurnEnd,
@@ -269,6 +270,8 @@ class Agent:
         attempt = 0  # retries spent on the current step
         seen: set[str] = set()  # calls since the last Edit or Bash (after one, a call may rightly recur)
         try:
+            for path in mentioned(user_text, self.root):  # @path: pinned as a Read step
+                seen.add(self._pin(path, res, emit))
             while True:
                 if cancel.is_set():
                     res.stop_reason = "cancelled"
@@ -358,6 +361,20 @@ class Agent:
         return res
 
     # ---- one call ----------------------------------------------------------------------------------
+    def _pin(self, path: str, res: TurnResult, emit) -> str:
+        """An @-mentioned file as a Read step in the conversation (agent/mentions.py): the call
+        and its result, cut to the result's share; returns the call's key for the repeat check."""
+        args = {"file_path": path}
+        result = run_tool(self.root, "Read", {**args, "limit": self.read_limit}, allow_outside=False)
+        result = fit_result("Read", result, self.tok, self.result_budget)
+        res.steps += 1
+        emit(ToolCall("Read", args, res.steps))
+        self.messages += [{"role": "assistant", "content": "", "tool_call": {"name": "Read", "args": args}},
+                          {"role": "tool_result", "content": result}]
+        res.tool_calls.append({"name": "Read", "args": args, "result": result})
+        emit(ToolResult("Read", args, result, res.steps))
+        return json.dumps(["Read", args], sort_keys=True)
+
     def _run_call(self, name, args, approve, emit, cancel):
         err = check_call(name, args)
         if err:

@@ -25,14 +25,15 @@ DIM, RESET = "\033[2m", "\033[0m"
 class Console:
     """The terminal: lines read with prompt-toolkit (or stdin), text written escaped."""
 
-    def __init__(self, out=None, color: bool | None = None):
+    def __init__(self, out=None, color: bool | None = None, root=None):
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         self.reader = None
         if sys.stdin.isatty():
             try:
                 from prompt_toolkit import PromptSession
-                self.reader = PromptSession()
+                self.reader = PromptSession(completer=mention_completer(root) if root else None,
+                                            complete_while_typing=True)
             except Exception:  # noqa: BLE001 - no terminal features: fall back to input()
                 self.reader = None
 
@@ -56,9 +57,32 @@ class Console:
         self.out.flush()
 
 
+def mention_completer(root):
+    """prompt-toolkit completions of the `@path` word before the cursor (agent/mentions.py)."""
+    from prompt_toolkit.completion import Completer, Completion
+
+    from agent.mentions import complete, project_files
+
+    class Mentions(Completer):
+        files = None
+
+        def get_completions(self, document, complete_event):
+            word = document.get_word_before_cursor(WORD=True)
+            if len(word) < 2 or not word.startswith("@"):
+                return
+            if self.files is None:
+                self.files = project_files(root)
+            found = complete(word, self.files)
+            if not found:
+                self.files = None  # a new file since: list again next time
+            for c in found:
+                yield Completion(c, start_position=-len(word))
+    return Mentions()
+
+
 def run_repl(agent, model_name: str = "", console: Console | None = None) -> int:
     from nanocode import __version__
-    con = console or Console()
+    con = console or Console(root=agent.root)
     con.dim(f"nanocode {__version__} | model {model_name} | mode {agent.mode} | {agent.root}")
     if agent.sandbox is not None:
         con.dim(agent.sandbox_status)

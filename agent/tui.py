@@ -37,6 +37,8 @@ from textual.widgets import Button, Input, Static
 from agent.display import call_text, edit_diff, rule_words
 from agent.tui_widgets import ApprovalPanel, HistoryInput, Reply, ToolCard, code_view, plain
 
+PLACEHOLDER = "ask nanocode… (/help for commands, @path pins a file)"
+
 
 # ---- loading ----------------------------------------------------------------------------------
 class LoadError(Exception):
@@ -121,7 +123,7 @@ class NanocodeApp(App):
         yield VerticalScroll(id="transcript")
         yield ApprovalPanel(id="approval")
         yield Static(id="status")
-        yield HistoryInput(id="prompt", placeholder="ask nanocode… (/help for commands)")
+        yield HistoryInput(root=self.root, id="prompt", placeholder=PLACEHOLDER)
 
     def on_mount(self) -> None:
         from nanocode import __version__
@@ -190,7 +192,7 @@ class NanocodeApp(App):
         self.refresh_status()
 
     def _model_ready(self) -> None:
-        self.query_one(HistoryInput).placeholder = "ask nanocode… (/help for commands)"
+        self.query_one(HistoryInput).placeholder = PLACEHOLDER
         a = self.agent
         if a.sandbox is None:
             self.note(f"warning: {a.sandbox_status}", style="bold red")
@@ -260,11 +262,15 @@ class NanocodeApp(App):
         tps, error = None, None
         try:
             res = agent.run_turn(text, approve=lambda n, a, d: self._approve(n, a, d, cancel),
-                                 on_event=lambda ev: self.later(self.agent_event, ev), cancel=cancel)
+                                 on_event=self._on_event, cancel=cancel)
             tps = res.tokens_per_second  # sampling time only: approvals and tools left out
         except Exception as e:  # noqa: BLE001 - the session survives a crashed turn
             error = f"error: the turn crashed: {type(e).__name__}: {e}"
         self.later(self.turn_done, tps, error)
+
+    def _on_event(self, ev) -> None:  # on the worker, before the call runs: an Edit's diff is
+        diff = edit_diff(ev.args, self.root) if ev.kind == "tool_call" and ev.name == "Edit" else None
+        self.later(self.agent_event, ev, diff)  # numbered where old_string still is
 
     def _approve(self, name, args, decision, cancel) -> str:
         box = Approval(name, args, decision.reason, getattr(decision, "always", ""))
@@ -281,7 +287,7 @@ class NanocodeApp(App):
     def on_call(self, msg: Call) -> None:
         msg.fn(*msg.args)
 
-    def agent_event(self, ev) -> None:
+    def agent_event(self, ev, diff: str | None = None) -> None:
         if ev.kind == "text":
             if self._reply is None:
                 self._reply = Reply()
@@ -291,7 +297,7 @@ class NanocodeApp(App):
             return
         self._reply = None
         if ev.kind == "tool_call":
-            card = self._cards[ev.step] = ToolCard(ev.name, ev.args)
+            card = self._cards[ev.step] = ToolCard(ev.name, ev.args, diff)
             self.add(card)
         elif ev.kind == "tool_result":
             card = self._cards.get(ev.step)
@@ -318,7 +324,7 @@ class NanocodeApp(App):
                              plain(box.reason, "italic"))
         if box.name == "Edit":
             body = Group(head, plain(f"file: {box.args.get('file_path')}"),
-                         code_view(edit_diff(box.args)))
+                         code_view(edit_diff(box.args, self.root)))
         elif box.name == "Bash":
             body = Group(head, code_view(str(box.args.get("command", "")), "bash"))
         else:
@@ -340,8 +346,6 @@ class NanocodeApp(App):
     def action_focus_approval(self) -> None:
         if self.asking is not None:
             self.query_one(ApprovalPanel).focus()
-        else:
-            self.screen.focus_next()
 
     def action_focus_prompt(self) -> None:
         self.query_one(HistoryInput).focus()

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.suggester import Suggester
 from textual.widgets import Button, Collapsible, Input, Static
 
 from agent.display import call_title, edit_diff, printable, summarize
@@ -40,11 +41,13 @@ class Reply(Static):
 
 
 class ToolCard(Collapsible):
-    """One tool call: the header, for Edit the diff, and the result (collapsed, except Edit)."""
+    """One tool call: the header, for Edit the diff (`diff`, numbered in the file when made
+    before the edit ran; else numbered from 1), and the result (collapsed, except Edit)."""
 
-    def __init__(self, tool: str, args: dict):
+    def __init__(self, tool: str, args: dict, diff: str | None = None):
         self.tool, self.args, self.header = tool, args, call_title(tool, args)
-        kids = [Static(code_view(edit_diff(args)), classes="diff")] if tool == "Edit" else []
+        diff = edit_diff(args) if diff is None and tool == "Edit" else diff
+        kids = [Static(code_view(diff), classes="diff")] if tool == "Edit" else []
         self.result = Static(Text("running…", style="dim"), classes="result")
         self.result_text = None
         super().__init__(*kids, self.result, title=Text(self.header), collapsed=tool != "Edit",
@@ -58,18 +61,41 @@ class ToolCard(Collapsible):
             self.add_class("failed")
 
 
+class MentionSuggester(Suggester):
+    """Completes the `@path` word being typed with a project file (agent/mentions.py), shown
+    inline; Tab or Right takes it. The file list is read once per prompt face (cheap: git's
+    list) and again after a miss."""
+
+    def __init__(self, root):
+        super().__init__(use_cache=False, case_sensitive=True)
+        self.root, self.files = root, None
+
+    async def get_suggestion(self, value: str) -> str | None:
+        from agent.mentions import complete, project_files
+        word = value.rsplit(" ", 1)[-1]
+        if len(word) < 2 or not word.startswith("@"):
+            return None
+        if self.files is None:
+            self.files = project_files(self.root)
+        found = complete(word, self.files)
+        if not found:
+            self.files = None  # a new file since: list again next time
+            return None
+        return value[:len(value) - len(word)] + found[0]
+
+
 class HistoryInput(Input):
     """The prompt: up/down history, page up/down scroll the transcript, Tab answers a waiting
-    approval. A paste of several lines becomes one `[pasted N lines #k]` token in the line
+    approval or takes the `@path` completion. A paste of several lines becomes one `[pasted N lines #k]` token in the line
     (Input holds one line) that `expand` turns back into the text on submit. The draft is never
     selected when focus comes back (the next key would replace it)."""
     BINDINGS = [Binding("up", "history(-1)", show=False), Binding("down", "history(1)", show=False),
                 Binding("pageup", "app.page_transcript(-1)", show=False),
                 Binding("pagedown", "app.page_transcript(1)", show=False),
-                Binding("tab", "app.focus_approval", show=False)]
+                Binding("tab", "tab", show=False)]
 
-    def __init__(self, **kw):
-        super().__init__(select_on_focus=False, **kw)
+    def __init__(self, root=None, **kw):
+        super().__init__(select_on_focus=False, suggester=MentionSuggester(root) if root else None, **kw)
         self.history: list[str] = []
         self.pos, self.draft = 0, ""
         self.pastes: dict[str, str] = {}  # token -> the pasted text
@@ -83,6 +109,15 @@ class HistoryInput(Input):
         token = f"[pasted {len(text.strip(chr(10)).splitlines())} lines #{len(self.pastes) + 1}]"
         self.pastes[token] = text
         self.insert_text_at_cursor(token)
+
+    def action_tab(self) -> None:
+        if self.app.asking is not None:
+            self.app.action_focus_approval()
+        elif self._suggestion and self._suggestion != self.value:  # the @path completion
+            self.value = self._suggestion
+            self.cursor_position = len(self.value)
+        else:
+            self.screen.focus_next()
 
     def expand(self, text: str) -> str:
         """`text` with each paste token replaced by what was pasted."""

@@ -378,6 +378,25 @@ def test_failed_snapshot_is_said_once(engine, tok, repo):
     assert sum("could not snapshot" in e.text for e in events if e.kind == "status") == 1
 
 
+def test_at_mention_pins_the_file_as_a_read(engine, tok, repo):
+    """`@a.py` pins the file as a Read step before the model's first reply; words that are
+    not project files (`@property`, an address, a path outside) pin nothing; a re-Read of the
+    pinned file is a repeat (resampled)."""
+    from agent.mentions import mentioned
+    (repo / "sub").mkdir()
+    (repo / "sub" / "b.py").write_text("y = 2\n")
+    assert mentioned("look at @a.py and @sub/b.py, not @property or me@x.org or @../x or @a.py",
+                     repo) == ["a.py", "sub/b.py"]
+    agent, script = make(engine, repo, [reply(tok, "x is 1.")])
+    res = agent.run_turn("what is x in @a.py?")
+    assert res.answer == "x is 1." and res.steps == 1
+    want = run_tool(repo, "Read", {"file_path": "a.py"})
+    assert agent.messages[2:4] == [
+        {"role": "assistant", "content": "", "tool_call": {"name": "Read", "args": {"file_path": "a.py"}}},
+        {"role": "tool_result", "content": want}]
+    assert agent.session.ids == agent.rendered_ids() and script.i == 0  # one generation
+
+
 def test_compact_drops_old_outputs_now(engine, tok, repo):
     rd = call(tok, "", "Read", file_path="big.py", limit="20")
     agent, script = make(engine, repo, [rd, reply(tok, "ok")] * 2 + [reply(tok, "fine")])

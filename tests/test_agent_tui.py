@@ -544,3 +544,44 @@ def test_small_terminal_keeps_the_input_on_screen(engine, tok, repo):
         await pilot.press("pageup")
         assert t.scroll_y < t.max_scroll_y
     drive(app, body, size=(70, 16))
+
+
+def test_edit_diff_is_numbered_in_the_file(engine, tok, repo):
+    (repo / "m.py").write_text("a = 0\nb = 0\nc = 0\nd = 0\nx = 1\ny = 2\n")
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="m.py", old_string="x = 1\ny = 2",
+                                        new_string="x = 3\ny = 2"), reply(tok, "done.")], mode="ask")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "set x to 3")
+        await until(pilot, lambda: app.asking is not None)
+        assert "@@ -5,2 +5,2 @@" in approval_text(app)  # line 5 of m.py, not 1 of the snippet
+        await pilot.press("y")
+        await until(pilot, lambda: app.turns == 1)
+        assert "@@ -5,2 +5,2 @@" in app.query_one(ToolCard).query_one(".diff").content.code
+    drive(app, body)
+    assert (repo / "m.py").read_text().endswith("x = 3\ny = 2\n")
+
+
+def test_at_path_completes_in_both_faces(engine, tok, repo):
+    (repo / "src").mkdir()
+    (repo / "src" / "parser.py").write_text("def parse():\n    pass\n")
+    commit_all(repo)
+    agent, _ = make(engine, repo, [reply(tok, "ok.")])
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        inp = app.query_one(HistoryInput)
+        await pilot.press(*"see @src/pa")
+        await until(pilot, lambda: inp._suggestion == "see @src/parser.py")
+        await pilot.press("tab")
+        assert inp.value == "see @src/parser.py" and app.focused is inp
+        await pilot.press("enter")
+        await until(pilot, lambda: app.turns == 1)
+        assert app.query_one(ToolCard).header == "Read src/parser.py"
+    drive(app, body)
+    from prompt_toolkit.document import Document
+
+    from agent.repl import mention_completer
+    got = [c.text for c in mention_completer(repo).get_completions(Document("fix @pars"), None)]
+    assert got == ["@src/parser.py"]

@@ -56,7 +56,7 @@ def git_files(d: str):
     return sorted(set(os.fsdecode(x) for x in r.stdout.split(b"\0") if x))
 
 
-def _project_paths(root: str, dirs: bool) -> list[str]:
+def project_paths(root: str, dirs: bool = False) -> list[str]:
     """Up to MAX_CANDIDATES paths relative to the root (git's list, else a sorted walk that does not
     follow symlinks), none inside SKIP_DIRS, with every ancestor directory too when `dirs`."""
     names = git_files(root)
@@ -150,7 +150,7 @@ def path_hint(root, path, *, dirs: bool = False) -> str:
         real = os.path.join(rroot, rel)
         return os.path.exists(real) and is_inside(rroot, os.path.realpath(real))
 
-    top = _top(_project_paths(rroot, dirs), bound, score, valid)
+    top = _top(project_paths(rroot, dirs), bound, score, valid)
     out = [display(rroot, os.path.join(rroot, rel)) for rel in top]
     return f": {query} (closest: {', '.join(out)})" if out else ""
 
