@@ -120,6 +120,17 @@ def _resume(agent, root, rest) -> Out:
                + "\n".join(lines))
 
 
+def _mark(verdict: str):
+    def run(agent, root, rest) -> Out:
+        try:
+            n = agent.mark(verdict)
+        except ValueError as e:
+            return Out(str(e))
+        return Out(f"turn {n} marked {verdict} (`train export-sessions` "
+                   f"{'trains on it' if verdict == 'good' else 'learns to avoid it'})")
+    return run
+
+
 def _quit(agent, root, rest) -> Out:
     return Out("", "quit")
 
@@ -140,6 +151,10 @@ COMMANDS = [
             needs_agent=False),
     Command("/settings", "", "the permission mode, rules and the settings files they came from",
             _settings),
+    Command("/good", "", "mark the last turn good: `train export-sessions` trains on it",
+            _mark("good"), idle_only=True),
+    Command("/bad", "", "mark the last turn bad: exported as the rejected side of a pair",
+            _mark("bad"), idle_only=True),
     Command("/session", "", "this session's id and file", _session),
     Command("/resume", "", "list this project's saved sessions", _resume, needs_agent=False),
     Command("/quit", "", "leave (also /exit, Ctrl-D in --plain, Ctrl-C twice in the TUI)", _quit,

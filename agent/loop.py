@@ -182,8 +182,32 @@ class Agent:
         """Restore what the last undoable turn of this conversation (or `turn`, or of any
         conversation with all_sessions) changed; returns the restored and removed paths. Raises
         UndoError when it refuses (tools/undo.py: moved on since, committed since unless
-        allow_committed). The next user message tells the model what was undone."""
-        return self.undo_log.undo(self._scope(all_sessions), turn, allow_committed)
+        allow_committed). The next user message tells the model what was undone; the turn's
+        record says "undone" (a turn the user did not want: `train export-sessions`)."""
+        paths = self.undo_log.undo(self._scope(all_sessions), turn, allow_committed)
+        for record in self.meta["turns"]:
+            if record.get("checkpoint") == self.undo_log.last_undone:
+                record["undone"] = True
+        self._save()
+        return paths
+
+    def mark(self, verdict: str) -> int:
+        """/good, /bad: the user's verdict on the last turn, kept in its record (`train
+        export-sessions` trains on good turns and pairs bad ones); returns its number (1-based)."""
+        if not self.meta["turns"]:
+            raise ValueError("no turn to mark yet")
+        self.meta["turns"][-1]["mark"] = verdict
+        self._save()
+        return len(self.meta["turns"])
+
+    def _save(self, emit=None) -> None:
+        if self.store is None:
+            return
+        try:
+            self.store.save(self.messages, self.meta)
+        except OSError as e:
+            if emit is not None:
+                emit(Status(f"could not save the session: {e}"))
 
     def undo_plan(self, turn: int | None = None, *, all_sessions: bool = False):
         """What undo() would do, for a UI to confirm (tools.undo.UndoPlan; nothing changes)."""
@@ -352,11 +376,7 @@ class Agent:
                                        "files_changed": res.files_changed, "checkpoint": ck_id})
             self.meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
             res.usage["seconds"] = time.perf_counter() - started
-            if self.store is not None:
-                try:
-                    self.store.save(self.messages, self.meta)
-                except OSError as e:
-                    emit(Status(f"could not save the session: {e}"))
+            self._save(emit)
         emit(TurnEnd(res.stop_reason, res.steps, res.retries))
         return res
 

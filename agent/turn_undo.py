@@ -25,6 +25,7 @@ class TurnUndo:
         self._ckpt = None  # tools.undo.Checkpoints, made on first use
         self.open = None  # the open turn's tools.undo.Turn, once its snapshot is taken
         self.notes: list[str] = []  # what undo restored, for the next user message
+        self.last_undone = None  # the turn id the last undo() restored
 
     @property
     def made(self) -> bool:
@@ -69,6 +70,7 @@ class TurnUndo:
         ck = self.checkpoints()
         plan = ck.plan(turn, session=session)
         paths = ck.undo(plan.turn, allow_committed=allow_committed)
+        self.last_undone = plan.turn
         self.notes.append(f"[the user undid turn {plan.turn} ({plan.describe()}): those files are "
                           "back as they were before it]")
         return paths

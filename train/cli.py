@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", choices=["float32", "bfloat16"], default="float32",
         help="dtype of the imported parameters (default: float32)",
     )
+    text = "the agent's saved sessions as SFT rows and preference pairs (good and bad turns)"
+    from train.export_sessions import add_export_args  # light: no jax at import
+    add_export_args(sub.add_parser("export-sessions", help=text, description=text))
     return p
 
 
@@ -196,7 +199,7 @@ def add_dpo_args(p: argparse.ArgumentParser) -> None:
 
 COMMANDS = {"data": "train.shards", "tokenizer": "train.tokenizer", "base": "train.base",
             "synth": "train.synth", "sft": "train.sft", "rollouts": "train.rollouts", "dpo": "train.dpo", "import-nanochat": "train.import_nanochat",
-            "speedrun": "train.speedrun"}
+            "speedrun": "train.speedrun", "export-sessions": "train.export_sessions"}
 
 
 def main(argv: list[str] | None = None) -> int:

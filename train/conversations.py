@@ -36,7 +36,8 @@ per string, `FILE:LINE: rule: detail` for files. Rules:
             at least one assistant message; ends with a plain assistant reply (a side of a
             preference pair may end on an assistant tool call: a choice between next steps)
   tool      known tool name, known argument names, required arguments present (tools/dispatch.py)
-  result    a tool_result after Read/Edit/Grep/Bash looks like that tool's output format, an
+  result    a tool_result after Read/Edit/Grep/Bash looks like that tool's output format (a
+            note line in brackets or parentheses allowed: a truncation, a context cut), an
             `error: ...` line, or exactly `rejected by user`
   length    rendered length <= max_tokens (only when a tokenizer and max_tokens are given)
 """
@@ -57,6 +58,7 @@ from train.hub_rows import hub_rows, is_schema_error, read_jsonl
 
 _NUMBERED = re.compile(r"^\s*\d+→")
 _GREP_LINE = re.compile(r"^.+?(:\d+:|-\d+-)")
+_NOTE = re.compile(r"^(\[.*\]|\(.*\))$")  # a tool's or the agent's note line: [...] or (...)
 
 
 # ---- normalisation -------------------------------------------------------------------------------
@@ -131,8 +133,9 @@ def _check_result(tool: str, content: str) -> str | None:
     if content.startswith("error: ") and tool != "Bash":  # Bash output is whatever the command printed
         return None if "\n" not in content else "an error result must be one line"
     lines = content.split("\n")
-    if tool == "Read":
-        if content == "(empty file)" or all(_NUMBERED.match(l) for l in lines):
+    if tool == "Read":  # a last `[...]` line: Read's own truncation or the agent's context cut
+        if content == "(empty file)" or all(_NUMBERED.match(l) for l in lines[:-1]) and (
+                _NUMBERED.match(lines[-1]) or _NOTE.match(lines[-1]) and len(lines) > 1):
             return None
         return "Read results are numbered lines `    n→text`, `(empty file)` or an error line"
     if tool == "Edit":
@@ -141,8 +144,9 @@ def _check_result(tool: str, content: str) -> str | None:
             return None
         return "Edit results are the path, then numbered lines, or an error line"
     if tool == "Grep":
-        if content.startswith("no matches found") and "\n" not in content or all(
-                _GREP_LINE.match(l) or l == "--" or l.startswith("... (") for l in lines):
+        if lines[0].startswith("no matches found") and all(_NOTE.match(l) for l in lines[1:]) or all(
+                _GREP_LINE.match(l) or l == "--" or l.startswith("... (") or _NOTE.match(l)
+                for l in lines):
             return None
         return "Grep results are `path:line:text` / `path-line-text` lines or `no matches found`"
     if tool == "Bash":
