@@ -185,9 +185,9 @@ def _main(args, started) -> int:
         _err(f"not starting: {root} is not trusted (run nanocode in a project folder, or pass --trust)")
         return 1
     try:
-        model_dir = resolve_model(args.model)
+        model_dir = resolve_model(args.model)[0]
     except ModelError as e:
-        _err(str(e))
+        _err(f"error: {e}")
         return e.code
 
     from agent.sessions import SessionStore, find_session, load_session
@@ -209,7 +209,7 @@ def _main(args, started) -> int:
     try:
         agent = build_agent(args, root, model_dir, messages, meta, store)
     except ModelError as e:
-        _err(str(e))
+        _err(f"error: {e}")
         return e.code
     started()
     if args.prompt is not None and args.best_of > 1:

@@ -63,7 +63,7 @@ class Loader:
             return build_agent(self.args, self.root, self.model_dir, self.messages, self.meta,
                                self.store)
         except ModelError as e:
-            raise LoadError(str(e), e.code) from None
+            raise LoadError(f"error: {e}", e.code) from None
 
 
 # ---- messages from the worker threads ---------------------------------------------------------

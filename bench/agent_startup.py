@@ -65,7 +65,7 @@ def tui_child(ckpt: str, cwd: str) -> None:
     from agent import cli, tui
     from agent.model import resolve_model
     args = cli.parse_args(["--model", ckpt, "--cwd", cwd, "--max-tokens", "8"])
-    loader = tui.Loader(args, Path(cwd), resolve_model(args.model))
+    loader = tui.Loader(args, Path(cwd), resolve_model(args.model)[0])
     app = tui.NanocodeApp(loader=loader, model_name=loader.name)
     stamps = {}
 

@@ -24,19 +24,7 @@ from pathlib import Path
 
 from evals import sandbox, tasks
 from evals.passk import DEFAULT_KS, mean_pass_at_k
-
-
-class ModelError(ValueError):
-    """--model names no checkpoint; the message says where it looked."""
-
-
-def resolve_model(model: str) -> tuple[Path, str]:
-    """--model PATH|TAG -> (checkpoint directory, run tag), as ModelError when there is none."""
-    from nanocode.common import find_checkpoints
-    try:
-        return find_checkpoints(model)
-    except FileNotFoundError as e:
-        raise ModelError(str(e)) from None
+from nanocode.common import ModelError, resolve_model  # noqa: F401 - shared with the agent
 
 
 def load_model(model: str, step: int | None = None):

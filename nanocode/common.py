@@ -58,3 +58,34 @@ def find_checkpoints(spec: str, home: Path | None = None) -> tuple[Path, str]:
     raise FileNotFoundError(
         f"no checkpoint for {spec!r} (looked in {tried}); pass a checkpoint directory or a run tag "
         f"under {runs} (known: {', '.join(known) or 'none'}); train one with `train base`")
+
+
+class ModelError(ValueError):
+    """A model that cannot be used (none where --model points, none shipped, one that does not
+    load), for the agent and the evals alike. The message is one line without an `error:`
+    prefix (the CLIs add it) and says what to do; `code` is the exit status (2: not found)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+NO_DEFAULT = (
+    "this nanocode install has no default model (nothing at {path}); train one with "
+    "`train speedrun --preset cpu` (data to agent-ready checkpoint in one command) or "
+    "`train base` then `train sft`, then pass --model <run tag or checkpoint dir>"
+)
+
+
+def resolve_model(spec: str | None) -> tuple[Path, str]:
+    """--model PATH|TAG, or None for the model shipped in the package -> (directory holding
+    step folders, run tag): the one resolution the agent and the evals share. ModelError
+    (code 2) when there is none."""
+    if spec is None:
+        if not (DEFAULT_MODEL / "checkpoints").is_dir():
+            raise ModelError(NO_DEFAULT.format(path=DEFAULT_MODEL), code=2)
+        spec = "default"
+    try:
+        return find_checkpoints(spec)
+    except FileNotFoundError as e:
+        raise ModelError(str(e), code=2) from None

@@ -91,7 +91,8 @@ def test_empty_prompt_is_refused(proj, monkeypatch, capsys):
 
 
 def test_missing_default_model_says_how_to_train(proj, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(model, "default_model_dir", lambda: tmp_path / "nope")
+    import nanocode.common
+    monkeypatch.setattr(nanocode.common, "DEFAULT_MODEL", tmp_path / "nope")
     assert cli.main(["-p", "hi", "--cwd", str(proj)]) == 2
     err = capsys.readouterr().err
     assert "no default model" in err and "train speedrun" in err and "train sft" in err
@@ -116,7 +117,7 @@ def test_bad_checkpoint_is_one_line(proj, tmp_path, capsys):
 def test_model_tag_resolves_under_runs(proj, tmp_path):
     run = tmp_path / "home" / "runs" / "mytag" / "checkpoints"
     (run / "10").mkdir(parents=True)
-    assert model.resolve_model("mytag") == run
+    assert model.resolve_model("mytag") == (run, "mytag")
 
 
 def test_headless_json(ckpt, proj, capsys):

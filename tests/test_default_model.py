@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.model import default_model_dir, resolve_model
+from agent.model import resolve_model
+from nanocode.common import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MB = 25
@@ -15,8 +16,8 @@ MAX_MB = 25
 def test_default_model_is_shipped_small_and_documented():
     from nanocode.checkpoint import latest_step
     from nanocode.common import find_checkpoints
-    path = default_model_dir()
-    assert resolve_model(None) == path / "checkpoints" and latest_step(path / "checkpoints") is not None
+    path = DEFAULT_MODEL
+    assert resolve_model(None)[0] == path / "checkpoints" and latest_step(path / "checkpoints") is not None
     assert find_checkpoints("default")[0] == path / "checkpoints"  # `--model/--from default`
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     assert size < MAX_MB * 1e6, f"default model is {size / 1e6:.1f} MB"
@@ -41,7 +42,7 @@ def test_nanocode_runs_the_default_model_headless_on_a_task_project(tmp_path):
                                         for c in result["tool_calls"])
     session, = (Path(task.root) / ".nanocode" / "sessions").glob("*.jsonl")
     meta = json.loads(session.read_text())["meta"]
-    assert meta["model"] == str(default_model_dir() / "checkpoints")  # no --model: the shipped one
+    assert meta["model"] == str(DEFAULT_MODEL / "checkpoints")  # no --model: the shipped one
 
 
 def test_the_default_model_fine_tunes_from_fp32_masters():
@@ -49,5 +50,5 @@ def test_the_default_model_fine_tunes_from_fp32_masters():
     import jax
     from train.sft import load_start
     params, cfg, tok, ckpt = load_start("default")
-    assert ckpt == default_model_dir() / "checkpoints" and tok.vocab_size == cfg.vocab_size
+    assert ckpt == DEFAULT_MODEL / "checkpoints" and tok.vocab_size == cfg.vocab_size
     assert {str(x.dtype) for x in jax.tree.leaves(params)} == {"float32"}
