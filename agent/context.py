@@ -1,5 +1,5 @@
 """Fitting a conversation into the model's context: each new piece to its share, then old tool
-outputs, then old turns.
+outputs, then old turns; /compact leaves a one-line digest of each output it drops.
 
 Shares (of the model's max_len, so a longer-context model sees more): one tool result gets
 `result_budget` tokens (half of what the reply reserve leaves), the project memory file
@@ -37,7 +37,7 @@ def droppable(messages: list[dict], tok, end: int) -> list[int]:
     """Indices of the tool outputs in messages[:end] that the marker would shorten."""
     short = len(tok.encode(DROPPED))
     return [i for i, m in enumerate(messages[:end]) if m["role"] == "tool_result"
-            and m["content"] != DROPPED and len(tok.encode(m["content"])) > short]
+            and not m["content"].startswith(DROPPED) and len(tok.encode(m["content"])) > short]
 
 
 def fit(messages: list[dict], tok, limit: int, extra: int, turn_start: int):
@@ -69,6 +69,33 @@ def dropped_note(outputs: int, turns: int) -> str:
         f"{outputs} old tool output{'s' * (outputs != 1)}" if outputs else "",
         f"{turns} earlier turn{'s' * (turns != 1)}" if turns else "") if x)
     return f"context full: dropped {what}"
+
+
+DEFINES = re.compile(r"^ *\d+→\s*(?:async\s+)?(?:def|class)\s+(\w+)", re.M)
+
+
+def digest(call: dict | None, result: str) -> str:
+    """What /compact leaves of an old tool output: the DROPPED marker and one line on what it
+    held (a Read's size and the names it defines, a command's last line ...), so the model can
+    still name what it saw. No model call: the line is read off the output."""
+    if not isinstance(call, dict) or not isinstance(call.get("args"), dict):
+        return DROPPED
+    name, args, lines = call.get("name"), call["args"], result.split("\n")
+    if name == "Read":
+        names = list(dict.fromkeys(DEFINES.findall(result)))[:8]
+        what = f"Read {args.get('file_path')}: {len(lines)} lines" + \
+            (f", defines {', '.join(names)}" if names else "")
+    elif name == "Grep":
+        what = f"Grep {args.get('pattern')!r}: " + \
+            ("no matches" if result.startswith("no matches") else f"{len(lines)} lines")
+    elif name == "Bash":
+        command = (str(args.get("command", "")).splitlines() or [""])[0][:60]
+        what = f"Bash {command}: {len(lines)} lines, the last: {lines[-1].strip()[:80]}"
+    elif name == "Edit":
+        what = f"Edit {args.get('file_path')}: " + ("failed" if result.startswith("error:") else "applied")
+    else:
+        return DROPPED
+    return f"{DROPPED} {what}"
 
 
 def result_budget(max_len: int, reserve: int) -> int:

@@ -52,7 +52,7 @@ import re
 import sys
 from collections.abc import Iterable
 
-from nanocode.protocol import INT_ARGS, REJECTED, TOOL_ARGS, canonical_args, check_call
+from nanocode.protocol import DROPPED, INT_ARGS, REJECTED, TOOL_ARGS, canonical_args, check_call
 from nanocode.tokenizer import ROLES
 from train.hub_rows import hub_rows, is_schema_error, read_jsonl
 
@@ -128,7 +128,7 @@ def _as_our_result(call: dict, content: str) -> str:
 # ---- validation ----------------------------------------------------------------------------------
 def _check_result(tool: str, content: str) -> str | None:
     """Why `content` does not look like `tool`'s result, or None if it does."""
-    if content == REJECTED:
+    if content == REJECTED or content.startswith(DROPPED):  # a dropped output: any tool's
         return None
     if content.startswith("error: ") and tool != "Bash":  # Bash output is whatever the command printed
         return None if "\n" not in content else "an error result must be one line"

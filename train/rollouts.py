@@ -233,7 +233,7 @@ def run_task(job: tuple) -> dict:
             rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns]})
             messages = clean(agent.messages)
             # a row must read as a whole turn: ended by the model's own answer, nothing compacted
-            whole = turns[-1].stop_reason == "done" and not any(m["content"] == DROPPED for m in messages)
+            whole = turns[-1].stop_reason == "done" and not any(m["content"].startswith(DROPPED) for m in messages)
             if ok and whole and all(messages != r["messages"] for r in rows):
                 rows.append({"id": f"{tid}-{k}", "family": family, "messages": messages})
             elif not ok and failed is None:
