@@ -129,10 +129,14 @@ def test_grep_cap(proj):
 
 
 def test_grep_non_utf8_content_and_names(proj):
+    """Undecodable content shows as U+FFFD; a file whose name is not UTF-8 is not listed (Read
+    could not be given that name back) and the output says one was skipped."""
+    (proj / "latin.txt").write_bytes(b"caf\xe9 needle\n")
     with open(os.fsencode(str(proj)) + b"/caf\xe9.txt", "wb") as f:
-        f.write(b"caf\xe9 needle\n")
+        f.write(b"needle\n")
     r = grep(proj, {"pattern": "needle"})
-    assert r == "caf\ufffd.txt:1:caf\ufffd needle"
+    assert r == "latin.txt:1:caf\ufffd needle\n(not searched: 1 file whose name is not UTF-8; " \
+        "rename them to search them)"
     r.encode("utf-8")
 
 
@@ -165,7 +169,9 @@ def test_grep_skips_huge_binary_and_git(proj):
         f.truncate(200 * 1024 * 1024)
     (proj / "mid.txt").write_bytes(b"needle\n" + b"x" * (grep_mod.MAX_FILE_BYTES))
     r = grep(proj, {"pattern": "needle"})
-    assert "big.txt" not in r and "mid.txt" not in r and "data.bin" not in r and ".git" not in r
+    *matches, note = r.splitlines()  # the huge files are not searched, and the last line says so
+    assert not any(n in m for m in matches for n in ("big.txt", "mid.txt", "data.bin", ".git"))
+    assert note.startswith("(not searched, over the 5 MB limit: big.txt (200.0 MB), mid.txt")
 
 
 def test_grep_regex_linear_enough(proj):

@@ -15,8 +15,9 @@ is in a git work tree and git is installed; run through tools/git.py, so nothing
 config names is executed), its list is used, so .gitignore is respected; otherwise
 the tree is walked, skipping SKIP_DIRS and the patterns of a .gitignore at the search root (simple
 fnmatch subset: `name`, `dir/`, `/anchored`, `*.ext`; negations are ignored). Always skipped: .git,
-files over MAX_FILE_BYTES (5 MB: the output names them and says how to search one), binary files (NUL in the first 8 KB), symlinks resolving outside
-the root, and unreadable files. Every file is opened where it was checked
+files over MAX_FILE_BYTES (5 MB), files whose name is not UTF-8 (Read could not be given it back),
+binary files (NUL in the first 8 KB), symlinks resolving outside the root, and unreadable files;
+a last line in parentheses names the big ones (and how to search one) and counts the others. Every file is opened where it was checked
 (tools.workspace.open_resolved) and searched through that descriptor, by either engine.
 
 Engines: the file list, the binary/size filters and the output formatting are ours either way; the
@@ -155,16 +156,25 @@ def _grep(root, args, allow_outside, use_rg):
         files = [os.fspath(base)]
     outside_ok = allow_outside and not is_inside(root, base)
     listed = []  # (shown name, real path) of every file that may be searched, in output order
+    undecodable = 0
     for fp in files:
         if os.sep + ".git" + os.sep in fp + os.sep and not os.sep + ".git" + os.sep in os.fspath(base) + os.sep:
             continue
         real = os.path.realpath(fp)
         if outside_ok or is_inside(root, real):
+            try:
+                os.fsencode(fp).decode("utf-8")
+            except UnicodeDecodeError:  # a name Read could not be given back: said, not searched
+                undecodable += 1
+                continue
             listed.append((display(root, fp if is_inside(root, fp) else real), real))
     candidates, found, big = _search(root, pattern, rx, listed, before, after, use_rg)
     out = _format(candidates, found, before, after)
     if out == NO_MATCHES:
         out += names_hint(pattern, [r for _, r in candidates])
+    if undecodable:
+        out += (f"\n(not searched: {undecodable} file{'s' * (undecodable != 1)} whose name is not "
+                "UTF-8; rename them to search them)")
     return out + _big_note(big)
 
 
