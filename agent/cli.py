@@ -1,6 +1,7 @@
 """`nanocode`: the terminal coding agent. Only argparse at import time, so --help is instant
 (no jax, numpy, textual or prompt-toolkit until a model is actually run).
 
+`nanocode serve` puts the model behind an OpenAI-compatible HTTP API instead (agent/serve.py).
 Faces of the one loop (agent/loop.Agent): `-p PROMPT` headless (agent/headless.py; with
 `--best-of N` N rollouts in copies of the project, agent/best_of.py), `--plain` a
 prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI when agent/tui.py exists (its
@@ -27,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nanocode",
         description="nanocode: a coding agent in your terminal, running a small model trained "
         "end to end in pure JAX. With no options it opens the full-screen interface on the "
-        "current directory.",
+        "current directory. `nanocode serve --help`: the model behind an OpenAI-compatible "
+        "HTTP API.",
     )
     p.add_argument("--version", action="version", version=f"nanocode {__version__}")
     p.add_argument(
@@ -153,6 +155,10 @@ def _interrupted_at_start(*_) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # `nanocode serve`: the model behind an OpenAI-compatible API
+        from agent.serve import main as serve
+        return serve(argv[1:])
     args = parse_args(argv)
     import threading
     if threading.current_thread() is not threading.main_thread():  # signals are the main thread's

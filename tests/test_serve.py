@@ -1,0 +1,106 @@
+"""`nanocode serve`: the real server in a subprocess on loopback (a tiny random checkpoint),
+driven over HTTP: /v1/models, a chat completion equal to the engine's own greedy reply, the
+same streamed as server-sent events, tool calls in the OpenAI shape, and 400s that say why."""
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from agent.serve import Server, openai_message, to_conversation
+from test_agent_cli import ckpt  # noqa: F401 - the module's tiny checkpoint fixture
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def server(ckpt):
+    p = subprocess.Popen([sys.executable, "-m", "agent.cli", "serve", "--model", str(ckpt),
+                          "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = p.stdout.readline()
+    assert "nanocode serve: model" in line, p.stderr.read()
+    yield line.rsplit("http://", 1)[1].strip()
+    p.terminate()
+    p.wait(30)
+
+
+def post(base, body, raw=False):
+    req = urllib.request.Request(f"http://{base}/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return r.read().decode() if raw else json.loads(r.read())
+
+
+def test_models_and_a_completion_equal_to_the_engine(server, ckpt):
+    with urllib.request.urlopen(f"http://{server}/models", timeout=30) as r:
+        models = json.loads(r.read())
+    assert models["object"] == "list" and models["data"][0]["owned_by"] == "nanocode"
+    body = {"messages": [{"role": "system", "content": "be brief"},
+                         {"role": "user", "content": "what is x?"}], "max_tokens": 12}
+    got = post(server, body)
+    choice = got["choices"][0]
+    assert got["object"] == "chat.completion" and choice["message"]["role"] == "assistant"
+    assert choice["finish_reason"] in ("stop", "length") and "tool_calls" not in choice["message"]
+    assert got["usage"]["completion_tokens"] <= 12
+    from agent.model import load_engine
+    here = Server(load_engine(ckpt), "x").complete(body)  # the same engine, in this process
+    assert choice["message"]["content"] == here["content"]
+    events = [ln[6:] for ln in post(server, {**body, "stream": True}, raw=True).splitlines()
+              if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert streamed == here["content"] and chunks[-1]["choices"][0]["finish_reason"] == \
+        choice["finish_reason"] and chunks[-1]["usage"]["completion_tokens"] >= 1
+
+
+def test_bad_requests_say_why(server):
+    for body, says in [({"messages": []}, "non-empty list"),
+                       ({"messages": [{"role": "tool", "tool_call_id": "x", "content": "1"}]},
+                        "answers no earlier tool call"),
+                       ({"messages": [{"role": "robot", "content": "hi"}]}, "unknown role")]:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            post(server, body)
+        assert e.value.code == 400 and says in json.loads(e.value.read())["error"]["message"]
+
+
+def test_openai_tool_calls_round_trip():
+    """An assistant turn with two calls becomes two of ours, each with its result; our call goes
+    back out in the OpenAI shape."""
+    conv = to_conversation([
+        {"role": "user", "content": [{"type": "text", "text": "look"}]},
+        {"role": "assistant", "content": "ok", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "Read", "arguments": '{"file_path": "x.py"}'}},
+            {"id": "b", "type": "function", "function": {"name": "Grep", "arguments": '{"pattern": "f"}'}}]},
+        {"role": "tool", "tool_call_id": "b", "content": "x.py:1:f"},
+        {"role": "tool", "tool_call_id": "a", "content": "    1→f"},
+    ])
+    assert conv == [{"role": "user", "content": "look"},
+                    {"role": "assistant", "content": "ok", "tool_call": {"name": "Read", "args": {"file_path": "x.py"}}},
+                    {"role": "tool_result", "content": "    1→f"},
+                    {"role": "assistant", "content": "", "tool_call": {"name": "Grep", "args": {"pattern": "f"}}},
+                    {"role": "tool_result", "content": "x.py:1:f"}]
+    msg = openai_message({"content": "", "tool_call": {"name": "Read", "args": {"file_path": "a.py"}}})
+    call = msg["tool_calls"][0]
+    assert call["type"] == "function" and call["function"]["name"] == "Read"
+    assert json.loads(call["function"]["arguments"]) == {"file_path": "a.py"}
+
+
+def test_the_grammar_offers_only_the_listed_tools(ckpt):
+    """Our backend, our mask: with only Read listed, any call the model makes is a Read, and
+    with no tools listed it makes none (sampled at temperature 1 over several seeds)."""
+    from agent.model import load_engine
+    srv = Server(load_engine(ckpt), "x")
+    read = [{"type": "function", "function": {"name": "Read", "parameters": {}}}]
+    for seed in range(6):
+        body = {"messages": [{"role": "user", "content": "read a.py"}], "max_tokens": 40,
+                "temperature": 1.0, "seed": seed}
+        with_read = srv.complete({**body, "tools": read})
+        assert with_read["tool_call"] is None or with_read["tool_call"]["name"] == "Read"
+        assert srv.complete(body)["tool_call"] is None
