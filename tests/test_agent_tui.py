@@ -266,7 +266,7 @@ def test_compact_drops_old_outputs(engine, tok, repo):
         freed = n - len(agent.session.ids)
         assert freed > 0 and f"{freed:,} tokens freed" in app.transcript_text()
         outs = [m["content"] for m in agent.messages if m["role"] == "tool_result"]
-        assert outs[0] == DROPPED and outs[1] != DROPPED
+        assert outs[0].startswith(DROPPED) and not outs[1].startswith(DROPPED)  # a digest stays
         app.refresh_status()
         assert f"context {len(agent.session.ids):,}/" in str(app.query_one("#status").content)
     drive(app, body)

@@ -257,7 +257,7 @@ def test_repl_approval_shows_the_whole_long_command(tmp_path, monkeypatch):
 # ---- headless --------------------------------------------------------------------------------
 @CASES
 def test_headless_text(raw, shown, tmp_path, capsys):
-    assert headless.run_headless(FakeAgent(raw, tmp_path), "go") == 0
+    assert headless.run_headless(FakeAgent(raw, tmp_path), "go") == headless.EXIT_CODES["rejected"]
     out, err = capsys.readouterr()
     assert_clean(out + err)
     assert out == "answer: " + printable(raw) + "\n" and shown in out
@@ -268,7 +268,7 @@ def test_headless_text(raw, shown, tmp_path, capsys):
 
 @CASES
 def test_headless_json(raw, shown, tmp_path, capsys):
-    assert headless.run_headless(FakeAgent(raw, tmp_path), "go", "json") == 0
+    assert headless.run_headless(FakeAgent(raw, tmp_path), "go", "json") == headless.EXIT_CODES["rejected"]
     out, _ = capsys.readouterr()
     assert_clean(out)
     assert json.loads(out)["answer"] == "answer: " + raw  # exact value, escaped bytes

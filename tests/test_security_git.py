@@ -9,6 +9,7 @@ with hooks, core.pager, gpg.program with commit.gpgsign); the program would crea
 which must not exist afterwards. CONTROL proves each attack is live with plain git. Part 2: the
 undo data-loss scenarios, checked byte for byte on disk."""
 import os
+from types import SimpleNamespace
 import subprocess
 
 import pytest
@@ -446,7 +447,9 @@ def bare_agent(root, sid="sess"):
     a.root, a.policy, a.tool_timeout, a.grounding = str(root), Policy.load(str(root), mode="auto"), 10, None
     a.meta = {"id": sid, "turns": [], "approvals": []}
     a.messages = [{"role": "user", "content": "edit it"}]
-    a._turn_start, a.undo_log, a.sandbox = 0, TurnUndo(str(root)), None
+    a._turn_start, a.undo_log, a.sandbox, a.store, a._said_no_snapshot = 0, TurnUndo(str(root)), None, None, False
+    a.tok = SimpleNamespace(encode=str.split)  # results are never over the budget below
+    a.result_budget, a.read_limit = 10**9, 100
     a.events = []
     a._emit = a.events.append
     return a
