@@ -49,12 +49,13 @@ def test_sessions_become_rows_and_pairs(engine, tok, repo, tmp_path, capsys):
     pairs = [json.loads(x) for x in (out / "preference.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and [m["content"] for m in rows[0]["messages"] if m["role"] == "user"] \
         == ["what is x?"]  # session 1 up to its good turn; sessions 2 and 3 start bad
-    assert len(pairs) == 2
-    first = pairs[0]
+    assert len(pairs) == 2  # session files sort by time and a random id: find each by content
+    first, = [p for p in pairs if p["rejected"]["messages"][-1].get("tool_call")]
+    undone, = [p for p in pairs if p is not first]
     assert first["rejected"]["messages"][-1]["tool_call"]["args"]["new_string"] == "x = 5"
     assert first["chosen"]["messages"][-1]["content"] == "done."
     assert first["chosen"]["messages"][:4] == first["rejected"]["messages"][:4]
-    assert pairs[1]["rejected"]["messages"][-1]["content"] == "done."  # the undone turn
-    assert pairs[1]["chosen"]["messages"][-1]["content"] == "ok then."
+    assert undone["rejected"]["messages"][-1]["content"] == "done."  # the undone turn
+    assert undone["chosen"]["messages"][-1]["content"] == "ok then."
     # every row is valid training data as written
     assert keep_valid(rows)[1] == {} and keep_valid(pairs)[1] == {}
