@@ -9,8 +9,8 @@ with hooks, core.pager, gpg.program with commit.gpgsign); the program would crea
 which must not exist afterwards. CONTROL proves each attack is live with plain git. Part 2: the
 undo data-loss scenarios, checked byte for byte on disk."""
 import os
-from types import SimpleNamespace
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
