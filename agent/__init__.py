@@ -1,1 +1,1 @@
-"""The coding agent: one loop (agent/loop) with three faces: Textual TUI, prompt-toolkit REPL, headless."""
+"""The coding agent: one loop (agent/driver.py) with three faces: Textual TUI, prompt-toolkit REPL, headless."""

@@ -2,10 +2,11 @@
 (no jax, numpy, textual or prompt-toolkit until a model is actually run).
 
 `nanocode serve` puts the model behind an OpenAI-compatible HTTP API instead (agent/serve.py).
-Faces of the one loop (agent/loop.Agent): `-p PROMPT` headless (agent/headless.py; with
+Faces of the one loop (agent/driver.Agent): `-p PROMPT` headless (agent/headless.py; with
 `--best-of N` N rollouts in copies of the project, agent/best_of.py), `--plain` a
-prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI when agent/tui.py exists (its
-`run(agent, args) -> int`), else the REPL.
+prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI (agent/tui.py). The model is our
+engine on a checkpoint (`--model`), or any OpenAI-compatible server (`--base-url`,
+agent/remote.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import sys
 
 from agent.headless import OUTPUT_FORMATS  # light: no jax, no tools
 from nanocode.protocol import MODES
-
-ALIASES = {"edits": "accept-edits", "yolo": "auto"}  # the stub's names, still accepted
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,8 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model", metavar="PATH|TAG",
         help="checkpoint directory, or a run tag under $NANOCODE_HOME/runs/<tag>/checkpoints "
-        "(default: the model embedded in the package)",
+        "(default: the model embedded in the package); with --base-url, the server's model name "
+        "(default: the first it lists)",
     )
+    p.add_argument(
+        "--base-url", metavar="URL",
+        help="use the model behind an OpenAI-compatible API instead of a checkpoint, e.g. "
+        "http://127.0.0.1:8000/v1 (`nanocode serve`, vLLM, llama.cpp, Ollama); the key, if "
+        "any, comes from $NANOCODE_API_KEY or $OPENAI_API_KEY",
+    )
+    p.add_argument("--context", type=int, metavar="TOKENS",
+                   help="with --base-url: the model's context when the server does not say it "
+                   "(default 8192)")
     face = p.add_mutually_exclusive_group()
     face.add_argument(
         "-p", "--print", metavar="PROMPT", dest="prompt", nargs="?", const="-",
@@ -44,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stderr) and exit; calls that would ask for approval are rejected unless --mode/--yes "
         "allows them. With no PROMPT, or '-', the prompt is read from stdin. Exit status: 0 "
         "answered, 3 a call needed approval, 4 stopped early (step limit, repeated call, reply "
-        "cut), 5 context full, 130 cancelled",
+        "cut), 5 context full, 6 the model server failed, 130 cancelled",
     )
     face.add_argument(
         "--plain", action="store_true",
@@ -52,14 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     perm = p.add_mutually_exclusive_group()
     perm.add_argument(
-        "--mode", choices=list(MODES) + list(ALIASES), metavar="MODE",
+        "--mode", choices=MODES, metavar="MODE",
         help="permission mode: ask before edits and commands (ask, the default), apply edits "
         "without asking but ask before commands (accept-edits), ask only for destructive "
-        "commands (auto), read-only (plan). The old names edits and yolo still work.",
+        "commands (auto), read-only (plan)",
     )
     perm.add_argument(
         "-y", "--yes", dest="mode", action="store_const", const="auto",
-        help="same as --mode auto (yolo)",
+        help="same as --mode auto",
     )
     p.add_argument("--temperature", type=float, default=0.0,
                    help="sampling temperature, 0 = greedy (default 0)")
@@ -115,10 +124,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--best-of needs -p PROMPT (it runs headless)")
     if args.best_of_temperature <= 0:
         parser.error("--best-of-temperature must be > 0 (the extra rollouts sample)")
-    # No default in argparse so that `--yes --mode ask` is still a conflict. Without a flag the
-    # settings files decide (mode_given False), and ask when none names a mode.
-    args.mode_given = args.mode is not None
-    args.mode = ALIASES.get(args.mode, args.mode) or "ask"
+    if args.context is not None and (args.base_url is None or args.context < 64):
+        parser.error("--context goes with --base-url and is at least 64 tokens")
+    # No default in argparse: `--yes --mode ask` is still a conflict, and without a flag (mode
+    # None) the settings files decide, ask when none names a mode.
     return args
 
 
@@ -191,7 +200,7 @@ def _main(args, started) -> int:
         _err(f"not starting: {root} is not trusted (run nanocode in a project folder, or pass --trust)")
         return 1
     try:
-        model_dir = resolve_model(args.model)[0]
+        model_dir = None if args.base_url else resolve_model(args.model)[0]
     except ModelError as e:
         _err(f"error: {e}")
         return e.code
@@ -226,7 +235,7 @@ def _main(args, started) -> int:
         from agent.headless import run_headless
         return run_headless(agent, args.prompt, args.output_format)
     from agent.repl import run_repl
-    return run_repl(agent, model_name=str(model_dir))
+    return run_repl(agent, model_name=agent.meta["model"])
 
 
 if __name__ == "__main__":

@@ -70,10 +70,9 @@ def _mode(agent, root, rest) -> Out:
 
 
 def _model(agent, root, rest) -> Out:
-    c = agent.engine.cfg
-    return Out(f"model {agent.meta.get('model', '(in-memory engine)')}\n{c.n_layer} layers, width "
-               f"{c.n_embd}, vocab {c.vocab_size}, context {agent.engine.max_len} tokens; "
-               f"temperature {agent.temperature}, max {agent.max_tokens} tokens per reply, "
+    m = agent.sampler
+    return Out(f"model {agent.meta.get('model', '(in-memory engine)')}\n{m.describe()}; "
+               f"temperature {m.temperature}, max {m.max_tokens} tokens per reply, "
                f"max {agent.max_steps} calls per request")
 
 
@@ -97,7 +96,7 @@ def _settings(agent, root, rest) -> Out:
 
 
 def _session(agent, root, rest) -> Out:
-    path = getattr(agent.store, "path", None)
+    path = getattr(agent.conv.store, "path", None)
     return Out(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") +
                " (continue it later with `nanocode --resume ID`)")
 

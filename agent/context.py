@@ -1,7 +1,8 @@
 """Fitting a conversation into the model's context: each new piece to its share, then old tool
 outputs, then old turns; /compact leaves a one-line digest of each output it drops.
 
-Shares (of the model's max_len, so a longer-context model sees more): one tool result gets
+Text is measured by a `count(text) -> tokens` function (the sampler's: exact for our engine, an
+estimate for a remote server). Shares (of the model's max_len, so a longer-context model sees more): one tool result gets
 `result_budget` tokens (half of what the reply reserve leaves), the project memory file
 `memory_budget` (an eighth). `fit_result` cuts a longer result on line boundaries and says where
 and how to see the rest (Read: the offset to go on from; Bash: head and tail kept, how to page it;
@@ -33,35 +34,43 @@ class ContextFull(Exception):
         self.outputs, self.turns, self.turn_start = outputs, turns, turn_start
 
 
-def droppable(messages: list[dict], tok, end: int) -> list[int]:
+def droppable(messages: list[dict], count, end: int) -> list[int]:
     """Indices of the tool outputs in messages[:end] that the marker would shorten."""
-    short = len(tok.encode(DROPPED))
+    short = count(DROPPED)
     return [i for i, m in enumerate(messages[:end]) if m["role"] == "tool_result"
-            and not m["content"].startswith(DROPPED) and len(tok.encode(m["content"])) > short]
+            and not m["content"].startswith(DROPPED) and count(m["content"]) > short]
+
+
+def drop_oldest(messages: list[dict], count, turn_start: int):
+    """Drop one thing from `messages` in place: the oldest tool output the marker shortens (never
+    the newest message), else the oldest whole turn before the current request. Returns (what:
+    "output" | "turn", turn_start after the drop), or None when nothing is left to drop."""
+    idx = next(iter(droppable(messages, count, len(messages) - 1)), None)
+    if idx is not None:
+        messages[idx] = {"role": "tool_result", "content": DROPPED}
+        return "output", turn_start
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    if len(users) >= 2 and users[1] <= turn_start:
+        del messages[users[0]:users[1]]
+        return "turn", turn_start - (users[1] - users[0])
+    return None
 
 
 def fit(messages: list[dict], tok, limit: int, extra: int, turn_start: int):
     """Drop from `messages` in place until its render plus `extra` slots fit in `limit`.
     Returns (ids, turn_start after drops, outputs dropped, turns dropped); raises ContextFull."""
-    outputs = turns = 0
+    dropped = {"output": 0, "turn": 0}
     while True:
         ids = tok.render_conversation({"messages": messages})[0] if messages else []
         if len(ids) + extra <= limit:
-            return ids, turn_start, outputs, turns
-        idx = next(iter(droppable(messages, tok, len(messages) - 1)), None)
-        if idx is not None:
-            messages[idx] = {"role": "tool_result", "content": DROPPED}
-            outputs += 1
-            continue
-        users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-        if len(users) >= 2 and users[1] <= turn_start:
-            del messages[users[0]:users[1]]
-            turn_start -= users[1] - users[0]
-            turns += 1
-            continue
-        raise ContextFull(f"the request does not fit the context ({len(ids)} + {extra} tokens > "
-                          f"{limit}) even after dropping old output and turns; shorten it or /clear",
-                          outputs, turns, turn_start)
+            return ids, turn_start, dropped["output"], dropped["turn"]
+        step = drop_oldest(messages, lambda text: len(tok.encode(text)), turn_start)
+        if step is None:
+            raise ContextFull(f"the request does not fit the context ({len(ids)} + {extra} tokens > "
+                              f"{limit}) even after dropping old output and turns; shorten it or "
+                              "/clear", dropped["output"], dropped["turn"], turn_start)
+        dropped[step[0]] += 1
+        turn_start = step[1]
 
 
 def dropped_note(outputs: int, turns: int) -> str:
@@ -113,28 +122,28 @@ def read_limit(budget: int) -> int:
     return max(20, min(2000, budget // TOKENS_PER_READ_LINE))
 
 
-def _head(lines: list[str], tok, budget: int) -> int:
+def _head(lines: list[str], count, budget: int) -> int:
     """How many leading lines fit in `budget` tokens (each line costs its tokens plus one)."""
     used = 0
     for i, line in enumerate(lines):
-        used += len(tok.encode(line)) + 1
+        used += count(line) + 1
         if used > budget:
             return i
     return len(lines)
 
 
-def fit_result(name: str, result: str, tok, budget: int) -> str:
+def fit_result(name: str, result: str, count, budget: int) -> str:
     """`result` when it fits `budget` tokens, else its first lines (Bash: first and last, where
     errors are) with a line saying what was cut and how to see it; never over `budget`."""
-    n = len(tok.encode(result))
+    n = count(result)
     if n <= budget:
         return result
     lines = result.split("\n")
     if name == "Bash":  # a third of the room for the head, the rest for the tail
-        tail = _head(lines[::-1], tok, budget * 2 // 3)
-        head = _head(lines[:len(lines) - tail], tok, budget // 3)
+        tail = _head(lines[::-1], count, budget * 2 // 3)
+        head = _head(lines[:len(lines) - tail], count, budget // 3)
     else:
-        head, tail = _head(lines, tok, budget), 0
+        head, tail = _head(lines, count, budget), 0
 
     def compose(head: int, tail: int) -> str:
         rest = len(lines) - head - tail
@@ -152,24 +161,24 @@ def fit_result(name: str, result: str, tok, budget: int) -> str:
                                           "the pattern or the path]"])
 
     out = compose(head, tail)
-    while len(tok.encode(out)) > budget and head + tail > 0:  # the note's tokens: shrink to fit
+    while count(out) > budget and head + tail > 0:  # the note's tokens: shrink to fit
         head, tail = head * 9 // 10, tail * 9 // 10
         out = compose(head, tail)
-    while len(tok.encode(out)) > budget:  # characters of the one-line form
+    while count(out) > budget:  # characters of the one-line form
         result = result[:len(result) * 9 // 10]
         out = compose(0, 0)
     return out
 
 
-def fit_memory(memory: tuple[str, str] | None, tok, budget: int) -> tuple[str, str] | None:
+def fit_memory(memory: tuple[str, str] | None, count, budget: int) -> tuple[str, str] | None:
     """The memory file's (name, text) cut to its first lines that fit `budget` tokens."""
-    if memory is None or len(tok.encode(memory[1])) <= budget:
+    if memory is None or count(memory[1]) <= budget:
         return memory
     name, text = memory
     lines = text.split("\n")
-    keep = _head(lines, tok, budget)
+    keep = _head(lines, count, budget)
     while True:
         cut = "\n".join(lines[:keep] + [f"[... {name} cut to fit the context: /memory shows it all]"])
-        if keep == 0 or len(tok.encode(cut)) <= budget:
+        if keep == 0 or count(cut) <= budget:
             return name, cut
         keep -= 1

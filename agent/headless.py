@@ -20,13 +20,13 @@ are still rejected), and `--mode plan` denies Edit and Bash outright. Ctrl-C can
 
 Exit status (EXIT_CODES, by stop_reason): 0 the model answered; 3 a call needed an approval
 nobody could give; 4 stopped before an answer (step limit, a repeated call, a reply cut at
---max-tokens); 5 the request did not fit the context; 130 cancelled; 1 a crash or a --best-of
-pick that could not be applied; 2 bad usage.
+--max-tokens); 5 the request did not fit the context; 6 the model server failed (--base-url);
+130 cancelled; 1 a crash or a --best-of pick that could not be applied; 2 bad usage.
 
 `--best-of N` (run_best_of): N rollouts in copies of the project, the verifier's pick applied as
 one undoable turn (agent/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
 and in JSON a `best_of` object beside the winner's fields (every rollout's stop reason, changed
-files, test verdict and score; pass_at_1 = rollout 0). Rollouts share the agent's engine, policy
+files, test verdict and score; pass_at_1 = rollout 0). Rollouts share the agent's model, policy
 (re-rooted at the copy), sampling settings and conversation, so `-c --best-of N` continues it; the
 winner's conversation, relocated to the project, is what the session saves. The exit status is
 the winner's.
@@ -43,7 +43,7 @@ from agent.display import format_call, printable, printable_json, summarize
 from nanocode.protocol import REJECTED
 
 EXIT_CODES = {"done": 0, "rejected": 3, "step_limit": 4, "repeat": 4, "max_tokens": 4,
-              "context": 5, "cancelled": 130}
+              "context": 5, "model_error": 6, "cancelled": 130}
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
 
@@ -116,21 +116,19 @@ def _say_sandbox(agent) -> None:
 
 
 def rollout_agent(agent, root, temperature: float, seed: int):
-    """A fresh Agent like `agent` (engine, policy, sampling, grounding, retries, copy bias,
-    conversation) working in `root`, without undo snapshots (best_of takes its own)."""
+    """A fresh Agent like `agent` (its model forked: same engine or server, settings, grounding;
+    policy, retries, conversation) working in `root`, without undo snapshots (best_of takes its
+    own)."""
     import copy
     from dataclasses import replace
     from pathlib import Path
 
-    from agent.loop import Agent
+    from agent.driver import Agent
     policy = replace(agent.policy, root=Path(root), session=list(agent.policy.session))
-    return Agent(agent.engine, root, policy=policy, messages=agent.messages,
-                 meta=copy.deepcopy(agent.meta), temperature=temperature, top_k=agent.top_k,
-                 top_p=agent.top_p, seed=seed, max_tokens=agent.max_tokens, max_steps=agent.max_steps,
-                 reserve=agent.reserve, tool_timeout=agent.tool_timeout, extra_mask=agent.extra_mask,
-                 constrain=agent.constrain, memory=agent.memory, checkpoints=False,
-                 ground=agent.grounding is not None, retries=agent.retries, copy_bias=agent.copy_bias,
-                 sandbox=agent.sandbox is not None,
+    return Agent(agent.sampler.fork(str(root), temperature, seed), root, policy=policy,
+                 messages=agent.messages, meta=copy.deepcopy(agent.meta), max_steps=agent.max_steps,
+                 tool_timeout=agent.tool_timeout, memory=agent.memory, checkpoints=False,
+                 retries=agent.retries, sandbox=agent.sandbox is not None,
                  network=agent.sandbox is not None and agent.sandbox.network)
 
 
@@ -142,7 +140,7 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
 
     def run():
         return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, n,
-                       seed=agent.seed, temperature=agent.temperature,
+                       seed=agent.sampler.seed, temperature=agent.sampler.temperature,
                        sample_temperature=sample_temperature, test_command=test_command,
                        on_event=stream_event if output_format == "stream-json" else on_event,
                        cancel=cancel)
@@ -152,15 +150,11 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
         print(f"error: {printable(e)}", file=sys.stderr)
         return 1
     if res.pick is not None:  # the session keeps the winner's conversation, as a plain run would
-        agent.messages, agent.meta = res.messages, res.meta
+        agent.adopt(res.messages, res.meta)
         if agent.meta.get("turns"):
             agent.meta["turns"][-1].update(files_changed=res.applied, checkpoint=res.checkpoint,
                                            best_of={"n": n, "pick": res.pick})
-        if agent.store is not None:
-            try:
-                agent.store.save(agent.messages, agent.meta)
-            except OSError as e:
-                print(f"[could not save the session: {printable(e)}]", file=sys.stderr)
+        agent.conv.save(lambda ev: print(f"[{printable(ev.text)}]", file=sys.stderr))
     _print(res.result, output_format, session=agent.meta.get("id"), sandbox=agent.sandbox_status,
            best_of=res.to_dict())
     return EXIT_CODES[res.result.stop_reason]

@@ -3,7 +3,7 @@
     nanocode serve [--model PATH|TAG] [--host 127.0.0.1] [--port 8000]
     curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "hi"}]}'
 
-Endpoints: GET /v1/models; POST /v1/chat/completions with messages (system, user, assistant
+Endpoints: GET /v1/models (with the model's context_length); POST /v1/chat/completions with messages (system, user, assistant
 with `tool_calls`, tool), `tools` (function tools; only nanocode's own, Read/Edit/Grep/Bash,
 can be called: the grammar mask of agent/grammar.py offers just those the request lists, no call
 at all when it lists none), temperature, top_p, max_tokens (or max_completion_tokens), seed and
@@ -94,14 +94,12 @@ class Server:
         self.a_start, self.a_end = s["<|assistant_start|>"], s["<|assistant_end|>"]
         self.call_start, self.call_end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
 
-    def complete(self, req: dict, on_text=None) -> dict:
-        """One chat completion: {"content", "tool_call" or None, "finish_reason", "usage"}.
-        on_text(piece) streams the prose as it is sampled."""
-        import codecs
+    def prepare(self, req: dict) -> dict:
+        """Check a request and render it; a RequestError says what is wrong (a 400, also for a
+        streamed request: it is raised before the stream starts)."""
         conv = to_conversation(req.get("messages"))
         names = [t.get("function", {}).get("name") for t in req.get("tools") or []
                  if isinstance(t, dict)]
-        tools = tuple(n for n in TOOLS if n in names)
         ids = self.tok.render_conversation({"messages": conv})[0] + [self.a_start]
         limit = req.get("max_completion_tokens") or req.get("max_tokens") or 1024
         if not isinstance(limit, int) or limit < 1:
@@ -110,17 +108,24 @@ class Server:
         if room < 1:
             raise RequestError(f"the conversation is {len(ids)} tokens: more than the model's "
                                f"context of {self.engine.max_len}; shorten it")
-        state = self.grammar.state(tools=tools)
+        return {"ids": ids, "tools": tuple(n for n in TOOLS if n in names),
+                "max_tokens": min(limit, room), "temperature": float(req.get("temperature") or 0.0),
+                "top_p": float(req.get("top_p") or 1.0), "seed": int(req.get("seed") or 0)}
+
+    def complete(self, job: dict, on_text=None) -> dict:
+        """One chat completion of a prepared request: {"content", "tool_call" or None,
+        "finish_reason", "usage"}. on_text(piece) streams the prose as it is sampled."""
+        import codecs
+        ids = job["ids"]
+        state = self.grammar.state(tools=job["tools"])
         dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         out, in_call = [], False
         with self.lock:
             t0 = time.perf_counter()
             session = self.engine.session()
             session.append(ids)
-            for t in session.generate(max_tokens=min(limit, room),
-                                      temperature=float(req.get("temperature") or 0.0),
-                                      top_p=float(req.get("top_p") or 1.0),
-                                      seed=int(req.get("seed") or 0), allowed=state.allowed):
+            for t in session.generate(max_tokens=job["max_tokens"], temperature=job["temperature"],
+                                      top_p=job["top_p"], seed=job["seed"], allowed=state.allowed):
                 out.append(t)
                 in_call = in_call or t == self.call_start
                 if on_text is not None and not in_call and not self.tok.is_special(t):
@@ -176,7 +181,8 @@ def make_handler(server: Server):
         def do_GET(self):
             if self.path.rstrip("/") == "/v1/models":
                 self._json(200, {"object": "list", "data": [
-                    {"id": server.name, "object": "model", "owned_by": "nanocode"}]})
+                    {"id": server.name, "object": "model", "owned_by": "nanocode",
+                     "context_length": server.engine.max_len}]})
             else:
                 self._error(404, f"no route {self.path}; try /v1/models or /v1/chat/completions")
 
@@ -195,7 +201,7 @@ def make_handler(server: Server):
             if req.get("stream"):
                 return self._stream(req, head)
             try:
-                res = server.complete(req)
+                res = server.complete(server.prepare(req))
             except RequestError as e:
                 return self._error(400, str(e))
             self._json(200, {**head, "object": "chat.completion", "usage": res["usage"],
@@ -204,7 +210,7 @@ def make_handler(server: Server):
 
         def _stream(self, req, head):
             try:
-                to_conversation(req.get("messages"))  # a bad request is a 400, not a broken stream
+                job = server.prepare(req)  # a bad request is a 400, not a broken stream
             except RequestError as e:
                 return self._error(400, str(e))
             self.send_response(200)
@@ -220,14 +226,10 @@ def make_handler(server: Server):
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             send({"role": "assistant", "content": ""})
-            try:
-                res = server.complete(req, on_text=lambda piece: send({"content": piece}))
-            except RequestError as e:
-                send({"content": f"error: {e}"}, "stop")
-            else:
-                if res["tool_call"]:
-                    send({"tool_calls": [{"index": 0, **openai_call(res["tool_call"])}]})
-                send({}, res["finish_reason"], usage=res["usage"])
+            res = server.complete(job, on_text=lambda piece: send({"content": piece}))
+            if res["tool_call"]:
+                send({"tool_calls": [{"index": 0, **openai_call(res["tool_call"])}]})
+            send({}, res["finish_reason"], usage=res["usage"])
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
     return Handler

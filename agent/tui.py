@@ -1,4 +1,4 @@
-"""`nanocode`: the full-screen face of the loop (Textual). Only renders agent/loop.Agent events.
+"""`nanocode`: the full-screen face of the loop (Textual). Only renders agent/driver.Agent events.
 
 Layout: the transcript (user messages, the assistant's prose streamed as it is written, one card
 per tool call: a Collapsible titled like `Edit src/app.py` holding the result, and for Edit a
@@ -52,10 +52,13 @@ class Loader:
     (jax is imported there). Failures are LoadError with the CLI's one-line message and code."""
 
     def __init__(self, args, root, model_dir, messages=None, meta=None, store=None):
-        self.args, self.root, self.model_dir = args, root, Path(model_dir)
+        self.args, self.root, self.model_dir = args, root, model_dir
         self.messages, self.meta, self.store = messages, meta, store
-        d = self.model_dir
-        self.name = d.parent.name if d.name == "checkpoints" else d.name
+        if model_dir is None:  # --base-url
+            self.name = args.model or "remote model"
+        else:
+            d = Path(model_dir)
+            self.name = d.parent.name if d.name == "checkpoints" else d.name
 
     def __call__(self):
         from agent.model import ModelError, build_agent
@@ -164,7 +167,7 @@ class NanocodeApp(App):
             parts.append(self.load_error and "model failed to load" or "loading model…")
         else:
             parts += [f"mode {a.mode}", "sandbox" if a.sandbox is not None else "NO SANDBOX",
-                      f"context {len(a.session.ids):,}/{a.engine.max_len:,}",
+                      f"context {a.sampler.context_used(a.messages):,}/{a.sampler.max_len:,}",
                       f"{self.tps:.1f} tok/s" if self.tps else "– tok/s"]
             parts.append("waiting for your approval" if self.asking else
                          "working… (Ctrl-C stops)" if self.running else "ready")
@@ -453,7 +456,7 @@ class NanocodeApp(App):
 
 
 def run(agent, args=None) -> int:
-    """The TUI on `agent`: a ready agent.loop.Agent, or a zero-argument callable returning one
+    """The TUI on `agent`: a ready agent.driver.Agent, or a zero-argument callable returning one
     (run on a loader thread; raise LoadError to fail with a message). Returns the exit status."""
     ready = hasattr(agent, "run_turn")
     name = getattr(agent, "name", "") if not ready else ""

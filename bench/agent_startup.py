@@ -116,13 +116,13 @@ def session_rows(engine, work: Path, replies) -> list[dict]:
     """One scripted session: per turn, tokens prefilled / generated, context after, the
     context a no-reuse engine would prefill at every generation, wall ms."""
     import numpy as np
-    from agent.loop import Agent
+    from agent.driver import Agent
     at, starts = [-1], []  # reply index; context length at the start of each generation
 
     def force(out):  # the scripted model: only the next token of the current reply
         if not out:
             at[0] += 1
-            starts.append(len(agent.session.ids))
+            starts.append(len(agent.sampler.cache.ids))
         seq = replies[at[0]]
         if len(out) >= len(seq):
             return None
@@ -133,16 +133,16 @@ def session_rows(engine, work: Path, replies) -> list[dict]:
     agent = Agent(engine, work, extra_mask=force, mode="auto", max_tokens=64)
     rows, sessions = [], set()
     for i in range(10):
-        st0, n0, t = dict(agent.session.stats), len(starts), time.perf_counter()
+        st0, n0, t = dict(agent.sampler.cache.stats), len(starts), time.perf_counter()
         agent.run_turn(f"turn {i}: check a.py")
-        st = agent.session.stats
+        st = agent.sampler.cache.stats
         rows.append({"turn": i + 1, "prefilled": st["prefilled_total"] - st0["prefilled_total"],
                      "generated": st["generated_total"] - st0["generated_total"],
-                     "context": len(agent.session.ids), "no_reuse": sum(starts[n0:]),
+                     "context": len(agent.sampler.cache.ids), "no_reuse": sum(starts[n0:]),
                      "ms": (time.perf_counter() - t) * 1e3})
-        sessions.add(id(agent.session))
+        sessions.add(id(agent.sampler.cache))
     assert len(sessions) == 1, "the session was rebuilt: the cache was not reused"
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
     return rows
 
 

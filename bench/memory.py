@@ -23,7 +23,7 @@ What is compiled is exactly what `train speedrun --preset NAME` would run on the
   the per-device program).
 - `--stage sft` (and --all) also compiles the SFT step: the preset's sft args (train sft parser),
   the base model's config (seq len raised if sft asks for more; bf16), its optimizer
-  (train.sft.sft_optimizer) and batch geometry (train.sft.batch_geometry), on the sft args' mesh.
+  (train.finetune.sft_optimizer) and batch geometry (train.finetune.batch_geometry), on the sft args' mesh.
 
 Accelerator code paths on a CPU: gpt.py and optim.py pick their accelerator paths by
 `jax.default_backend()` (the attention implementation, Muon's bf16 Newton-Schulz; before the
@@ -273,10 +273,10 @@ def build_step(plan: dict, stage: str, devices: list, attn: str, compiler: str =
         accum = total_batch // (rows * T)
         steps = args.steps or max(1, round(args.ratio * param_counts(cfg)["scaling"] / total_batch))
     else:
-        from train.sft import batch_geometry, sft_optimizer
+        from train.finetune import batch_geometry, sft_optimizer
         args = _parse("sft", plan["sft"] + ([] if plan["device_batch_override"] is None else
                                             ["--device-batch", str(plan["device_batch_override"])]))
-        if args.seq_len and args.seq_len > cfg.sequence_len:  # as train.sft.load_start
+        if args.seq_len and args.seq_len > cfg.sequence_len:  # as train.finetune.load_start
             cfg = cfg.replace(sequence_len=args.seq_len)
         if args.remat:
             cfg = cfg.replace(remat=args.remat)

@@ -1,6 +1,6 @@
 """docs/screenshot.svg: the TUI after a turn with a Read card and an Edit with its highlighted diff.
 
-The session is real (agent/tui.py on agent/loop.Agent, real tools on a temporary git repo) but the
+The session is real (agent/tui.py on agent/driver.Agent, real tools on a temporary git repo) but the
 model is a tiny random one whose every token is forced by a script through `Agent(extra_mask=...)`
 (as in tests/test_agent_tui.py), so the picture is reproducible and needs no trained checkpoint.
 Textual's pilot drives it and App.save_screenshot writes the SVG (a few seconds on a CPU). The
@@ -49,7 +49,7 @@ def main():
     args = ap.parse_args()
     import numpy as np
     import jax
-    from agent.loop import Agent
+    from agent.driver import Agent
     from nanocode.protocol import system_prompt
     from agent.tui import HistoryInput, NanocodeApp
     from nanocode.config import GPTConfig

@@ -1,6 +1,8 @@
-"""`evals agent`: the agentic task suite. Held-out tasks from the synth generator (held-out names and
-phrasings; TRAIN_FAMILIES plus the EVAL_ONLY_FAMILIES never trained on), each run by the real agent
-loop headless in its own fresh temp git repo with a step limit, scored by the task's hidden check.
+"""`evals agent`: the agentic task suite. Held-out tasks from the task families (train.tasks: held-out
+names and phrasings; TRAIN_FAMILIES plus the EVAL_ONLY_FAMILIES never trained on), each run by the
+real agent loop headless in its own fresh temp git repo with a step limit, scored by the task's
+hidden check. Building a task, the headless agent, its turns and the verdict are train.tasks'
+(build_task, task_agent, drive, resolved), shared with `train rollouts`.
 
 Trade-offs and numbers:
 - Tasks: task i of family k (k = its index in TRAIN_FAMILIES + EVAL_ONLY_FAMILIES, F of them) has
@@ -68,6 +70,9 @@ import time
 from pathlib import Path
 
 from nanocode.protocol import REJECTED
+from train.tasks import (
+    EVAL_ONLY_FAMILIES, EVAL_SEED0, TRAIN_FAMILIES, build_task, drive, oracle_first_call,
+    pattern_symbol, resolved, setup_env, task_agent)
 
 POLICIES = ("model", "oracle", "nothing")
 AGENT_OPTS = ("ground", "retries", "copy_bias")  # Agent kwargs passed through when opts has them
@@ -79,40 +84,18 @@ _load_error = None  # or why it could not be loaded: raised by run_task, so the 
 # ---- tasks ------------------------------------------------------------------------------------
 
 def all_families() -> tuple[list[str], list[str]]:
-    from train.synth_tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES
     return list(TRAIN_FAMILIES), list(EVAL_ONLY_FAMILIES)
 
 
 def task_jobs(families: list[str], per_family: int, seed: int = 0, limit: int | None = None,
               split: str = "eval"):
     """[(family, task seed)], the families interleaved; seeds as the docstring says."""
-    from train.synth import EVAL_SEED0
     trained, eval_only = all_families()
     order = trained + eval_only
     seed0 = EVAL_SEED0 if split == "eval" else 0
     jobs = [(f, seed0 + seed + i * len(order) + order.index(f))
             for i in range(per_family) for f in families]
     return jobs[:limit] if limit is not None else jobs
-
-
-class _FirstCall(Exception):
-    pass
-
-
-def oracle_first_call(task) -> dict | None:
-    """The oracle's first tool call {"name", "args"}: its policy up to that call, no tool run."""
-    from train.synth_tasks import Rollout
-
-    class Stop(Rollout):
-        def call(self, thought, name, args):
-            raise _FirstCall({"name": name, "args": dict(args)})
-        reject = call
-
-    try:
-        task.policy(Stop(task))
-    except _FirstCall as e:
-        return e.args[0]
-    return None
 
 
 # ---- metrics of one task -------------------------------------------------------------------------
@@ -140,8 +123,7 @@ def same_target(call: dict, ref: dict, root: str) -> bool:
         if name in ("Read", "Edit"):
             return _rel(root, a["file_path"]) == _rel(root, b["file_path"])
         if name == "Grep":
-            from train.rollouts import symbol
-            return symbol(b["pattern"]) in str(a["pattern"])
+            return pattern_symbol(b["pattern"]) in str(a["pattern"])
         return _program(str(a["command"])) == _program(b["command"])
     except (KeyError, TypeError, ValueError):
         return False
@@ -163,13 +145,12 @@ def oracle_calls(messages: list[dict]) -> list[dict]:
 def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | None = None) -> dict:
     """Resolution and the dense metrics of one finished task, its project at `root` (default:
     task.root; a best-of rollout's copy otherwise)."""
-    from train.rollouts import resolved as check
     root = root or task.root
-    resolved, check_error = check(task, answer, calls, root)
+    ok, check_error = resolved(task, answer, calls, root)
     edits = [c for c in calls if c["name"] == "Edit" and c["result"] != REJECTED]
     applied = [c for c in edits if not str(c["result"]).startswith("error")]
     first = calls[0] if calls else None
-    return {"resolved": resolved, "steps": len(calls), "valid_calls": sum(map(valid_call, calls)),
+    return {"resolved": ok, "steps": len(calls), "valid_calls": sum(map(valid_call, calls)),
             "edit_calls": len(edits), "edits_applied": len(applied),
             "first_call": first and {"name": first["name"], "args": first["args"]},
             "oracle_first_call": ref,
@@ -182,7 +163,6 @@ def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | No
 def _init(model: str | None, step: int | None) -> None:
     """Per worker: the environment the tools expect, and the engine (policy model only)."""
     global _engine, _load_error
-    from train.synth_tasks import setup_env
     setup_env()
     _engine = _load_error = None
     if model is not None:
@@ -200,14 +180,12 @@ def _init(model: str | None, step: int | None) -> None:
 
 def make_agent(task, opts: dict, root: str, temperature: float, seed: int):
     """The headless Agent of one run of `task` in `root` (the task's project or a copy of it)."""
-    from train.rollouts import task_agent
     return task_agent(_engine, task, root, temperature, seed, opts["max_tokens"], opts["max_steps"],
                       **{k: opts[k] for k in AGENT_OPTS if k in opts})
 
 
 def run_model(task, opts: dict) -> tuple[list[dict], dict, str, list[dict], list[str]]:
     """The real loop, headless: (messages, meta, final answer, calls, stop reasons)."""
-    from train.rollouts import drive
     agent = make_agent(task, opts, task.root, opts["temperature"], task.seed)
     turns = drive(agent, task)
     calls = [c for t in turns for c in t.tool_calls]
@@ -218,7 +196,6 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
     """--best-of, copies under `workdir`: the pick's (messages, meta, answer, calls, stop reasons,
     root) and the record's extra fields: `at_1` (rollout 0 scored in its copy) and `best_of`."""
     from agent.best_of import best_of
-    from train.rollouts import drive
     res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt,
                   opts["best_of"], seed=task.seed, temperature=opts["temperature"],
                   sample_temperature=opts["best_of_temperature"],
@@ -235,7 +212,6 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
 
 def run_task(job: tuple) -> dict:
     """One task end to end in a fresh temp dir: build, run the policy, score, save the transcript."""
-    from train.rollouts import build_task
     if _load_error is not None:
         raise _load_error
     family, seed, policy, opts, transcripts = job

@@ -12,8 +12,9 @@ What it reads (stdlib only; nothing is loaded through jax or orbax):
   value, and an unparsable line (a crash mid-write) is skipped.
 - Evals: every JSON with an "eval" key under $NANOCODE_HOME/evals/<run tag>/ (where the evals
   write by default), <run>/evals/ and <run>/checkpoints/. The table shows each result's headline
-  numbers (pass@k, bpb_*, CORE or CORE-subset, rates and accuracies) and a CORE result also gets
-  its per-task table.
+  numbers (pass@k, bpb_*, CORE or CORE-subset, rates and accuracies); a CORE result also gets
+  its per-task table and an agent result its per-family table. The model card of a speedrun
+  renders its evals with these same functions (`scores`, `details`, `agent_families_table`).
 
 Plots need matplotlib (the optional `report` extra, drawn on the Agg canvas, no display): ~1 s
 per stage (a 2,000-step run, 4 panels) on the shared 2-core box. Without it the markdown is still
@@ -239,8 +240,13 @@ def core_tasks_table(result: dict) -> list[str]:
 
 
 def agent_families_table(result: dict) -> list[str]:
+    """The agent suite's AGENT_COLUMNS per family, then the trained and eval-only families' totals
+    (when the result has them) and all tasks'; for the report and the model card."""
     lines = ["| family | " + " | ".join(AGENT_COLUMNS) + " |", "|---|" + "---:|" * len(AGENT_COLUMNS)]
-    for name, m in [*result.get("families", {}).items(), ("all", result.get("overall", {}))]:
+    totals = [(name, result[key]) for name, key in (("trained families", "trained_families"),
+                                                    ("eval-only families", "eval_only_families"))
+              if isinstance(result.get(key), dict)]
+    for name, m in [*result.get("families", {}).items(), *totals, ("all", result.get("overall", {}))]:
         cells = [_fmt(m.get(c), ".4g") if isinstance(m.get(c), (int, float)) else "-" for c in AGENT_COLUMNS]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines

@@ -50,7 +50,7 @@ import numpy as np
 from nanocode.config import GPTConfig
 from nanocode.gpt import KVCache, forward, init_cache
 
-STOP_TOKENS = ("<|assistant_end|>", "<|tool_call_end|>")  # AGENT_INTERFACE.md: generation stops
+STOP_TOKENS = ("<|assistant_end|>", "<|tool_call_end|>")  # generation stops
 
 
 class ContextOverflow(ValueError):

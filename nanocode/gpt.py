@@ -1,8 +1,9 @@
 """The GPT (nanochat's 2026 architecture) as pure functions over a dict
 of arrays. The engine calls `forward`; training's loss (`nll_sum`) and the evals' and DPO's
 per-token nats (`token_nll`) run the same trunk (`hidden`, its layers under `lax.scan`) and a
-chunked head + cross-entropy that never holds all the logits at once. Attention lives in
-nanocode/attention.py.
+chunked head + cross-entropy that never holds all the logits at once; `loss_fn` is the plain loss
+over `forward`'s logits, the reference those are checked against. Attention lives in
+nanocode/attention.py; the chunked head + loss kernels and `dense` in nanocode/kernels.py.
 
 Why a plain pytree and not Flax NNX: the parameters are a dict whose paths are the names the
 optimizer groups by (`blocks/3/attn/c_q`), the sharding rules match on, orbax saves, and the
@@ -31,13 +32,14 @@ from jax.sharding import PartitionSpec as P
 
 from nanocode.attention import attend, batch_axes, resolve_attn_impl
 from nanocode.config import SMEAR_CHANNELS, VE_GATE_CHANNELS, GPTConfig
+from nanocode.kernels import dense, fused_head_nll, head_nll_per_token
 
 Params = dict
 
 
 # ---- parameters ------------------------------------------------------------------------------------
 def init_params(cfg: GPTConfig, key: jax.Array) -> Params:
-    """MODEL.md init: wte N(0, 0.8); lm_head N(0, 0.001); q, k, v and value embeddings
+    """Init (as nanochat): wte N(0, 0.8); lm_head N(0, 0.001); q, k, v and value embeddings
     U(+-sqrt(3/C)); fc 0.4x that; both output projections zero; gates U(0, 0.02)."""
     C, V, L = cfg.n_embd, cfg.padded_vocab, cfg.n_layer
     f32, emb = jnp.float32, jnp.dtype(cfg.embed_dtype)
@@ -98,12 +100,6 @@ def init_cache(cfg: GPTConfig, batch: int, max_len: int, dtype=None) -> KVCache:
 
 
 # ---- building blocks -------------------------------------------------------------------------------
-def dense(x: jax.Array, w: jax.Array) -> jax.Array:
-    """x (..., in) @ w (in, out) as one 2-D matmul: XLA:CPU's backward of a 3-D dot_general was 2x
-    slower than of the same product flattened to (B*T, in) (lm_head grad: 1036 vs 458 ms)."""
-    return (x.reshape(-1, x.shape[-1]) @ w.astype(x.dtype)).reshape(*x.shape[:-1], w.shape[-1])
-
-
 def rmsnorm(x: jax.Array) -> jax.Array:
     """Parameter-free RMSNorm over the last axis, computed in fp32 (eps as torch's rms_norm)."""
     x32 = x.astype(jnp.float32)
@@ -276,7 +272,7 @@ def cross_entropy(logits: jax.Array, targets: jax.Array, reduction: str = "mean"
 
 def nll_sum(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array) -> jax.Array:
     """Sum of next-token nats over targets != -1: the training loss (train.base.next_token_loss).
-    The head and the loss run fused (`fused_head_nll`), per device under a mesh: each device's
+    The head and the loss run fused (kernels.fused_head_nll), per device under a mesh: each device's
     rows in chunks, its lm_head gradient summed over devices once, never the (B, T, V) logits."""
     x, _ = hidden(params, cfg, idx)
     w = params["lm_head"][:, : cfg.vocab_size]
@@ -290,120 +286,22 @@ def nll_sum(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array) 
 
 def token_nll(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array) -> jax.Array:
     """Next-token nats per position (B, T), 0 where targets == -1, without the (B, T, V) logits:
-    the head runs over time chunks that the backward pass recomputes (jax.checkpoint), so this
-    differentiates with any weight per row (DPO's sequence log-probs) at one extra head matmul.
-    Per device under a mesh, like `nll_sum`. For evals and DPO; training's sum is `nll_sum`."""
+    the head runs over time chunks that the backward pass recomputes (kernels.head_nll_per_token),
+    so this differentiates with any weight per row (DPO's sequence log-probs) at one extra head
+    matmul. Per device under a mesh, like `nll_sum`. For evals and DPO; training's sum is `nll_sum`."""
     x, _ = hidden(params, cfg, idx)
     w = params["lm_head"][:, : cfg.vocab_size]
-
-    def local(x, w, t):  # (b, T, C), (C, V), (b, T) -> (b, T)
-        ct = _time_chunks(*t.shape)
-        chunk = jax.checkpoint(lambda xc, tc: _chunk_nats(xc, w, tc, cfg.softcap))
-        nats = jax.lax.map(lambda c: chunk(*c), (_chunked(x, ct), _chunked(t, ct)))  # (T/ct, b, ct)
-        return nats.swapaxes(0, 1).reshape(t.shape)
-
     axes = batch_axes(idx.shape[0])
     if not axes:
-        return local(x, w, targets)
+        return head_nll_per_token(x, w, targets, cfg.softcap)
     spec = P(axes)
+    local = lambda x, w, t: head_nll_per_token(x, w, t, cfg.softcap)  # noqa: E731  (b, T, C) -> (b, T)
     return jax.shard_map(local, in_specs=(spec, P(), spec), out_specs=spec)(x, w, targets)
-
-
-def _time_chunks(B: int, T: int, rows: int = 512) -> int:
-    """Tokens per sequence in one chunk of `fused_head_nll`: T halved until B x chunk <= rows."""
-    ct = T
-    while ct % 2 == 0 and B * ct > rows:
-        ct //= 2
-    return ct
-
-
-def _chunked(x: jax.Array, ct: int) -> jax.Array:
-    """(B, T, ...) -> (T // ct, B, ct, ...): chunks along time, so a batch sharding survives."""
-    return x.reshape(x.shape[0], x.shape[1] // ct, ct, *x.shape[2:]).swapaxes(0, 1)
-
-
-def _chunk_nats(xc, w, tc, softcap):
-    """One chunk's nats: xc (B, ct, C), tc (B, ct) -> (B, ct), 0 where tc == -1."""
-    z = softcap * jnp.tanh(dense(xc, w).astype(jnp.float32) / softcap)  # (B, ct, V)
-    valid = tc != -1
-    picked = jnp.take_along_axis(z, jnp.where(valid, tc, 0)[..., None], axis=-1)[..., 0]
-    return jnp.where(valid, jax.nn.logsumexp(z, axis=-1) - picked, 0.0)
-
-
-def _chunk_nll(xc, w, tc, softcap):
-    """One chunk: xc (B, ct, C), tc (B, ct) -> (sum of nats, d nats / d logits (B, ct, V))."""
-    t = jnp.tanh(dense(xc, w).astype(jnp.float32) / softcap)  # (B, ct, V)
-    z = softcap * t
-    logz = jax.nn.logsumexp(z, axis=-1)  # (B, ct)
-    valid = tc != -1
-    target = jnp.where(valid, tc, 0)
-    picked = jnp.take_along_axis(z, target[..., None], axis=-1)[..., 0]
-    dz = jnp.exp(z - logz[..., None]) - jax.nn.one_hot(target, z.shape[-1], dtype=z.dtype)
-    return (jnp.where(valid, logz - picked, 0.0).sum(),
-            jnp.where(valid[..., None], dz * (1 - t * t), 0.0))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def fused_head_nll(x: jax.Array, w: jax.Array, targets: jax.Array, softcap: float,
-                   reduce_axes: tuple[str, ...] = ()) -> jax.Array:
-    """sum(cross_entropy(softcap(x @ w), targets)) without the (B, T, V) logits: a scan over time
-    chunks of ~512 tokens computes each chunk's logits, loss and, under grad, its logit gradient and
-    the two gradient matmuls while the chunk is still in cache. The trade: 3 small matmuls per chunk
-    instead of 3 big ones, for one pass over the logits instead of ~6 through memory; on CPU (d4
-    shape, 4,096 x 8,192 logits) head + loss fwd+bwd took 330-360 ms instead of 470-515. The
-    gradient matmuls run in x's dtype (bf16 on accelerators) with fp32 accumulation. Under a mesh
-    it must run per device (`nll_sum` does that): left to XLA, the weight gradient summed over the
-    batch would be all-reduced chunk by chunk; there `reduce_axes` names the mesh axes the rows are
-    split over, and the weight gradient is summed over them once, in the backward pass.
-    x (B, T, C), w (C, V), targets (B, T) with -1 ignored."""
-    ct = _time_chunks(*targets.shape)
-
-    def body(total, chunk):
-        xc, tc = chunk
-        return total + _chunk_nll(xc, w, tc, softcap)[0], None  # XLA drops the unused gradient
-    zero = _varying_like(jnp.zeros((), jnp.float32), x)
-    return jax.lax.scan(body, zero, (_chunked(x, ct), _chunked(targets, ct)))[0]
-
-
-def _varying_like(a, ref):
-    """`a` marked as varying over the manual mesh axes `ref` varies over (under shard_map a scan
-    carry must have its body's type: zeros summed with per-device values); `a` elsewhere."""
-    axes = tuple(jax.typeof(ref).manual_axis_type.varying)
-    return jax.lax.pcast(a, axes, to="varying") if axes else a
-
-
-def _fused_head_nll_fwd(x, w, targets, softcap, reduce_axes):
-    ct = _time_chunks(*targets.shape)
-
-    def body(carry, chunk):
-        total, dw = carry
-        xc, tc = chunk
-        nll, dlogits = _chunk_nll(xc, w, tc, softcap)  # (B, ct, V) fp32
-        dlogits = dlogits.reshape(-1, dlogits.shape[-1]).astype(x.dtype)  # (B * ct, V): 2-D, see `dense`
-        dw = dw + jnp.dot(xc.reshape(-1, xc.shape[-1]).T, dlogits, preferred_element_type=f32)
-        dxc = jnp.dot(dlogits, w_t, preferred_element_type=f32)  # (B * ct, C)
-        return (total + nll, dw), dxc.reshape(*xc.shape[:2], -1)
-    f32 = jnp.float32
-    w_t = w.astype(x.dtype).T  # (V, C), transposed once rather than in every chunk
-    zero = _varying_like((jnp.zeros((), f32), jnp.zeros(w.shape, f32)), x)
-    (total, dw), dx = jax.lax.scan(body, zero, (_chunked(x, ct), _chunked(targets, ct)))
-    dx = dx.swapaxes(0, 1).reshape(x.shape)  # (B, T, C)
-    return total, (dx.astype(x.dtype), dw.astype(w.dtype))
-
-
-def _fused_head_nll_bwd(softcap, reduce_axes, grads, g):
-    dx, dw = grads
-    dw_g = (g * dw).astype(dw.dtype)
-    if reduce_axes:  # this device's rows' share: summed over the devices once
-        dw_g = jax.lax.psum(dw_g, reduce_axes)
-    return (g * dx).astype(dx.dtype), dw_g, None
-
-
-fused_head_nll.defvjp(_fused_head_nll_fwd, _fused_head_nll_bwd)
 
 
 def loss_fn(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array,
             reduction: str = "mean") -> jax.Array:
-    """Next-token loss of the whole model (per token with reduction="none")."""
+    """Next-token loss over `forward`'s (B, T, V) logits (per token with reduction="none"): the
+    plain reference of `nll_sum` and `token_nll`, for tests and benchmarks."""
     logits, _ = forward(params, cfg, idx)
     return cross_entropy(logits, targets, reduction)

@@ -75,7 +75,8 @@ CANCELLED = "cancelled by user: the call was not run"
 DROPPED = "[output dropped to save context]"
 REPEATED = "error: the same call three times in a row; stopped so the user can step in"
 PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
-STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "context")
+STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "context",
+                "model_error")
 
 
 def tools_prompt(mode: str = "ask") -> str:
@@ -216,7 +217,7 @@ def _split(ids: list[int], sep: int) -> list[list[int]]:
     return parts
 
 
-# --- events the agent loop emits (agent/loop.py); faces render them ------------------------------
+# --- events the agent loop emits (agent/driver.py); faces render them ------------------------------
 
 @dataclass
 class Text:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent import cli, headless, model
-from agent.loop import Agent
+from agent.driver import Agent
 from agent.repl import run_repl
 from agent.sessions import list_sessions, load_session
 
@@ -60,9 +60,8 @@ def test_flags_parse():
     assert (a.mode, a.temperature, a.max_tokens, a.prompt, a.output_format, a.resume) == \
         ("auto", 0.7, 9, "hi", "json", "ab12")
     assert cli.parse_args(["--mode", "plan"]).mode == "plan"
-    assert cli.parse_args(["--mode", "edits"]).mode == "accept-edits"  # the old name
     a = cli.parse_args([])
-    assert a.mode == "ask" and not a.mode_given  # settings files decide, else ask
+    assert a.mode is None  # settings files decide, else ask
     with pytest.raises(SystemExit):
         cli.parse_args(["--continue", "--resume", "x"])
     assert cli.parse_args(["-p"]).prompt == "-"  # the prompt comes from stdin

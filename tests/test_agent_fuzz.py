@@ -46,7 +46,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agent.loop import Agent
+from agent.driver import Agent
 from nanocode.protocol import REJECTED, SPECIAL_TOKENS, STOP_REASONS, TOOL_ARGS
 from nanocode.protocol import system_prompt
 from nanocode.engine import ContextOverflow
@@ -108,8 +108,8 @@ class StreamSession:
     def generate(self, max_tokens=None, stop=None, temperature=0.0, top_k=0, top_p=1.0, seed=0,
                  allowed=None):
         a = self.engine.agent  # what the model sees is the conversation, at every generation
-        want = a.rendered_ids() + [a.tok.encode_special("<|assistant_start|>")]
-        assert same_text(a.tok, self.ids, want), "the session is not the rendered conversation"
+        want = a.sampler.rendered_ids(a.messages) + [a.sampler.tok.encode_special("<|assistant_start|>")]
+        assert same_text(a.sampler.tok, self.ids, want), "the session is not the rendered conversation"
         budget = self.room() if max_tokens is None else max_tokens
         if budget > self.room() or budget < 1:
             raise ContextOverflow(f"{max_tokens} new tokens do not fit ({self.room()} free)")

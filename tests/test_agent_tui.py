@@ -1,6 +1,6 @@
 """The Textual TUI (agent/tui.py) driven by Textual's pilot, on a REAL tiny engine (random weights,
 real tokenizer, real tools in a temp git repo). The model is scripted through
-`Agent(extra_mask=...)` as in test_agent_loop.py; a `gate` can hold generation after a few
+`Agent(extra_mask=...)` as in test_agent_driver.py; a `gate` can hold generation after a few
 tokens so a test knows a turn is still running while it types or presses Ctrl-C."""
 
 import asyncio
@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from agent.loop import Agent
+from agent.driver import Agent
 from nanocode.protocol import DROPPED, REJECTED
 from nanocode.protocol import system_prompt
 from agent.sessions import SessionStore, find_session, load_session
@@ -110,7 +110,7 @@ def test_prompt_streams_text_and_history(engine, tok, repo):
         assert "> what is x?" in app.transcript_text()
         status = str(app.query_one("#status").content)
         assert "tiny" in status and "mode ask" in status and "tok/s" in status
-        assert f"context {len(agent.session.ids):,}/1,024" in status
+        assert f"context {len(agent.sampler.cache.ids):,}/1,024" in status
         inp = app.query_one(HistoryInput)  # up recalls the last prompt, down the draft
         await pilot.press("d", "r", "up")
         assert inp.value == "what is x?"
@@ -246,7 +246,7 @@ def test_resumed_session_shows_history_and_continues(engine, tok, repo):
     drive(app, body)
     assert [m["role"] for m in agent.messages] == ["system", "user", "assistant", "tool_result",
                                                    "assistant", "user", "assistant"]
-    assert agent.messages[:5] == messages and agent.session.ids == agent.rendered_ids()
+    assert agent.messages[:5] == messages and agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
     assert load_session(path)[0] == agent.messages  # the same file goes on
 
 
@@ -260,15 +260,15 @@ def test_compact_drops_old_outputs(engine, tok, repo):
         for i, text in enumerate(("read b", "again")):
             await submit(pilot, text)
             await until(pilot, lambda: app.turns == i + 1)
-        n = len(agent.session.ids)
+        n = len(agent.sampler.cache.ids)
         await submit(pilot, "/compact")
         await until(pilot, lambda: "compacted" in app.transcript_text())
-        freed = n - len(agent.session.ids)
+        freed = n - len(agent.sampler.cache.ids)
         assert freed > 0 and f"{freed:,} tokens freed" in app.transcript_text()
         outs = [m["content"] for m in agent.messages if m["role"] == "tool_result"]
         assert outs[0].startswith(DROPPED) and not outs[1].startswith(DROPPED)  # a digest stays
         app.refresh_status()
-        assert f"context {len(agent.session.ids):,}/" in str(app.query_one("#status").content)
+        assert f"context {len(agent.sampler.cache.ids):,}/" in str(app.query_one("#status").content)
     drive(app, body)
 
 
@@ -399,7 +399,7 @@ def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
     loader = got["loader"]
     assert isinstance(loader, tui.Loader) and loader.name == "run"
     agent = loader()
-    assert isinstance(agent, Agent) and agent.mode == "plan" and agent.max_tokens == 9
+    assert isinstance(agent, Agent) and agent.mode == "plan" and agent.sampler.max_tokens == 9
     assert agent.meta["model"] == str(loader.model_dir) and agent.store is not None
     bad = tui.Loader(loader.args, repo, tmp_path / "nothing")
     with pytest.raises(tui.LoadError, match="cannot load the model"):

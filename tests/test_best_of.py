@@ -1,5 +1,5 @@
 """Best-of-N (agent/best_of.py) on a REAL engine and loop: a tiny random model scripted per rollout
-(test_agent_loop's Script), real tools in copies of a real temp git repo. Checked on disk: the
+(test_agent_driver's Script), real tools in copies of a real temp git repo. Checked on disk: the
 user's tree (and .git) is untouched while rollouts run, then gets exactly the winner's changes as
 one turn that Checkpoints.undo restores; uncommitted and ignored files survive; copies are
 removed; a question picks the agreed citation. Plus the verifier's rules, the copy machinery
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from agent.best_of import BestOfError, agreement_scores, best_of, choose, citations, run_tests
-from agent.loop import Agent
+from agent.driver import Agent
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
 from nanocode.protocol import TurnResult, system_prompt
-from test_agent_loop import Script, call, reply
+from test_agent_driver import Script, call, reply
 from tiny_models import commit_all, tiny, tiny_tokenizer
 from tools.permissions import Policy
 from tools.undo import Checkpoints

@@ -28,7 +28,7 @@ def run(main, argv):
 @pytest.mark.parametrize(
     "main, words",
     [
-        (agent_cli.main, ["--model", "--print", "--plain", "--mode", "--yes", "--cwd", "yolo"]),
+        (agent_cli.main, ["--model", "--base-url", "--print", "--plain", "--mode", "--yes", "--cwd"]),
         (train_cli.main, TRAIN_COMMANDS),
         (evals_cli.main, EVALS_COMMANDS),
     ],
@@ -54,7 +54,7 @@ def test_agent_rejects_bad_flags(argv, capsys):
 
 
 def test_agent_modes():
-    assert agent_cli.parse_args([]).mode == "ask"
+    assert agent_cli.parse_args([]).mode is None  # the settings files decide, else ask
     assert agent_cli.parse_args(["--yes"]).mode == "auto"
     assert agent_cli.parse_args(["--mode", "accept-edits"]).mode == "accept-edits"
     assert agent_cli.parse_args(["--mode", "plan"]).mode == "plan"

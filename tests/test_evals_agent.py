@@ -9,7 +9,7 @@ import pytest
 
 import evals.agent as ea
 from nanocode.protocol import system_prompt
-from train.synth_tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
+from train.tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
 
 FAMILIES = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
 METRICS = ("tasks", "resolved", "resolve_rate", "valid_tool_call_rate", "first_call_correct_rate",
@@ -25,7 +25,7 @@ def tok():
 
 
 def test_task_seeds_match_eval_tasks_and_interleave():
-    from train.synth import EVAL_SEED0
+    from train.tasks import EVAL_SEED0
     jobs = ea.task_jobs(FAMILIES, 2)
     assert [s for _, s in jobs] == [EVAL_SEED0 + j for j in range(2 * len(FAMILIES))]
     assert [f for f, _ in jobs[:len(FAMILIES)]] == FAMILIES
@@ -141,8 +141,8 @@ def engine(tok):
                                     "user_rejects", "rename_symbol"])
 def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeypatch, family):
     """--policy model through the real Agent, the tiny model forced to write the oracle's messages."""
-    import agent.loop
-    from test_agent_loop import Script
+    import agent.driver
+    from test_agent_driver import Script
     seed = ea.task_jobs([family], 1)[0][1]
     oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()
     replies = [tok.encode(m["content"]) + (tok.encode_tool_call(m["tool_call"]) if m.get("tool_call")
@@ -151,11 +151,11 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
     script = Script(tok, replies)
     script.V = engine.cfg.vocab_size
 
-    class Scripted(agent.loop.Agent):
+    class Scripted(agent.driver.Agent):
         def __init__(self, *a, **kw):
             super().__init__(*a, extra_mask=script, **kw)
             script.agent = self
-    monkeypatch.setattr(agent.loop, "Agent", Scripted)
+    monkeypatch.setattr(agent.driver, "Agent", Scripted)
     monkeypatch.setattr(ea, "_engine", engine)
     (tmp_path / "t").mkdir()
     opts = {"temperature": 0.0, "max_tokens": 1024, "max_steps": 15}
@@ -219,8 +219,8 @@ def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeyp
     """--best-of 2 through the real Agent: rollout 0 gives up, rollout 1 replays the oracle; the
     verifier (the project's tests, not the hidden check) picks 1, the hidden check scores it in its
     copy, and the record keeps rollout 0's pass@1 beside it."""
-    import agent.loop
-    from test_agent_loop import Script
+    import agent.driver
+    from test_agent_driver import Script
     family = "fix_bug"
     seed = ea.task_jobs([family], 1)[0][1]
     oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()
@@ -231,14 +231,14 @@ def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeyp
                Script(tok, replies)]
     made = []
 
-    class Scripted(agent.loop.Agent):
+    class Scripted(agent.driver.Agent):
         def __init__(self, *a, **kw):
             script = scripts[len(made)]
             script.V = engine.cfg.vocab_size
             made.append(kw["temperature"])
             super().__init__(*a, extra_mask=script, **kw)
             script.agent = self
-    monkeypatch.setattr(agent.loop, "Agent", Scripted)
+    monkeypatch.setattr(agent.driver, "Agent", Scripted)
     monkeypatch.setattr(ea, "_engine", engine)
     (tmp_path / "t").mkdir()
     opts = {"temperature": 0.0, "max_tokens": 1024, "max_steps": 15, "best_of": 2,

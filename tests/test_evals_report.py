@@ -97,6 +97,7 @@ def test_report_links_stages_tables_and_plots(home, capsys):
     assert "pass@1 0.0183" in md and "solved 3/164" in md
     assert "resolve_rate 0.2500, valid_tool_call_rate 0.9000" in md  # beside the run, not under evals/
     assert "| locate | 4 | 1 | 0.25 | 0.9 | 0.5 | 4.5 | - |" in md
+    assert "| trained families | 4 | 1 | 0.25 |" in md and "eval-only families" not in md
     assert "9.0000" not in md and "notes" not in md
     assert "| base | d1 | 20 | 0.1250 | val_bpb_code 1.8000, val_bpb_text 2.3000 | 1,012 | 20 |" in md
     assert "wrote" in capsys.readouterr().out

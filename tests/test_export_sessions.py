@@ -4,7 +4,7 @@ preference pairs that validate and load into `train sft`."""
 import json
 
 from agent.sessions import SessionStore, list_sessions
-from test_agent_loop import call, engine, make, reply, repo, tok  # noqa: F401 - fixtures
+from test_agent_driver import call, engine, make, reply, repo, tok  # noqa: F401 - fixtures
 from train.cli import main as train_main
 from train.conversations import keep_valid
 

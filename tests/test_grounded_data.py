@@ -20,8 +20,7 @@ from nanocode.common import DEFAULT_MODEL
 from nanocode.protocol import MODE_TOOLS, REJECTED
 from nanocode.checkpoint import load_tokenizer
 from tools.dispatch import run_tool
-from train.synth import ATTEMPT_STRIDE, ATTEMPTS
-from train.synth_tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
+from train.tasks import ATTEMPT_STRIDE, ATTEMPTS, EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
 
 from tiny_models import untimed
 

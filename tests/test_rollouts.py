@@ -9,7 +9,7 @@ import json
 import pytest
 
 from train import rollouts
-from train.synth_tasks import make_task
+from train.tasks import make_task
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_rollouts_of_the_shipped_model_make_rows_and_pairs_and_resume(tmp_path, 
         assert pair["flaw"] == "on_policy" and c[:-1] == r[:-1] and c[-1] != r[-1]
         assert c[-1]["role"] == r[-1]["role"] == "assistant"
     for rec in records:  # fresh training seeds, never eval ones
-        from train.synth import EVAL_SEED0
+        from train.tasks import EVAL_SEED0
         assert rollouts.ROLLOUT_SEED0 <= rec["seed"] < EVAL_SEED0
     # valid training data: train sft / dpo accept every row and pair
     from train.conversations import keep_valid

@@ -65,7 +65,7 @@ def home(tmp_path, monkeypatch):
 
 # ---- the fake agent: the loop's real event types, one scripted turn ------------------------
 class FakeAgent:
-    """What the faces use of agent.loop.Agent. Its one turn emits every event kind carrying
+    """What the faces use of agent.driver.Agent. Its one turn emits every event kind carrying
     `raw`, then asks to approve an Edit and a Bash call built from it (headless: approve is
     None, so it only reports the refusal)."""
 
@@ -73,8 +73,7 @@ class FakeAgent:
         self.raw, self.root, self.mode = raw, str(root), "ask"
         self.command = command or "echo " + raw
         self.messages, self.meta, self.store = list(messages), {"id": "s1"}, None
-        self.session = SimpleNamespace(ids=[1, 2, 3], stats={})
-        self.engine = SimpleNamespace(max_len=1024)
+        self.sampler = SimpleNamespace(max_len=1024, context_used=lambda messages: 3)
         self.answers = []
         self.sandbox, self.sandbox_status = object(), "sandbox: namespaces, network off"
 
@@ -288,7 +287,7 @@ def test_printable_contract():
 
 # ---- end to end: a real tiny engine, real tools --------------------------------------------
 def test_tui_real_agent_bash_printf_and_read(tmp_path):
-    from agent.loop import Agent
+    from agent.driver import Agent
     from nanocode.engine import Engine
     from nanocode.protocol import system_prompt
     from tiny_models import commit_all, forced_replies, random_params, tiny, tiny_tokenizer

@@ -16,7 +16,7 @@ import pytest
 
 from agent import best_of
 from agent.grounding import Grounding
-from agent.loop import Agent
+from agent.driver import Agent
 from agent.turn_undo import TurnUndo
 from tools import closest, snapshot
 from tools.git import safe_env
@@ -171,17 +171,8 @@ def site_undo(root, kind, tmp_path):
     assert (root / "vendor" / "lib" / "v.txt").read_text() == "hello vendor\n"
 
 
-def site_auto_commit(root, kind, tmp_path):
-    ck = Checkpoints(root)
-    t = ck.begin("commit me")
-    write(root, "a.txt", "committed by nanocode\n")
-    sha = ck.auto_commit(ck.end(t), "nanocode: a.txt")
-    assert git(root, "rev-parse", "HEAD").strip() == sha
-    assert git(root, "log", "-1", "--format=%an %G?", "HEAD", "--no-show-signature").strip() == "Tester N"
-
-
 SITES = {"grep": site_grep, "closest": site_closest, "grounding": site_grounding,
-         "best_of": site_best_of, "undo": site_undo, "auto_commit": site_auto_commit}
+         "best_of": site_best_of, "undo": site_undo}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -442,13 +433,15 @@ def test_undo_is_scoped_to_the_session(repo):
 # ---- the loop's glue (an Agent without an engine: only the undo parts run) ----------------------
 
 def bare_agent(root, sid="sess"):
+    """The turn driver's call path with no model behind it (sizes counted in words)."""
+    from agent.conversation import Conversation
     from tools.permissions import Policy
     a = object.__new__(Agent)
-    a.root, a.policy, a.tool_timeout, a.grounding = str(root), Policy.load(str(root), mode="auto"), 10, None
-    a.meta = {"id": sid, "turns": [], "approvals": []}
-    a.messages = [{"role": "user", "content": "edit it"}]
-    a._turn_start, a.undo_log, a.sandbox, a.store, a._said_no_snapshot = 0, TurnUndo(str(root)), None, None, False
-    a.tok = SimpleNamespace(encode=str.split)  # results are never over the budget below
+    a.root, a.policy, a.tool_timeout = str(root), Policy.load(str(root), mode="auto"), 10
+    a.conv = Conversation(str(root), [{"role": "user", "content": "edit it"}],
+                          {"id": sid, "turns": [], "approvals": []})
+    a.sampler = SimpleNamespace(count=lambda text: len(text.split()), tree_changed=lambda: None)
+    a.undo_log, a.sandbox, a._said_no_snapshot = TurnUndo(str(root)), None, False
     a.result_budget, a.read_limit = 10**9, 100
     a.events = []
     a._emit = a.events.append
@@ -495,9 +488,9 @@ def test_agent_undo_scoped_planned_and_told_to_the_model(repo):
 
 @pytest.mark.slow
 def test_the_next_user_message_says_what_was_undone(tmp_path):
-    """On the real engine (tests/test_agent_loop.py's tiny model): the edit, /undo, then the next
+    """On the real engine (tests/test_agent_driver.py's tiny model): the edit, /undo, then the next
     turn's user message starts with the undo note."""
-    import test_agent_loop as tal
+    import test_agent_driver as tal
     from tiny_models import commit_all
     tok = tal.tiny_tokenizer(tal.TEXTS, 512)
     cfg = tal.tiny(vocab_size=tok.vocab_size, sequence_len=2048)

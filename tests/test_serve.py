@@ -48,7 +48,8 @@ def test_models_and_a_completion_equal_to_the_engine(server, ckpt):
     assert choice["finish_reason"] in ("stop", "length") and "tool_calls" not in choice["message"]
     assert got["usage"]["completion_tokens"] <= 12
     from agent.model import load_engine
-    here = Server(load_engine(ckpt), "x").complete(body)  # the same engine, in this process
+    srv = Server(load_engine(ckpt), "x")
+    here = srv.complete(srv.prepare(body))  # the same engine, in this process
     assert choice["message"]["content"] == here["content"]
     events = [ln[6:] for ln in post(server, {**body, "stream": True}, raw=True).splitlines()
               if ln.startswith("data: ")]
@@ -101,6 +102,6 @@ def test_the_grammar_offers_only_the_listed_tools(ckpt):
     for seed in range(6):
         body = {"messages": [{"role": "user", "content": "read a.py"}], "max_tokens": 40,
                 "temperature": 1.0, "seed": seed}
-        with_read = srv.complete({**body, "tools": read})
+        with_read = srv.complete(srv.prepare({**body, "tools": read}))
         assert with_read["tool_call"] is None or with_read["tool_call"]["name"] == "Read"
-        assert srv.complete(body)["tool_call"] is None
+        assert srv.complete(srv.prepare(body))["tool_call"] is None

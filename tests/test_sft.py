@@ -78,7 +78,7 @@ def run_cli(argv):
 
 # ---- packing --------------------------------------------------------------------------------------
 def test_packing_keeps_conversations_whole_and_supervises_only_the_assistant(tokenizer):
-    from train.sft import Packer, render_docs
+    from train.packing import Packer, render_docs
 
     T = 200
     convs = [make_conv(i) for i in range(40)]
@@ -112,7 +112,7 @@ def test_packing_keeps_conversations_whole_and_supervises_only_the_assistant(tok
 
 
 def test_best_fit_never_overfills():
-    from train.sft import best_fit_rows
+    from train.packing import best_fit_rows
 
     rng = np.random.default_rng(0)
     lengths = [int(v) for v in rng.integers(1, 50, 500)]
@@ -123,7 +123,7 @@ def test_best_fit_never_overfills():
 
 
 def test_stream_resumes_from_its_state(tokenizer):
-    from train.sft import Packer, render_docs
+    from train.packing import Packer, render_docs
 
     docs, _ = render_docs([make_conv(i) for i in range(30)], tokenizer, 64)
     packer = Packer([docs], [(len(docs), 2.0)], 64, tokenizer.bos_id, seed=1)
@@ -136,7 +136,7 @@ def test_stream_resumes_from_its_state(tokenizer):
 
 def test_data_specs_and_weights():
     from train.conversations import parse_source
-    from train.sft import epoch_order
+    from train.packing import epoch_order
 
     assert parse_source("a.jsonl") == ("a.jsonl", 1.0)
     assert parse_source("a.jsonl*3") == ("a.jsonl", 3.0)
@@ -152,7 +152,7 @@ def test_warmup_steps_scale_the_first_update():
     import jax
     import jax.numpy as jnp
 
-    from train.sft import sft_optimizer
+    from train.finetune import sft_optimizer
 
     cfg = tiny(vocab_size=64, sequence_len=32)
     params = random_params(cfg, 0)

@@ -64,7 +64,7 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(monkeypatch):
     from tiny_models import tiny
     from nanocode.protocol import check_call
     from train.cli import main
-    from train.synth import TRAIN_FAMILIES, make_task
+    from train.tasks import TRAIN_FAMILIES, make_task
 
     shutil.rmtree(ROOT, ignore_errors=True)
     monkeypatch.setenv("NANOCODE_HOME", str(ROOT / "home"))

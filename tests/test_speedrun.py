@@ -119,11 +119,12 @@ def test_unknown_stage_is_a_clear_error(tmp_path, capsys):
 def test_eval_tables_read_what_the_evals_write(tmp_path):
     """The model card's tables come from real `evals` outputs (the two no-model baselines here)."""
     from evals.cli import main as evals_main
+    from evals.model_card import eval_tables
     out = tmp_path / "evals"
     assert evals_main(["agent", "--policy", "oracle", "--families", "find_definition,run_command",
                        "--per-family", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
     assert evals_main(["humaneval", "--canonical", "--limit", "3", "--quiet", "--out", str(out)]) == 0
-    text = "\n".join(speedrun.eval_tables(out))
-    assert "| find_definition | 1/1 (100%) | 100% | 100% |" in text
-    assert "| **all** | 2/2 (100%) |" in text
-    assert "| humaneval (n=1, temperature None) | pass@1 100.0% |" in text
+    text = "\n".join(eval_tables(out))
+    assert "| find_definition | 1 | 1 | 1 | 1 | 1 | 1 | - |" in text
+    assert "| trained families | 2 | 2 | 1 |" in text and "| all | 2 | 2 | 1 |" in text
+    assert "| humaneval | pass@1 1.0000 | solved 3/3, mode canonical" in text

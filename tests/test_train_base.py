@@ -178,7 +178,7 @@ def test_accelerators_compute_in_bf16_by_default(monkeypatch, tmp_path):
     from tiny_models import tiny_tokenizer
     from train.base import model_config
     from train.cli import build_parser
-    from train.sft import load_start
+    from train.finetune import load_start
 
     def dtype(*flags):
         return model_config(build_parser().parse_args(["base", "--preset", "d12", *flags]), 32768).compute_dtype

@@ -1,19 +1,19 @@
 """Train/inference identity: a synthetic rollout (train synth's oracle through the real tools) and
 the same conversation produced by the agent loop at inference (real engine, real tools, the same
 generated project) render to identical token ids. The tiny model is scripted to say exactly what
-the oracle said (tests/test_agent_loop.py's Script); everything else (system prompt, tool results,
+the oracle said (tests/test_agent_driver.py's Script); everything else (system prompt, tool results,
 the tokens the loop appends) comes from the real agent."""
 import warnings
 
 import pytest
 
-from agent.loop import Agent
+from agent.driver import Agent
 from nanocode.protocol import system_prompt
 from nanocode.engine import Engine
 from nanocode.tokenizer import train_tokenizer
-from test_agent_loop import Script
+from test_agent_driver import Script
 from tiny_models import random_params, tiny, untimed
-from train.synth import make_task
+from train.tasks import make_task
 
 
 @pytest.fixture(scope="module")

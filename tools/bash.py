@@ -1,6 +1,6 @@
 """The Bash tool: run one shell command in the project root and return its result text.
 
-Result format (see shared/spec/AGENT_INTERFACE.md, "Tool result formats"):
+Result format (what the model reads; train synth writes the same):
 
 * stdout and stderr as produced, interleaved in order (the command runs with stderr merged
   into stdout, so both go through one pipe); decoded as UTF-8 with ``errors="replace"``;

@@ -32,7 +32,7 @@ program (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_EXTERNAL_DIFF, GIT_SSH_COMM
 dropped; callers that want GIT_DIR etc. pass them in `extra`.
 
 Trade-offs. The global config (~/.gitconfig, GIT_CONFIG_GLOBAL) is kept: it is the user's own, it
-carries the identity auto_commit commits with, core.excludesFile (what counts as ignored) and
+carries core.excludesFile (what counts as ignored) and
 trusted filters such as git-lfs; a repo-local definition of the same driver name disables it
 (content then goes through unfiltered). Aliases need no handling: git never lets an alias shadow a
 builtin, and only builtins are run. safe.directory is left to git: a repository owned by another

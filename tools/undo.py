@@ -10,8 +10,7 @@ undone flag, HEAD at begin) lives in <git dir>/nanocode/turns.json, the paths th
 hid at begin in <git dir>/nanocode/ignored-<id> (NUL-separated), so a new Checkpoints object
 (agent restart) sees earlier turns. The refs keep the objects through gc and are not branches:
 `git branch`, `git log`, `git stash list` show nothing new, and the user's HEAD, index, stash,
-branches and files are never touched, except by undo (the turn's paths only) and by the opt-in
-auto_commit. When root is a subdirectory of a repo the whole work tree is snapshotted and paths
+branches and files are never touched, except by undo (the turn's paths only). When root is a subdirectory of a repo the whole work tree is snapshotted and paths
 are relative to its top. Outside a git repo (or in one git refuses: another user's, see
 tools/git.py) the same logic runs against a bare shadow git dir ($NANOCODE_HOME/shadow/
 <sha1(realpath(root))[:16]>, NANOCODE_HOME defaulting to ~/.cache/nanocode) via GIT_DIR +
@@ -48,9 +47,7 @@ through git's filters both ways (clean on snapshot, smudge on restore), so a fil
 a file that had CRLF in the work tree under `* text=auto` comes back with LF. Two processes
 snapshotting one repo at once: the second fails on git's index.lock (UndoError). Snapshots live
 in the user's object database (loose objects; gc reclaims them once the refs are deleted).
-Snapshot commits are made as "nanocode"; no commit is ever signed (tools/git.py turns gpg off),
-auto_commit()'s included: it uses commit-tree + update-ref, then `git reset -q` so the user's
-index matches HEAD.
+Snapshot commits are made as "nanocode" and never signed (tools/git.py turns gpg off).
 
 Measured (2-CPU container at load ~7, git 2.39, medians of 5; 2,000 committed files in 50 dirs,
 3 edited per turn): begin() 207 ms, end() 183 ms, undo() 97 ms, diff() 36 ms, against 97 / 150 /
@@ -72,7 +69,6 @@ from tools.git import git, safe_env
 from tools.snapshot import GitDir, GitError, names, under
 from tools.workspace import is_inside
 
-NULL_SHA = "0" * 40
 ABSENT, GITLINK = "000000", "160000"
 
 
@@ -174,9 +170,8 @@ class Checkpoints:
     def _run(self, *args, **kw):
         return self._wrap(self.g.run, *args, **kw)
 
-    def _commit(self, tree, message, parents=(), ident=True):
-        args = [a for p in parents for a in ("-p", p)]
-        out = self._run("commit-tree", tree, *args, "--no-gpg-sign", "-m", message or "nanocode", ident=ident)
+    def _commit(self, tree, message):
+        out = self._run("commit-tree", tree, "--no-gpg-sign", "-m", message or "nanocode")
         return out.decode().strip()
 
     def _snapshot(self, ignored=()):
@@ -451,33 +446,3 @@ class Checkpoints:
             raise
 
     # ------------------------------------------------------------------ auto-commit
-
-    def auto_commit(self, turn, message) -> str | None:
-        """Commit the turn on the user's current branch (moves HEAD, opt-in, never signed). The
-        user's own uncommitted changes from before the turn are committed first, separately."""
-        if self.shadow:
-            raise UndoError("auto_commit needs a git repository; this project has none (it uses a "
-                            "private shadow repo). Run `git init` in the project to enable it")
-        self.g.fresh()
-        turn = self._get(turn, lambda t: t.after is not None)
-        if turn.after is None:
-            raise UndoError(f"cannot commit turn {turn.id}: it is not finished; call end() first")
-        if turn.undone:
-            raise UndoError(f"cannot commit turn {turn.id}: it was undone")
-        before_tree, after_tree = self._wrap(self.g.tree, turn.before), self._wrap(self.g.tree, turn.after)
-        if before_tree == after_tree:
-            return None
-        head = self.g.head()
-        if head != turn.head:
-            raise UndoError(f"cannot commit turn {turn.id}: HEAD moved since the turn began "
-                            f"({turn.head} -> {head}); commit the turn's files yourself")
-        own = not self._run("config", "--get", "user.email", ident=False, check=False)
-        parents = [head] if head else []  # own: no user identity configured, commit as "nanocode"
-        head_tree = self._wrap(self.g.tree, head) if head else None
-        if before_tree != head_tree:
-            parents = [self._commit(before_tree, "nanocode: your changes before the turn",
-                                    parents, ident=own)]
-        sha = self._commit(after_tree, message, parents, ident=own)
-        self._run("update-ref", "-m", f"nanocode: {message}", "HEAD", sha, head or NULL_SHA)
-        self._run("reset", "-q", ident=False)  # the user's index now matches the new HEAD
-        return sha

@@ -1,7 +1,7 @@
 """`train base`: pretrain a GPT on packed text+code rows with next-token cross-entropy.
 
 Top to bottom: pick the model from a preset (vocab from the tokenizer), size the batch (auto from
-MODEL.md's scaling rule unless given) and the step count (ratio x scaling params tokens unless
+the scaling rule, train/optim.auto_total_batch, unless given) and the step count (ratio x scaling params tokens unless
 given), build the optimizer (Muon + AdamW groups), then hand batches and the loss to the shared
 loop (train/loop.py), which does sharding, logging, eval, checkpoints and resume. Val bits per byte
 are measured on code and text separately, on the same held-out rows every time.
@@ -116,7 +116,7 @@ def main(args) -> int:
     start = None
     try:
         if args.from_:  # continued pretraining, e.g. a last phase at a longer context
-            from train.sft import load_start
+            from train.finetune import load_start
             start, cfg, tokenizer, ckpt_dir = load_start(args.from_, args.tokenizer, args.dtype, args.seq_len,
                                                          args.remat)
             print(f"starting from {ckpt_dir} (its config; --preset/--depth/--window-pattern are ignored)")
@@ -147,7 +147,7 @@ def main(args) -> int:
           f"{dict(mesh.shape)}; run dir {run_dir}")
 
     params = start if start is not None else init_params(cfg, jax.random.PRNGKey(args.seed))
-    # --lr-scale: every peak lr but the smear's (MODEL.md fixes it) times the flag
+    # --lr-scale: every peak lr but the smear's (fixed) times the flag
     scaled = scaled_lrs(args.lr_scale, [g for g in ("matrix", *ADAMW_GROUPS) if g != "smear"])
     optimizer = build_optimizer(cfg, params, total_steps=steps, batch_tokens=total_batch,
                                 ratio=args.ratio, **scaled)

@@ -120,8 +120,8 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     a("--total-batch", type=int, default=0, help="tokens per optimizer step; 0 = auto from the scaling rule")
     a("--steps", type=int, default=0, help="optimizer steps; 0 = ratio x scaling params tokens")
     a("--ratio", type=float, default=12.0, help="tokens per scaling parameter (default: 12)")
-    a("--lr-scale", type=float, default=1.0, help="peak learning rates x this (MODEL.md's scale "
-      "them by sqrt(batch / 2^19), tiny at a CPU run's batch; default: 1)")
+    a("--lr-scale", type=float, default=1.0, help="peak learning rates x this (the scaling rule "
+      "scales them by sqrt(batch / 2^19), tiny at a CPU run's batch; default: 1)")
     a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
     a("--run", help="run name under $NANOCODE_HOME/runs (default: the preset)")
     a("--run-dir", metavar="DIR", help="explicit run directory (overrides --run)")

@@ -1,6 +1,6 @@
 """Conversation data for SFT and DPO: loading (local JSONL or the Hugging Face hub) and validation.
 
-Schema (shared/spec/AGENT_INTERFACE.md): one conversation per line,
+Schema (the agent's, nanocode/protocol.py): one conversation per line,
 `{"messages": [{"role": "system"|"user"|"assistant"|"tool_result", "content": str,
 "tool_call": {"name": str, "args": {str: str|int}}?}]}`; extra top-level keys (the agent's saved
 sessions carry "meta") are allowed and ignored. Preference rows are `{"chosen": conv, "rejected": conv}`.

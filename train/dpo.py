@@ -20,8 +20,8 @@ Design:
 - Metrics (every --eval-every steps, at 0 and the end, on held-out pairs): val_loss (IPO), val_acc
   (policy margin log p(chosen) - log p(rejected) > 0), val_margin (its mean), val_reward_acc (h > 0),
   val_chosen_reward / val_rejected_reward (beta x logratio, means), val_reward_margin.
-- Optimizer and LR as in SFT (pretraining groups x --lr-scale, default 0.1, linear decay to 0, no
-  weight decay).
+- Start, data sources and optimizer as in SFT (train/finetune.py; pretraining groups x
+  --lr-scale, default 0.1, linear decay to 0, no weight decay).
 """
 
 from __future__ import annotations
@@ -181,9 +181,9 @@ def main(args) -> int:
     from nanocode.common import enable_compilation_cache, nanocode_home
     from nanocode.config import flops_per_token
     from train import loop
+    from train.finetune import (batch_geometry, load_sources, load_start, run_name_of,
+                                sft_optimizer, split_val)
     from train.loader import check_batch
-    from train.sft import (batch_geometry, load_sources, load_start, run_name_of,
-                           sft_optimizer, split_val)
 
     if args.multihost:
         loop.init_multihost()

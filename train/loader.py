@@ -5,7 +5,7 @@ order; train = all shards but the last, val = the last). Process p of P reads ro
 of it, so P processes together read every row group exactly once per epoch, disjointly. Train loops
 forever (the epoch is in the state); val is read once.
 
-Packing (shared/spec/MODEL.md). Every document gets BOS prepended. Each source keeps a buffer of at
+Packing. Every document gets BOS prepended. Each source keeps a buffer of at
 least `buffer_docs` tokenized documents; a row of T+1 tokens takes the largest buffered document that
 fits the space left, and when none fits it takes the shortest and crops it to fill the row exactly
 (the rest of that document is dropped, as in nanochat). Rows are full (no padding) and start with

@@ -25,7 +25,7 @@ from nanocode.config import GPTConfig, param_counts, preset
 Schedule = Callable  # step (int or traced int32) -> scalar
 B_REF = 2**19  # the batch (tokens) nanochat's learning rates were tuned at
 C_REF = 768  # the width AdamW's learning rates were tuned at
-POLAR_EXPRESS_COEFFS = (  # (a, b, c) per quintic step, from MODEL.md / nanochat
+POLAR_EXPRESS_COEFFS = (  # (a, b, c) per quintic step, as nanochat's
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
     (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
@@ -148,7 +148,7 @@ def _nu_shape(m: int, n: int) -> tuple[int, int]:
 
 def muon(learning_rate: Schedule, momentum: Schedule, weight_decay: Schedule, beta2: float = 0.9,
          ns_steps: int = 5, ns_dtype=None, stack: bool = True) -> optax.GradientTransformation:
-    """MODEL.md's Muon (nanochat: Polar Express + NorMuon + cautious weight decay) for 2-D (in, out)
+    """Muon as nanochat has it ( Polar Express + NorMuon + cautious weight decay) for 2-D (in, out)
     kernels (leading axes, e.g. stacked layers, are batched over). The update needs `params`
     (cautious weight decay reads them) and is the full delta: -lr_eff * (g + wd * p * [g*p >= 0]).
     Costs one fp32 momentum buffer per parameter plus one float per output neuron.
@@ -260,7 +260,7 @@ def adamw(learning_rate: Schedule, b1: float, b2: float, eps: float = 1e-10,
 # ---- the whole optimizer ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OptimConfig:
-    """MODEL.md's table; CLI flags map 1:1 to these fields. Learning rates are at C=768, B=2^19."""
+    """The optimizer's hyperparameters; CLI flags map 1:1 to these fields. Learning rates are at C=768, B=2^19."""
     matrix_lr: float = 0.02  # Muon
     lm_head_lr: float = 0.008
     wte_lr: float = 0.3

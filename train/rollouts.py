@@ -20,7 +20,9 @@ What comes out, in --out:
 
 Tasks: task i has family TRAIN_FAMILIES[i % F] and seed ROLLOUT_SEED0 + --seed * 10**6 + i, with
 training names and phrasings: a seed range that `train synth` (seed * 10**6 + i) and the eval
-suite (EVAL_SEED0 and up) never use. Rollout k of a task (--samples) runs greedy for k = 0 and at
+suite (EVAL_SEED0 and up) never use (train/tasks/seeds.py). Building a task, the headless agent,
+its turns and the hidden check are train.tasks' (build_task, task_agent, drive, resolved), the
+same path `evals agent` scores with. Rollout k of a task (--samples) runs greedy for k = 0 and at
 --temperature with seed task seed + k otherwise, each on a freshly built project under --workdir
 (the synth path, so prompts and tool output look like the SFT data). Worker processes (spawn, one
 engine each) run tasks in parallel; the bar shows rate, ETA and resolves.
@@ -29,58 +31,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 
-ROLLOUT_SEED0 = 5 * 10**11  # below EVAL_SEED0 (10**12), above synth's seeds and their retries
+from train.tasks import (
+    BASE, EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, Rollout, attempt_seeds, build_task, drive,
+    pattern_symbol, resolved, setup_env, task_agent)
+
 _engine = None  # per worker process
 
 
-# ---- shared with evals agent -----------------------------------------------------------------------
-
-def build_task(family: str, seed: int, heldout: bool, base: str):
-    """make_task, moving on to the next project seed as `train synth` does when a family cannot use
-    one (no function with a parameter spec, ...); the last failure is raised."""
-    from train.synth import ATTEMPT_STRIDE, ATTEMPTS
-    from train.synth_tasks import make_task
-    for attempt in range(ATTEMPTS):
-        try:
-            return make_task(family, seed + attempt * ATTEMPT_STRIDE, heldout=heldout, base=base)
-        except Exception:  # noqa: BLE001 - re-raised (and reported) after the last attempt
-            if attempt == ATTEMPTS - 1:
-                raise
-
-
-def task_agent(engine, task, root: str, temperature: float, seed: int, max_tokens: int, max_steps: int,
-               **agent_opts):
-    """The headless Agent for `task` in `root`: mode auto (ask for user_rejects, whose user refuses),
-    a Policy with no settings files, no undo snapshots."""
-    from agent.loop import Agent
-    from tools.permissions import Policy
-    mode = "ask" if task.followup is not None else "auto"
-    return Agent(engine, root, policy=Policy(Path(os.path.realpath(root)), mode), temperature=temperature,
-                 seed=seed, max_tokens=max_tokens, max_steps=max_steps, checkpoints=False, **agent_opts)
-
-
-def drive(agent, task) -> list:
-    """The task's turns: its prompt, then (user_rejects, when refused) its follow-up."""
-    turns = [agent.run_turn(task.prompt, approve=None)]
-    if task.followup is not None and turns[0].stop_reason == "rejected":
-        turns.append(agent.run_turn(task.followup, approve=None))
-    return turns
-
-
 # ---- pairs -------------------------------------------------------------------------------------------
-
-def symbol(pattern: str) -> str:
-    """A Grep pattern's symbol: its longest word once regex escapes and def/class are removed."""
-    words = [w for w in re.findall(r"\w+", re.sub(r"\\.", " ", pattern)) if w not in ("def", "class")]
-    return max(words, key=len, default="")
-
 
 def _operands(command: str) -> list[str]:
     try:
@@ -103,7 +67,7 @@ def same_action(a: dict | None, b: dict | None) -> bool:
     if a["name"] == "Read":
         return os.path.normpath(str(x.get("file_path"))) == os.path.normpath(str(y.get("file_path")))
     if a["name"] == "Grep":
-        return symbol(str(x.get("pattern", ""))) == symbol(str(y.get("pattern", "")))
+        return pattern_symbol(str(x.get("pattern", ""))) == pattern_symbol(str(y.get("pattern", "")))
     if a["name"] == "Bash":  # `pytest -q` is `pytest -q tests` where the tests live there
         mine, theirs = _operands(str(x.get("command", ""))), _operands(str(y.get("command", "")))
         short, long = sorted((mine, theirs), key=len)
@@ -123,7 +87,6 @@ def oracle_variants(task, model: list[dict], n: int = 8) -> list[tuple[int, dict
     result the model got for that step, so nothing runs: the training families' policies depend
     only on the task's metadata and on those results."""
     import random
-    from train.synth_tasks import Rollout
     steps = [(m, nxt) for m, nxt in zip(model, model[1:] + [None]) if m["role"] == "assistant"]
 
     class Replay(Rollout):
@@ -189,7 +152,6 @@ def clean(messages: list[dict]) -> list[dict]:
 def _init(model: str) -> None:
     global _engine
     from nanocode.common import enable_compilation_cache
-    from train.synth_tasks import setup_env
     setup_env()
     enable_compilation_cache()
     from nanocode.checkpoint import latest_step, load_params
@@ -199,17 +161,6 @@ def _init(model: str) -> None:
     ckpt, _ = find_checkpoints(model)
     params, cfg, tok, _ = load_params(ckpt, latest_step(ckpt))
     _engine = Engine(params, cfg, Tokenizer.from_dict(tok))
-
-
-def resolved(task, answer: str, calls: list[dict], root: str | None = None) -> tuple[bool, str | None]:
-    """(resolved, why the check raised or None): the hidden check on the final state in `root`
-    (default task.root); user_rejects also needs the refusal to have happened."""
-    from nanocode.protocol import REJECTED
-    try:
-        ok, error = bool(task.check(root or task.root, answer)), None
-    except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout after a broken edit
-        ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0]
-    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls)), error
 
 
 def run_task(job: tuple) -> dict:
@@ -247,9 +198,8 @@ def run_task(job: tuple) -> dict:
         rec["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
         rec["resolved"] = False
     finally:
-        from train.synth import ATTEMPT_STRIDE, ATTEMPTS
-        for attempt in range(ATTEMPTS):
-            shutil.rmtree(os.path.join(base, str(seed + attempt * ATTEMPT_STRIDE)), ignore_errors=True)
+        for aseed in attempt_seeds(seed):
+            shutil.rmtree(os.path.join(base, str(aseed)), ignore_errors=True)
     rec["rows"] = rows
     rec["seconds"] = round(time.perf_counter() - t0, 2)
     return rec
@@ -258,7 +208,6 @@ def run_task(job: tuple) -> dict:
 # ---- command -----------------------------------------------------------------------------------------
 
 def add_rollouts_args(p) -> None:
-    from train.synth_tasks import BASE
     a = p.add_argument
     a("--model", required=True, help="the model to roll out: checkpoint dir, run dir or run tag")
     a("--out", required=True, metavar="DIR", help="output directory (rerun with the same one to resume)")
@@ -287,8 +236,6 @@ def _write_jsonl(path: Path, rows) -> int:
 
 def main(args) -> int:
     from tqdm import tqdm
-    from train.synth import EVAL_SEED0
-    from train.synth_tasks import TRAIN_FAMILIES
     if args.n < 1 or args.samples < 1 or args.max_steps < 1 or args.seed < 0:
         print("error: --n, --samples and --max-steps must be >= 1 and --seed >= 0", file=sys.stderr)
         return 2

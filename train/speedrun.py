@@ -50,8 +50,9 @@ Multi-host (`--multihost`, the same command on every worker, the run dir on shar
 
 Layout of a run (default $NANOCODE_HOME/speedrun/<preset>): data/ tokenizer/ base/ (base_long/: the
 cpu preset's last phase at 2,048 tokens) synth/ sft/ dpo/
-model/ (checkpoints/<step>: the exported bf16 params-only checkpoint; MODEL_CARD.md; evals/*.json)
-report/ and logs/<stage>.log. Ship a model by copying model/ to nanocode/default_model/.
+model/ (checkpoints/<step>: the exported bf16 params-only checkpoint, train/export_model.py;
+MODEL_CARD.md, evals/model_card.py; evals/*.json) report/ and logs/<stage>.log. Ship a model by
+copying model/ to nanocode/default_model/.
 """
 from __future__ import annotations
 
@@ -196,14 +197,14 @@ def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> l
                 + ["--val", f"{R}/synth/preference_val.jsonl", "--run-dir", f"{R}/dpo"]
                 + p["dpo"] + host + resume("dpo")]
     if stage == "export":
-        return [[sys.executable, "-m", "train.speedrun", "export", f"{R}/dpo", model]]
+        return [[sys.executable, "-m", "train.export_model", f"{R}/dpo", model]]
     if stage == "evals":
         extra = {"bpb": ["--data", f"{R}/data"]}
         return [evals + [c[0], "--model", model, "--out", f"{model}/evals"] + c[1:] + extra.get(c[0], [])
                 for c in p["evals"]]
     if stage == "report":
         return [evals + ["report", "--model", model, "--out", f"{R}/report"],
-                [sys.executable, "-m", "train.speedrun", "card", R]]
+                [sys.executable, "-m", "evals.model_card", R]]
     raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
 
 
@@ -412,119 +413,8 @@ def _platform_env() -> dict:
     return {}
 
 
-# ---- the two steps that are not `train`/`evals` commands ------------------------------------------
-def export(src: str, dst: str) -> int:
-    """The newest checkpoint of `src` as params only, in bf16, with its tokenizer and config: what
-    the agent loads (half the bytes of fp32, no optimizer state; the engine computes in the
-    config's dtype)."""
-    import jax.numpy as jnp
-
-    from nanocode import checkpoint
-    from nanocode.common import find_checkpoints
-    ckpt, _ = find_checkpoints(src)
-    step = checkpoint.latest_step(ckpt)
-    params, cfg, tok, meta = checkpoint.load_params(ckpt, step, dtype=jnp.bfloat16)
-    out = Path(dst) / "checkpoints"  # a run directory, as `evals report` and `--model` expect
-    if checkpoint.latest_step(out) is not None:
-        raise ValueError(f"{out} already holds a checkpoint; delete it to export again")
-    checkpoint.save(out, step, params, config=cfg, tokenizer=tok,
-                    metadata={**(meta or {}), "stage": "export", "from": str(ckpt), "dtype": "bfloat16",
-                              "exported_from": str(ckpt / str(step))})
-    size = sum(f.stat().st_size for f in (out / str(step)).rglob("*") if f.is_file())
-    print(f"exported {ckpt / str(step)} -> {out / str(step)} (bf16 params + tokenizer, {size / 1e6:.1f} MB)")
-    return 0
-
-
-def eval_tables(evals_dir: Path) -> list[str]:
-    """Markdown for the model card and the README: the agentic suite per family, then HumanEval
-    pass@k and bits per byte, read from the summary JSONs the `evals` commands wrote."""
-    found = {}
-    for f in sorted(evals_dir.glob("*.json")):
-        d = json.loads(f.read_text())
-        found[d.get("eval", f.stem)] = d
-    pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"  # noqa: E731
-    lines = []
-    if "agent" in found:
-        a = found["agent"]
-        lines += ["| agentic suite (held-out tasks) | resolved | valid tool calls | first call right | mean steps | edits applied |",
-                  "|---|---|---|---|---|---|"]
-        rows = [(f"{name}", m) for name, m in a["families"].items()]
-        rows += [("**trained families**", a["trained_families"]), ("**eval-only families**",
-                 a["eval_only_families"]), ("**all**", a["overall"])]
-        for name, m in rows:
-            lines.append(f"| {name} | {m['resolved']}/{m['tasks']} ({pct(m['resolve_rate'])}) | "
-                         f"{pct(m['valid_tool_call_rate'])} | {pct(m['first_call_correct_rate'])} | "
-                         f"{m['mean_steps'] or 0:.1f} | {pct(m.get('edits_applied_rate'))} |")
-        lines.append("")
-    other = []
-    for name in ("humaneval", "mbpp", "humanevalplus", "mbppplus"):
-        if name in found:
-            d = found[name]
-            ks = ", ".join(f"{k} {100 * d[k]:.1f}%" for k in d if k.startswith("pass@"))
-            other.append(f"| {name} (n={d.get('n')}, temperature {d.get('temperature')}) | {ks} |")
-    if "bpb" in found:
-        d = found["bpb"]
-        shown = ", ".join(f"{k.removeprefix('bpb_')} {d[k]:.3f}" for k in ("bpb_code", "bpb_text") if k in d)
-        other.append(f"| bits per byte, held-out (rows of {d.get('seq_len')}) | {shown} |")
-    if "core" in found:
-        d = found["core"]
-        key = "core" if "core" in d else "core_subset"
-        other.append(f"| {d.get('metric', key)} | {d.get(key, 0):.4f} |")
-    if other:
-        lines += ["| eval | result |", "|---|---|"] + other + [""]
-    return lines
-
-
-def write_card(run: str) -> int:
-    """model/MODEL_CARD.md: the recipe (commands and times of every stage), the model, the evals."""
-    from nanocode.checkpoint import latest_step, load_params
-    from nanocode.config import GPTConfig, param_counts
-    run_dir = Path(run)
-    model = run_dir / "model"
-    _, cfg, tok, meta = load_params(model / "checkpoints", latest_step(model / "checkpoints"))
-    cfg = GPTConfig.from_dict(cfg) if isinstance(cfg, dict) else cfg
-    counts = param_counts(cfg)
-    preset = (run_dir / "preset").read_text().strip() if (run_dir / "preset").exists() else run_dir.name
-    lines = ["# nanocode default model", "",
-             f"A {counts['total'] / 1e6:.1f}M-parameter nanocode GPT (depth {cfg.n_layer}, width {cfg.n_embd}, "
-             f"{cfg.n_head} heads of {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.sequence_len}), "
-             "trained from scratch on this machine's own Python sources and docs, then fine-tuned on "
-             "offline synthetic agent rollouts (`train synth`) and preference-tuned (IPO). Params only, "
-             f"bf16; exported from `{meta.get('exported_from', '?')}`.", "",
-             "It is a toy: it knows the tool format and the shape of the synthetic tasks, not Python at "
-             "large. Train a bigger one with `train speedrun --preset d12|d20|d24` (README).", "",
-             "## Recipe", "", f"    train speedrun --preset {preset} --run-dir RUN    # RUN = "
-             f"$NANOCODE_HOME/speedrun/{run_dir.name}", "", "| stage | minutes | command |",
-             "|---|---|---|"]
-    for s in STAGES:
-        f = run_dir / f"{s}.done"
-        if f.exists():
-            d = json.loads(f.read_text())
-            cmds = "<br>".join(f"`{c.replace(str(run_dir), '$RUN')}`" for c in d["commands"])
-            lines.append(f"| {s} | {d['seconds'] / 60:.1f} | {cmds} |")
-    lines += ["", "## Evals", "", "From the JSON files in evals/ beside this card, written by the `evals` "
-              "commands of the recipe.", ""] + eval_tables(model / "evals")
-    for phase in ("base", "base_long"):
-        metrics = run_dir / phase / "metrics.jsonl"
-        base_val = [json.loads(ln) for ln in open(metrics) if "val_bpb" in ln] if metrics.exists() else []
-        if base_val:
-            v = base_val[-1]
-            lines += [f"The base model before fine-tuning ({phase}, step {v['step']}): val "
-                      + ", ".join(f"{k.removeprefix('val_')} {x:.3f}" for k, x in v.items() if k != "step"), ""]
-    if (run_dir / "NOTES.md").exists():  # what happened during this particular run
-        lines += ["## Run notes", "", (run_dir / "NOTES.md").read_text().strip(), ""]
-    (model / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {model / 'MODEL_CARD.md'}")
-    return 0
-
-
 if __name__ == "__main__":
     command, *rest = sys.argv[1:] or [""]
-    if command == "export" and len(rest) == 2:
-        raise SystemExit(export(*rest))
-    if command == "card" and len(rest) == 1:
-        raise SystemExit(write_card(*rest))
     if command == "probe" and len(rest) in (1, 2) and rest[1:] in ([], ["--fresh"]):
         raise SystemExit(probe(rest[0], fresh=rest[1:] == ["--fresh"]))
-    raise SystemExit("usage: python -m train.speedrun export SRC DST | card RUN_DIR | "
-                     "probe RUN_DIR [--fresh]")
+    raise SystemExit("usage: python -m train.speedrun probe RUN_DIR [--fresh]")

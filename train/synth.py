@@ -6,14 +6,15 @@ parallelise it. Projects live at a fixed path (/tmp/nanocode-synth/<seed>/<name>
 use and removed after) so the working directory in prompts and tool output is the same on every
 run: two runs with the same seed write identical files, except timings that tools print
 (pytest's "in 0.03s"). Two concurrent runs with the same seeds would collide on those paths.
-Held-out words and phrasings (synth_projects.HELDOUT_WORDS, synth_text.HELDOUT_PHRASES) and the
-EVAL_ONLY_FAMILIES never reach train/val data; eval_tasks.jsonl uses only them. No heavy imports
-at module level: the CLI imports this module.
+The tasks, their oracle and the seed ranges are train/tasks (the package `train.tasks`); held-out
+words and phrasings (train/tasks/names.py HELDOUT_WORDS, train/tasks/phrasing.py HELDOUT_PHRASES)
+and the EVAL_ONLY_FAMILIES never reach train/val data; eval_tasks.jsonl uses only them. No heavy
+imports at module level: the CLI imports this module.
 
 Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "messages"} per line),
 preference_train.jsonl / preference_val.jsonl ({"id", "family", "flaw", "chosen", "rejected"}),
 eval_tasks.jsonl ({"id", "family", "seed", "heldout", "project", "prompt", "check"}; rebuild with
-make_task(family, seed, heldout=True)) and stats.json (counts, and the shares of grounded arguments
+train.tasks.make_task(family, seed, heldout=True)) and stats.json (counts, and the shares of grounded arguments
 from train/oracle_audit.py).
 """
 from __future__ import annotations
@@ -26,14 +27,11 @@ import random
 import shutil
 import time
 
-from train.synth_tasks import (
-    BASE, EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, Task, make_task, shows_flaw)
+from train.tasks import (
+    BASE, EVAL_ONLY_FAMILIES, EVAL_SEED0, HELDOUT_WORDS, TRAIN_FAMILIES, attempt_seeds,
+    code_conversation, make_task, shows_flaw)
 
-__all__ = ["add_synth_args", "main", "make_task", "Task", "FAMILIES", "TRAIN_FAMILIES",
-           "EVAL_ONLY_FAMILIES", "shows_flaw", "generate_one", "is_val"]
-
-ATTEMPTS, ATTEMPT_STRIDE = 4, 10**11  # project seeds of retries: cseed + k * stride (< EVAL_SEED0)
-EVAL_SEED0 = 10**12  # eval task seeds start here, far from training seeds (seed * 10**6 + i)
+__all__ = ["add_synth_args", "main", "generate_one", "is_val"]
 
 
 def add_synth_args(p: argparse.ArgumentParser) -> None:
@@ -63,8 +61,6 @@ def is_val(cid: str, fraction: float) -> bool:
 def generate_one(job: tuple) -> tuple[dict, dict | None]:
     """One conversation (and maybe its preference pair) for index i of a run."""
     from nanocode.protocol import system_prompt
-    from train.synth_projects import HELDOUT_WORDS
-    from train.synth_text import code_conversation
     seed, i, families, code_ratio, pref_ratio, base = job
     rng = random.Random(f"synth:{seed}:{i}")
     cseed, cid = seed * 10**6 + i, f"{seed}-{i}"
@@ -73,8 +69,8 @@ def generate_one(job: tuple) -> tuple[dict, dict | None]:
         conv = code_conversation(rng, system, HELDOUT_WORDS)
         return {"id": cid, "family": "code", "messages": conv["messages"]}, None
     family = rng.choice(families)
-    for attempt in range(ATTEMPTS):  # a rare project where the family cannot apply: next project
-        aseed = cseed + attempt * ATTEMPT_STRIDE
+    aseeds = attempt_seeds(cseed)
+    for aseed in aseeds:  # a rare project where the family cannot apply: next project
         try:
             task = make_task(family, aseed, False, base)
             chosen, pair = task.rollout(), None
@@ -87,7 +83,7 @@ def generate_one(job: tuple) -> tuple[dict, dict | None]:
                         break
             return {"id": cid, "family": family, "messages": chosen["messages"]}, pair
         except Exception:  # noqa: BLE001 - retried with another project, re-raised at the end
-            if attempt == ATTEMPTS - 1:
+            if aseed == aseeds[-1]:
                 raise
         finally:
             shutil.rmtree(os.path.join(base, str(aseed)), ignore_errors=True)

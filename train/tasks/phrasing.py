@@ -1,5 +1,6 @@
-"""Words for `train synth`: user request phrasings, the off-style prose of rejected rollouts, and
-code-writing conversations drawn from the Python standard library.
+"""The prose of tasks: user request phrasings (`phrase`), the off-style prose of rejected rollouts
+(`off_style`, ASKS_MORE), and the tool-free code-writing conversations `train synth` mixes in
+(`code_conversation`, drawn from the Python standard library).
 
 Trade-offs: phrasings are plain template strings, several per task kind, split into a training
 pool and a held-out pool (HELDOUT_PHRASES) that only the eval tasks use, so an eval measures

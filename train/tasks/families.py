@@ -1,14 +1,21 @@
-"""Task families for `train synth`: each builds a task on a generated project (setting up a bug, a
-stub, an uncommitted change, ...) and a scripted ORACLE policy that solves it with the real tools.
+"""The task families: each builds a task on a generated project (setting up a bug, a stub, an
+uncommitted change, ...) and a scripted ORACLE policy that solves it with the real tools.
 
 Trade-offs: the oracle is a script that already knows the answer from the project's metadata, so
-it never explores; it still calls the real tools through `run_tool`, so every tool_result is
-byte-for-byte what the agent will see, and the hidden `check(root, answer)` verifies the work the
-same way an eval would. A policy is replayed with a `flaw` to get the rejected side of a preference
-pair (same task, same prose choices, one deliberate defect, real tool output again). Families are
-a plain dict FAMILIES of name -> function(project, rng, ph) -> dict(prompt, check, desc, policy,
-flaws); `make_task` turns one into a Task. Policies draw prose only from `r.rng`, never from the
-task's rng, so replaying them is deterministic.
+it never explores; it still calls the real tools (train/tasks/oracle.py, Rollout), so every
+tool_result is byte-for-byte what the agent will see, and the hidden `check(root, answer)`
+verifies the work the same way an eval would. A policy is replayed with a `flaw` to get the
+rejected side of a preference pair (same task, same prose choices, one deliberate defect, real
+tool output again). Families are a plain dict FAMILIES of name -> function(project, rng, ph) ->
+dict(prompt, check, desc, policy, flaws[, followup]); `make_task` turns one into a Task.
+TRAIN_FAMILIES are the ones training data may use; EVAL_ONLY_FAMILIES are never trained on.
+
+Contracts: `make_task(family, seed, heldout, base)` is a pure function of (family, seed, heldout)
+up to the base path: the same arguments give byte-identical projects, prompts and (through
+`task.rollout()`) conversations. The check fails on the state make_task leaves. A family that
+cannot use a project (no bug the tests catch, ...) raises; callers retry with the next project
+seed (train/tasks/seeds.py, ATTEMPTS). Policies draw prose only from `r.rng`, never from the task's
+rng, so replaying them is deterministic.
 """
 from __future__ import annotations
 
@@ -16,104 +23,13 @@ import ast
 import os
 import random
 import re
-import sys
-from dataclasses import dataclass
-from typing import Callable
 
-from nanocode.protocol import REJECTED, system_prompt
-from tools.dispatch import run_tool
-from tools.files import read_memory
-from train.synth_projects import (
-    MODULE_WORDS, TEMPLATES, Func, Project, commit_all, generate_project, pick_word,
-    run_python, run_tests, snapshot)
-from train.synth_text import ASKS_MORE, off_style, phrase
-
-BASE = "/tmp/nanocode-synth"
-SAFE_REPEAT = ("python -m pytest", "git ", "ls", "wc ")
-
-
-def setup_env() -> None:
-    """Tools see this interpreter's `python` (with pytest), no bytecode, no user git config."""
-    bindir = os.path.dirname(sys.executable)
-    if not os.environ.get("PATH", "").startswith(bindir + os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    os.environ.update(PYTHONDONTWRITEBYTECODE="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
-
-
-class Rollout:
-    """A conversation being written by a policy; `flaw` makes it the rejected side of a pair."""
-
-    def __init__(self, task: "Task", flaw: str | None = None):
-        self.root, self.flaw = task.root, flaw
-        self.rng = random.Random(f"{task.family}:{task.seed}:prose")
-        self.flaw_rng = random.Random(f"{task.family}:{task.seed}:flaw")
-        self.repeated = False
-        self.messages = [{"role": "system", "content": task.system}, {"role": "user", "content": task.prompt}]
-
-    def pick(self, *options: str) -> str:
-        return self.rng.choice(options)
-
-    def _prose(self, text: str, final: bool = False) -> str:
-        return off_style(text, self.flaw_rng, final) if self.flaw == "off_style" else text
-
-    def _append(self, thought: str, name: str, args: dict, result: str) -> None:
-        self.messages.append({"role": "assistant", "content": self._prose(thought),
-                              "tool_call": {"name": name, "args": dict(args)}})
-        self.messages.append({"role": "tool_result", "content": result})
-
-    def call(self, thought: str, name: str, args: dict) -> str:
-        if self.flaw == "no_read" and name == "Read":
-            return ""
-        result = run_tool(self.root, name, args)
-        self._append(thought, name, args, result)
-        safe = name in ("Read", "Grep") or (name == "Bash" and args["command"].startswith(SAFE_REPEAT))
-        if self.flaw == "repeat" and not self.repeated and safe:
-            self.repeated = True
-            self._append("let me check that again.", name, args, run_tool(self.root, name, args))
-        return result
-
-    def reject(self, thought: str, name: str, args: dict) -> None:
-        """The user refuses this call: nothing runs."""
-        self._append(thought, name, args, REJECTED)
-
-    def user(self, text: str) -> None:
-        """The user's next message: after a rejected call the turn ends and the user speaks."""
-        self.messages.append({"role": "user", "content": text})
-
-    def done(self, text: str) -> None:
-        text = self._prose(text, final=True)
-        if self.flaw == "asks_more":
-            text += self.flaw_rng.choice(ASKS_MORE)
-        self.messages.append({"role": "assistant", "content": text})
-
-
-@dataclass
-class Task:
-    family: str
-    seed: int
-    heldout: bool
-    project: Project
-    prompt: str
-    check: Callable[..., bool]     # check(root, answer="") -> bool
-    desc: str                      # the hidden check, in words
-    policy: Callable[[Rollout], None]
-    flaws: list[str]
-    followup: str | None = None    # user_rejects: the user's message after the rejected call
-
-    @property
-    def root(self) -> str:
-        return self.project.root
-
-    @property
-    def system(self) -> str:
-        return system_prompt(self.root, read_memory(self.root))
-
-    def rollout(self, flaw: str | None = None) -> dict:
-        """Run the oracle (or a flawed replay) on the project as it is on disk now."""
-        r = Rollout(self, flaw)
-        self.policy(r)
-        return {"messages": r.messages}
-
+from train.tasks.names import MODULE_WORDS, pick_word
+from train.tasks.oracle import Rollout, Task
+from train.tasks.phrasing import phrase
+from train.tasks.projects import (
+    BASE, TEMPLATES, Func, Project, commit_all, generate_project, run_python, run_tests, setup_env,
+    snapshot)
 
 # --- helpers ---------------------------------------------------------------------------------------
 
@@ -504,7 +420,7 @@ def user_rejects(p: Project, rng, ph) -> dict:
     before = snapshot(p.root)
 
     def policy(r: Rollout):
-        # A rejection ends the turn (AGENT_INTERFACE.md): the user speaks next, as at inference.
+        # A rejection ends the turn (agent/driver.py): the user speaks next, as at inference.
         for t, n, a in reads:
             r.call(t, n, a)
         r.reject(thought, name, args)
@@ -540,25 +456,3 @@ def make_task(family: str, seed: int, heldout: bool = False, base: str = BASE) -
     d = FAMILIES[family](p, rng, lambda key, **kw: phrase(key, rng, heldout, **kw))
     return Task(family, seed, heldout, p, d["prompt"], d["check"], d["desc"], d["policy"], d["flaws"],
                 d.get("followup"))
-
-
-def shows_flaw(flaw: str, chosen: dict, rejected: dict) -> bool:
-    """Whether `rejected` visibly has `flaw` compared with `chosen`."""
-    cm, rm = chosen["messages"], rejected["messages"]
-    calls = lambda ms, n=None: [m["tool_call"] for m in ms if m.get("tool_call") and (n is None or m["tool_call"]["name"] == n)]
-    if cm == rm:
-        return False
-    if flaw == "off_style":
-        return any(m["content"][:1].isupper() for m in rm if m["role"] == "assistant")
-    if flaw == "asks_more":
-        return "anything else" in rm[-1]["content"].lower()
-    if flaw == "repeat":
-        c = calls(rm)
-        return any(a == b for a, b in zip(c, c[1:]))
-    if flaw == "no_read":
-        return len(calls(rm, "Read")) < len(calls(cm, "Read")) and bool(calls(rm, "Edit"))
-    if flaw == "wrong_file":
-        return rm[-1]["content"] != cm[-1]["content"]
-    if flaw == "retry":
-        return sum(m["content"] == REJECTED for m in rm if m["role"] == "tool_result") >= 2
-    return False

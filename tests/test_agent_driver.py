@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agent.grammar import Grammar
-from agent.loop import Agent
+from agent.driver import Agent
 from nanocode.protocol import DROPPED, REJECTED, REPEATED, check_call
 from nanocode.protocol import system_prompt
 from agent.sessions import find_session, load_session
@@ -69,9 +69,9 @@ class Script:
         if not out:
             self.i += 1
             a = self.agent
-            want = a.tok.render_conversation({"messages": a.messages})[0] + [
-                a.tok.encode_special("<|assistant_start|>")]
-            self.identity.append(a.session.ids == want)
+            want = a.sampler.tok.render_conversation({"messages": a.messages})[0] + [
+                a.sampler.tok.encode_special("<|assistant_start|>")]
+            self.identity.append(a.sampler.cache.ids == want)
         seq = self.replies[min(self.i, len(self.replies) - 1)]
         if len(out) >= len(seq):
             return None
@@ -114,7 +114,7 @@ def test_read_call_runs_and_result_is_fed_back(engine, tok, repo):
     assert agent.messages[0]["content"].startswith("you are nanocode")
     assert agent.messages[3]["content"] == want
     assert script.identity == [True, True]
-    assert agent.session.ids == agent.rendered_ids()  # closed turn: exactly the render
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)  # closed turn: exactly the render
     kinds = [e.kind for e in events]
     assert kinds.index("tool_call") < kinds.index("tool_result") < len(kinds) - 1
     assert kinds[-1] == "turn_end"
@@ -123,10 +123,10 @@ def test_read_call_runs_and_result_is_fed_back(engine, tok, repo):
     # a second turn prefills only the new tokens and keeps the identity
     script.replies.append(reply(tok, "ok."))
     agent.run_turn("thanks")
-    st = agent.session.stats  # one Session all along: nothing was prefilled twice
-    assert st["prefilled_total"] + st["generated_total"] == len(agent.session.ids)
+    st = agent.sampler.cache.stats  # one Session all along: nothing was prefilled twice
+    assert st["prefilled_total"] + st["generated_total"] == len(agent.sampler.cache.ids)
     assert script.identity == [True, True, True]
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
 
 
 def test_rejection_ends_the_turn(engine, tok, repo):
@@ -141,7 +141,7 @@ def test_rejection_ends_the_turn(engine, tok, repo):
     assert script.i == 0  # no second generation
     assert (repo / "a.py").read_text() == "x = 1\n"
     assert agent.meta["approvals"][0]["answer"] == "no"
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
 
 
 def test_always_then_runs(engine, tok, repo):
@@ -199,7 +199,7 @@ def test_ctrl_c_at_an_approval_cancels(engine, tok, repo, how):
 def test_usage_counts_tokens_and_time(engine, tok, repo):
     agent, _ = make(engine, repo, [call(tok, "look.", "Read", file_path="a.py"), reply(tok, "done.")])
     res = agent.run_turn("what is x?")
-    u, st = res.usage, agent.session.stats  # one Session all turn long
+    u, st = res.usage, agent.sampler.cache.stats  # one Session all turn long
     assert (u["prompt_tokens"], u["completion_tokens"]) == (st["prefilled_total"], st["generated_total"])
     assert u["completion_tokens"] == len(tok.encode("look.")) + len(tok.encode("done.")) + \
         len(tok.encode_tool_call({"name": "Read", "args": {"file_path": "a.py"}})) + 1
@@ -224,10 +224,10 @@ def test_plan_mode_grammar_offers_only_read_and_grep(engine, tok, repo):
     assert all(c["name"] in ("Read", "Grep") for c in res.tool_calls)
     assert repo.joinpath("a.py").read_text() == "x = 1\n"
     agent.set_mode("auto")  # a switch that changes the tools offered is said in the next request
-    agent.extra_mask = None
+    agent.sampler.extra_mask = None
     agent.max_tokens = 1
     agent.run_turn("now edit it")
-    assert agent.messages[agent._turn_start]["content"] == "mode: auto (every tool)\nnow edit it"
+    assert agent.messages[agent.conv.turn_start]["content"] == "mode: auto (every tool)\nnow edit it"
 
 
 @pytest.mark.parametrize("name, args, want", [
@@ -249,7 +249,7 @@ def test_unterminated_call_is_an_error_and_history_stays_well_formed(engine, tok
     assert res.tool_calls[0]["result"].startswith("error: malformed tool call: no <|tool_call_end|>")
     assert "tool_call" not in agent.messages[2]
     assert script.identity == [True, True]  # the session was rebuilt from the render
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
 
 
 def test_three_identical_calls_stop(engine, tok, repo):
@@ -257,7 +257,7 @@ def test_three_identical_calls_stop(engine, tok, repo):
     res = agent.run_turn("loop")
     assert res.stop_reason == "repeat" and res.steps == 3
     assert [c["result"] for c in res.tool_calls][2] == REPEATED
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
 
 
 def test_step_limit(engine, tok, repo):
@@ -265,7 +265,7 @@ def test_step_limit(engine, tok, repo):
     agent, _ = make(engine, repo, replies, max_steps=4)
     res = agent.run_turn("loop")
     assert res.stop_reason == "step_limit" and res.steps == 4
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
 
 
 def test_context_drops_old_output_then_turns(engine, tok, repo):
@@ -282,7 +282,7 @@ def test_context_drops_old_output_then_turns(engine, tok, repo):
     # a reply reserve that only a nearly empty history leaves room for: whole turns go too
     n_min = len(tok.render_conversation({"messages": [agent.messages[0], {
         "role": "user", "content": "third"}]})[0]) + 1
-    agent.reserve = engine.max_len - n_min - 10
+    agent.sampler.reserve = engine.max_len - n_min - 10
     script.replies, script.i = [reply(tok, "fine")], -1
     events.clear()
     res = agent.run_turn("third", on_event=events.append)
@@ -305,7 +305,7 @@ def test_big_results_are_cut_to_their_share(engine, tok, repo):
     assert res.stop_reason == "done" and res.answer == "done"
     read, bash = (c["result"] for c in res.tool_calls)
     budget = agent.result_budget
-    assert budget == (engine.max_len - agent.reserve) // 2
+    assert budget == (engine.max_len - agent.sampler.reserve) // 2
     assert len(tok.encode(read)) <= budget and len(tok.encode(bash)) <= budget
     last = int(read.split("\n")[-2].split("→")[0])  # the last line shown, then where to go on
     assert read.split("\n")[-1] == f"[cut to fit the context: {agent.read_limit - last} more " \
@@ -325,14 +325,15 @@ def test_big_results_are_cut_to_their_share(engine, tok, repo):
 ])
 def test_fit_result_stays_in_budget(tok, name, result, says):
     from agent.context import fit_result
+    count = lambda text: len(tok.encode(text))  # noqa: E731
     for budget in (64, 200):
-        out = fit_result(name, result, tok, budget)
+        out = fit_result(name, result, count, budget)
         assert len(tok.encode(out)) <= budget and says in out
         assert out.startswith(result[:5])
     if name == "Bash" and "ValueError" in result:  # the end, where the error is, is kept
-        out = fit_result(name, result, tok, 200)
+        out = fit_result(name, result, count, 200)
         assert out.endswith("ValueError: boom") and "lines cut to fit the context" in out
-    assert fit_result(name, "short", tok, 64) == "short"
+    assert fit_result(name, "short", count, 64) == "short"
 
 
 def test_digest_says_what_a_dropped_output_held():
@@ -374,7 +375,7 @@ def test_resumed_session_gets_todays_system_prompt(engine, tok, repo):
     events = []
     again.run_turn("and now?", on_event=events.append)
     assert any("new system prompt" in e.text for e in events if e.kind == "status")
-    assert again.session.ids == again.rendered_ids()
+    assert again.sampler.cache.ids == again.sampler.rendered_ids(again.messages)
 
 
 def test_failed_snapshot_is_said_once(engine, tok, repo):
@@ -406,7 +407,7 @@ def test_at_mention_pins_the_file_as_a_read(engine, tok, repo):
     assert agent.messages[2:4] == [
         {"role": "assistant", "content": "", "tool_call": {"name": "Read", "args": {"file_path": "a.py"}}},
         {"role": "tool_result", "content": want}]
-    assert agent.session.ids == agent.rendered_ids() and script.i == 0  # one generation
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages) and script.i == 0  # one generation
 
 
 def test_compact_drops_old_outputs_now(engine, tok, repo):
@@ -415,13 +416,13 @@ def test_compact_drops_old_outputs_now(engine, tok, repo):
     assert agent.compact() == 0  # nothing to drop yet
     agent.run_turn("read it")
     agent.run_turn("again")
-    n = len(agent.session.ids)
+    n = len(agent.sampler.cache.ids)
     freed = agent.compact()
     outs = [m["content"] for m in agent.messages if m["role"] == "tool_result"]
     assert outs[0] == f"{DROPPED} Read big.py: 20 lines"  # a digest of what it held
     assert outs[1].startswith("    1→value_0")  # the newest one stays
-    assert freed > 0 and len(agent.session.ids) == n - freed
-    assert agent.session.ids == agent.rendered_ids()  # rebuilt now, not at the next turn
+    assert freed > 0 and len(agent.sampler.cache.ids) == n - freed
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)  # rebuilt now, not at the next turn
     assert agent.messages[0]["role"] == "system"
     assert [m["content"] for m in agent.messages if m["role"] == "user"] == ["read it", "again"]
     assert agent.compact() == 0
@@ -474,8 +475,8 @@ def test_cancel_keeps_the_session(engine, tok, repo):
     res = agent.run_turn("go", on_event=on_event, cancel=cancel)
     assert res.stop_reason == "cancelled"
     assert 0 < len(res.answer) < len("let me look. done: it returns 1.")
-    assert agent.session.ids[-1] == tok.encode_special("<|assistant_end|>")
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids[-1] == tok.encode_special("<|assistant_end|>")
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
     script.replies = [reply(tok, "ok")]
     script.i = -1
     assert agent.run_turn("again").answer == "ok"
@@ -490,7 +491,7 @@ def test_cancel_stops_a_running_command(engine, tok, repo):
     res = agent.run_turn("wait", cancel=cancel)
     assert time.time() - t < 10
     assert res.stop_reason == "cancelled" and "cancelled" in res.tool_calls[0]["result"]
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
 
 
 def test_sessions_are_saved_and_render(engine, tok, repo):
@@ -506,7 +507,7 @@ def test_sessions_are_saved_and_render(engine, tok, repo):
     assert messages == agent.messages
     assert meta["approvals"][0]["answer"] == "no" and meta["approvals"][0]["name"] == "Edit"
     ids, _ = tok.render_conversation({"messages": messages, "meta": meta})
-    assert ids == agent.session.ids
+    assert ids == agent.sampler.cache.ids
     # resuming: a new Agent renders the saved conversation and carries on
     agent2, script2 = make(engine, repo, [reply(tok, "back")], messages=messages, meta=meta)
     assert agent2.run_turn("hello again").answer == "back" and script2.identity == [True]
@@ -567,7 +568,7 @@ def test_free_running_random_model_never_crashes(engine, tok, repo):
         res = agent.run_turn(f"turn {i}", approve=lambda *a: "no")
         calls += res.tool_calls
         assert res.stop_reason in ("done", "max_tokens", "repeat", "step_limit", "rejected")
-        assert same_text(tok, agent.session.ids, agent.rendered_ids())
+        assert same_text(tok, agent.sampler.cache.ids, agent.sampler.rendered_ids(agent.messages))
     # force the first token to open a call, then let the model (under the grammar) write it
     opener = tok.encode_special("<|tool_call_start|>")
 
@@ -581,7 +582,7 @@ def test_free_running_random_model_never_crashes(engine, tok, repo):
                   extra_mask=first_opens, seed=1)
     for i in range(2):
         calls += agent.run_turn(f"call {i}", approve=lambda *a: "no").tool_calls
-        assert same_text(tok, agent.session.ids, agent.rendered_ids())
+        assert same_text(tok, agent.sampler.cache.ids, agent.sampler.rendered_ids(agent.messages))
     finished = [c for c in calls if not c["result"].startswith("error: malformed")]
     print(f"{len(calls)} calls, {len(finished)} finished:", [c["name"] for c in finished])
     assert finished, "the model finished no call"
@@ -608,7 +609,7 @@ def test_request_too_long_for_the_context(engine, tok, repo):
     events.clear()
     assert agent.run_turn("short", on_event=events.append).answer == "ok"
     assert [m["role"] for m in agent.messages] == ["system", "user", "assistant"]
-    assert agent.session.ids == agent.rendered_ids()
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
 
 
 # ---- retries -----------------------------------------------------------------------------------
@@ -638,7 +639,7 @@ def test_a_failed_read_is_resampled_and_a_rerun_after_an_edit_is_not(engine, tok
 def test_copy_bias_runs_in_prose(engine, tok, repo):
     agent = Agent(engine, repo, copy_bias=3.0, max_tokens=4, retries=0)
     res = agent.run_turn("what is x?")
-    assert agent._copy is not None and agent._copy_seen > 0 and res.stop_reason in ("done", "max_tokens")
+    assert agent.sampler._copy is not None and agent.sampler._copy_seen > 0 and res.stop_reason in ("done", "max_tokens")
 
 
 # ---- the OS sandbox around Bash (tools/sandbox.py) ------------------------------------------------

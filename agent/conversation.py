@@ -1,0 +1,65 @@
+"""One conversation: its messages (the schema of train/conversations.py, rendered by the tokenizer),
+its meta (id, created, cwd, mode, model, the approvals asked, one record per turn) and where the
+current user request sits (`turn_start`, which compaction moves when it drops old turns). It is
+what the turn driver writes, the samplers read and trim, and agent/sessions.SessionStore saves.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+from nanocode.protocol import Status
+
+
+def new_meta(root: str) -> dict:
+    return {"id": uuid.uuid4().hex[:8], "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "cwd": root, "approvals": [], "turns": []}
+
+
+class Conversation:
+    """messages / meta: a conversation to continue (agent.sessions.load), else a new one.
+    store: an agent.sessions.SessionStore, saved after every turn (None: not saved)."""
+
+    def __init__(self, root: str, messages=None, meta=None, store=None):
+        self.root = root
+        self.messages: list[dict] = [dict(m) for m in messages] if messages else []
+        self.meta = meta if meta is not None else {}
+        for key, value in new_meta(root).items():
+            self.meta.setdefault(key, value)
+        self.store = store
+        self.turn_start = 0  # index of the current (or last) user request
+
+    @property
+    def id(self) -> str:
+        return self.meta["id"]
+
+    def clear(self) -> None:
+        """A new conversation (new id, saved to a new file)."""
+        self.messages, self.meta, self.turn_start = [], new_meta(self.root), 0
+        if self.store is not None:
+            self.store = self.store.fresh(self.meta["id"])
+
+    def mark(self, verdict: str) -> int:
+        """/good, /bad: the user's verdict on the last turn, kept in its record (`train
+        export-sessions` trains on good turns and pairs bad ones); returns its number (1-based)."""
+        if not self.meta["turns"]:
+            raise ValueError("no turn to mark yet")
+        self.meta["turns"][-1]["mark"] = verdict
+        self.save()
+        return len(self.meta["turns"])
+
+    def record_turn(self, steps: int, stop_reason: str, files_changed, checkpoint) -> None:
+        self.meta["turns"].append({"user_index": self.turn_start, "steps": steps,
+                                   "stop_reason": stop_reason, "files_changed": files_changed,
+                                   "checkpoint": checkpoint})
+        self.meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+
+    def save(self, emit=None) -> None:
+        """Write it to the store; a failure is a status event (the turn is not lost for it)."""
+        if self.store is None:
+            return
+        try:
+            self.store.save(self.messages, self.meta)
+        except OSError as e:
+            if emit is not None:
+                emit(Status(f"could not save the session: {e}"))

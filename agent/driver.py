@@ -1,0 +1,407 @@
+"""The turn driver: one conversation with one model in one project, UI-independent. The TUI, the
+REPL and headless mode drive it through `Agent.run_turn(user_text, approve, on_event, cancel)` and
+only render its events. It is built from parts with small interfaces, each testable alone:
+    the model           agent/sampler.EngineSampler (our engine, KV-cached, grammar-masked) or
+                        agent/remote.RemoteSampler (any OpenAI-compatible server): reply(), sync()
+    the conversation    agent/conversation.Conversation: messages, meta, saving
+    permissions         tools/permissions.Policy: allow / deny / ask, rules, modes
+    undo                agent/turn_undo.TurnUndo: a snapshot before a turn's first change
+    the context budget  agent/context.py: each result and the memory file cut to its share
+
+One user turn: append the user message (the first also carries the system prompt, merged by the
+renderer) -> the sampler replies (prose, and at most one tool call) -> for a call: check it
+(protocol.check_call), ask the policy (allow / deny -> `error: <reason>` / ask -> approve(name,
+args, decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn ends; Ctrl-C or
+Ctrl-D at the prompt -> `cancelled by user`, recorded as "cancelled", not a rejection), run it
+(tools.dispatch.run_tool), append the result, ask for the next reply; a plain reply ends the turn.
+Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`), a
+reply cut by `max_tokens`, a request that does not fit the context, a model server that fails.
+
+Retries. A reply whose call is malformed, repeats a call made since the turn's last Edit or
+Bash, or fails with an `error:` from Read, Grep or Edit (which change nothing on disk) is taken
+back and resampled, `retries` times at most per step (the sampler samples a retry at its
+retry_temperature when greedy); then it stands (and three identical calls in a row end the
+turn). Taken-back replies are not in the conversation; `TurnResult.retries` counts them.
+
+Context. Each tool result is cut to its share of the context (agent/context.py: result_budget,
+with a note saying how to see the rest), the memory file to its share, and a Read without
+`limit` asks for about what fits. The sampler drops old outputs and turns when a request does
+not fit; `compact()` (/compact) replaces old outputs by a one-line digest.
+
+Undo. The first Edit or Bash of a turn takes a snapshot (TurnUndo.begin); the turn's end records
+its changes and says which paths it could not snapshot. When the snapshot fails the call is
+refused (an `error:` result and a status: no change without undo; checkpoints=False opts out).
+`undo()` / `diff()` / `undo_plan()` act on the last recorded turn of this conversation; what undo
+restored is said to the model at the start of the next user message.
+
+Mode. The system prompt lists the tools the mode offers (plan: Read and Grep) and the sampler
+offers only those; a switch between modes with different tools mid-conversation is said in the
+next user message (protocol.mode_note).
+
+Events: `on_event(event)` with one of protocol's typed events (Text, ToolCall, Approval,
+ToolResult, Status, TurnEnd). run_turn returns a TurnResult (answer, tool_calls, files_changed,
+steps, stop_reason, retries, usage). It may run on a worker thread (approve then blocks that
+thread); set `cancel` from any thread.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+
+from agent.context import ContextFull, digest, droppable, fit_memory, fit_result, memory_budget, read_limit, result_budget
+from agent.conversation import Conversation
+from agent.mentions import mentioned
+from agent.sampler import EngineSampler, SamplerError
+from agent.turn_undo import TurnUndo
+from nanocode.protocol import (
+    CANCELLED, DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, ToolCall, ToolResult, TurnEnd,
+    TurnResult, check_call, mode_note, system_prompt)
+from tools.dispatch import run_tool
+from tools.files import read_memory
+from tools.sandbox import for_commands
+
+STOP_NOTES = {"repeat": "the same call three times in a row: stopped; your turn",
+              "cancelled": "cancelled", "rejected": "call rejected; your turn"}
+
+
+class Agent:
+    """One conversation with one model in one project.
+
+    model: an EngineSampler or RemoteSampler, or an engine (nanocode.engine.Engine with a
+    tokenizer), which gets an EngineSampler with the sampling options below. root: the project
+    directory. mode / policy: permission mode (ask, accept-edits, auto, plan) or a ready
+    tools.permissions Policy (settings files are read when only a mode is given). messages /
+    meta / store: a conversation to continue and where to save it (agent/conversation.py).
+    Sampling (engines only; see agent/sampler.py): temperature, top_k, top_p, seed, max_tokens,
+    reserve, extra_mask, constrain, ground, retry_temperature, copy_bias. max_steps: tool calls
+    per user turn. retries: how many times a failed or repeated call is resampled before it
+    stands. checkpoints: False disables undo. sandbox: run every Bash call in the OS sandbox
+    (tools/sandbox.py; network: let it reach the network); where none can be had, or with
+    sandbox=False, every Bash call asks, auto mode included. `sandbox_status` says which.
+    """
+
+    def __init__(self, model, root, *, mode: str = "ask", policy=None, messages=None, meta=None,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                 max_tokens: int = 1024, max_steps: int = 25, reserve: int | None = None,
+                 tool_timeout: float | None = 30.0, extra_mask=None, constrain: bool = True,
+                 memory: bool = True, store=None, checkpoints: bool = True, ground: bool = True,
+                 retries: int = 2, retry_temperature: float = 0.7, copy_bias: float = 0.0,
+                 sandbox: bool = True, network: bool = False):
+        self.root = os.path.realpath(os.fspath(root))
+        if not hasattr(model, "reply"):  # an engine
+            model = EngineSampler(model, self.root, temperature=temperature, top_k=top_k,
+                                  top_p=top_p, seed=seed, max_tokens=max_tokens, reserve=reserve,
+                                  extra_mask=extra_mask, constrain=constrain, ground=ground,
+                                  retry_temperature=retry_temperature, copy_bias=copy_bias)
+        self.sampler = model
+        if policy is None:
+            from tools.permissions import Policy
+            policy = Policy.load(self.root, mode=mode)
+        self.policy = policy
+        self.sandbox, self.sandbox_status = for_commands(sandbox, network)
+        policy.sandboxed = self.sandbox is not None  # no sandbox: every Bash asks
+        self.max_steps, self.tool_timeout, self.memory, self.retries = max_steps, tool_timeout, memory, retries
+        self.result_budget = result_budget(model.max_len, model.reserve)  # agent/context.py
+        self.read_limit = read_limit(self.result_budget)
+        self.conv = Conversation(self.root, messages, meta, store)
+        self.undo_log = TurnUndo(self.root, checkpoints)  # agent/turn_undo.py
+        self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
+        self._said_no_snapshot = False  # the "could not snapshot" note is said once
+
+    # ---- public helpers ------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[dict]:
+        return self.conv.messages
+
+    @property
+    def meta(self) -> dict:
+        return self.conv.meta
+
+    @property
+    def store(self):
+        return self.conv.store
+
+    @store.setter
+    def store(self, store) -> None:
+        self.conv.store = store
+
+    @property
+    def mode(self) -> str:
+        return self.policy.mode
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        self.policy.mode = mode
+
+    def conversation(self) -> dict:
+        return {"messages": self.messages, "meta": self.meta}
+
+    def adopt(self, messages: list[dict], meta: dict) -> None:
+        """Continue from another agent's conversation (best-of: the winning rollout's)."""
+        self.conv.messages, self.conv.meta = messages, meta
+        self.sampler.invalidate()
+
+    def clear(self) -> None:
+        """Start a new conversation (new session id); settings and undo history stay."""
+        self.conv.clear()
+        self.sampler.reset()
+        self.undo_log.notes = []  # undo notes belong to the conversation they were made in
+
+    def undo(self, turn: int | None = None, *, all_sessions: bool = False,
+             allow_committed: bool = False) -> list[str]:
+        """Restore what the last undoable turn of this conversation (or `turn`, or of any
+        conversation with all_sessions) changed; returns the restored and removed paths. Raises
+        UndoError when it refuses (tools/undo.py: moved on since, committed since unless
+        allow_committed). The next user message tells the model what was undone; the turn's
+        record says "undone" (a turn the user did not want: `train export-sessions`)."""
+        paths = self.undo_log.undo(self._scope(all_sessions), turn, allow_committed)
+        for record in self.meta["turns"]:
+            if record.get("checkpoint") == self.undo_log.last_undone:
+                record["undone"] = True
+        self.conv.save()
+        return paths
+
+    def mark(self, verdict: str) -> int:
+        """/good, /bad on the last turn (Conversation.mark)."""
+        return self.conv.mark(verdict)
+
+    def undo_plan(self, turn: int | None = None, *, all_sessions: bool = False):
+        """What undo() would do, for a UI to confirm (tools.undo.UndoPlan; nothing changes)."""
+        return self.undo_log.plan(self._scope(all_sessions), turn)
+
+    def diff(self, turn: int | None = None, *, all_sessions: bool = False) -> str:
+        """Unified diff of the last recorded turn of this conversation ("" when it changed
+        nothing)."""
+        return self.undo_log.diff(self._scope(all_sessions), turn)
+
+    def _scope(self, all_sessions: bool) -> str | None:
+        return None if all_sessions else self.meta["id"]
+
+    def compact(self, keep: int = 1) -> int:
+        """/compact: replace every tool output but the newest `keep` by the DROPPED marker and a
+        one-line digest of it now (what a full context does by itself, oldest first; the system
+        prompt and the requests are never touched) and return the tokens freed. Trade-off: the
+        model is brought up to the shorter conversation right away (one prefill of what is left)
+        so the context count is true at once; call it between turns, not during one."""
+        count = self.sampler.count
+        olds = droppable(self.messages, count, len(self.messages))
+        drop = olds[:max(0, len(olds) - keep)]
+        if not drop:
+            return 0
+        usage = TurnResult().usage
+        self.sampler.sync(self.conv, lambda e: None, usage)
+        before = self.sampler.context_used(self.messages)
+        for i in drop:  # the marker and a line on what the output held (agent/context.digest)
+            short = digest(self.messages[i - 1].get("tool_call"), self.messages[i]["content"])
+            if count(short) >= count(self.messages[i]["content"]):
+                short = DROPPED
+            self.messages[i] = {"role": "tool_result", "content": short}
+        self.sampler.invalidate()
+        try:
+            self.sampler.sync(self.conv, lambda e: None, usage)
+        except ContextFull:  # still too long (an oversized request): the next turn says so
+            pass
+        return before - self.sampler.context_used(self.messages)
+
+    def _system_prompt(self) -> str:
+        """The system message a new conversation starts with: the mode's tools, the folder and
+        the memory file cut to its share of the context."""
+        memory = read_memory(self.root) if self.memory else None
+        memory = fit_memory(memory, self.sampler.count, memory_budget(self.sampler.max_len))
+        return system_prompt(self.root, memory, self.mode)
+
+    def refresh_system_prompt(self) -> bool:
+        """A resumed conversation starts from today's system prompt (the memory file, the folder
+        or the mode may have changed since it was saved); True when it changed. The next turn
+        says so in a status note."""
+        if not self.messages or self.messages[0]["role"] != "system":
+            return False
+        fresh = self._system_prompt()
+        if fresh == self.messages[0]["content"]:
+            return False
+        self.messages[0] = {"role": "system", "content": fresh}
+        self.meta["mode"] = self.mode
+        self.sampler.invalidate()
+        self._startup_notes.append("the project notes, folder or mode changed since this session "
+                                   "was saved: it goes on with the new system prompt")
+        return True
+
+    # ---- the turn --------------------------------------------------------------------------------
+    def run_turn(self, user_text: str, approve=None, on_event=None,
+                 cancel: threading.Event | None = None) -> TurnResult:
+        emit = on_event or (lambda event: None)
+        cancel = cancel or threading.Event()
+        res = TurnResult()
+        started = time.perf_counter()
+        for note in self._startup_notes:
+            emit(Status(note))
+        self._startup_notes = []
+        if not self.messages:
+            self.meta["mode"] = self.mode
+            self.messages.append({"role": "system", "content": self._system_prompt()})
+        elif MODE_TOOLS[self.meta.get("mode", "ask")] != MODE_TOOLS[self.mode]:
+            self.meta["mode"] = self.mode
+            user_text = f"{mode_note(self.mode)}\n{user_text}"
+        if self.undo_log.notes:
+            user_text = "\n".join(self.undo_log.notes + [user_text])
+            self.undo_log.notes = []
+        self.messages.append({"role": "user", "content": user_text})
+        self.conv.turn_start = len(self.messages) - 1
+        last_calls: list[str] = []
+        attempt = 0  # retries spent on the current step
+        seen: set[str] = set()  # calls since the last Edit or Bash (after one, a call may rightly recur)
+        try:
+            for path in mentioned(user_text, self.root):  # @path: pinned as a Read step
+                seen.add(self._pin(path, res, emit))
+            while True:
+                if cancel.is_set():
+                    res.stop_reason = "cancelled"
+                    break
+                try:
+                    reply = self.sampler.reply(self.conv, MODE_TOOLS[self.mode], emit, cancel,
+                                               res.usage, retry=attempt > 0)
+                except (ContextFull, SamplerError) as e:
+                    emit(Status(str(e)))
+                    res.stop_reason = "context" if isinstance(e, ContextFull) else "model_error"
+                    break
+                call, error, stop = reply.call, reply.error, reply.stop
+                if call is None and error is None:
+                    res.answer = reply.message["content"]
+                    res.stop_reason = {"stop": "done", "cancelled": "cancelled"}.get(stop, "max_tokens")
+                    if res.stop_reason == "max_tokens":
+                        emit(Status(f"reply cut at {self.sampler.max_tokens} tokens"))
+                    break
+                name, args = (call["name"], call["args"]) if call else ("?", {})
+                key = json.dumps([name, args], sort_keys=True)
+                why = ("a malformed call" if error is not None else
+                       "a repeat of an earlier call" if key in seen else None)
+                if why and attempt < self.retries and stop != "cancelled":
+                    attempt = self._retry(attempt, why, res, emit)
+                    continue
+                emit(ToolCall(name, args, res.steps + 1))
+                last_calls = (last_calls + [key])[-3:]
+                stop_after = None
+                if error is not None:
+                    result = error
+                elif len(last_calls) == 3 and len(set(last_calls)) == 1:
+                    result, stop_after = REPEATED, "repeat"
+                else:
+                    result, stop_after = self._run_call(name, args, approve, emit, cancel)
+                if (stop_after is None and name in ("Read", "Grep", "Edit") and result.startswith("error:")
+                        and attempt < self.retries and not cancel.is_set()):  # no effect on disk: resample
+                    emit(ToolResult(name, args, result, res.steps + 1))
+                    last_calls.pop()
+                    attempt = self._retry(attempt, "a failed call", res, emit)
+                    continue
+                attempt = 0
+                changes = name in ("Edit", "Bash") and not result.startswith("error:")
+                seen = (set() if changes else seen) | {key}
+                res.steps += 1
+                res.tool_calls.append({"name": name, "args": args, "result": result})
+                emit(ToolResult(name, args, result, res.steps))
+                self.messages.append({"role": "tool_result", "content": result})
+                if stop_after is None and cancel.is_set():
+                    stop_after = "cancelled"
+                if stop_after is None and res.steps >= self.max_steps:
+                    stop_after = "step_limit"
+                if stop_after:
+                    res.stop_reason = stop_after
+                    emit(Status(STOP_NOTES.get(stop_after)
+                                or f"step limit ({self.max_steps} calls) reached; your turn"))
+                    break
+            try:
+                self.sampler.sync(self.conv, emit, res.usage)
+            except ContextFull as e:  # keep going: the next turn will compact or say so again
+                emit(Status(str(e)))
+        finally:
+            ck_id = None
+            try:
+                ended = self.undo_log.end()
+            except Exception as e:  # noqa: BLE001 - the changes are made: say so, go on
+                emit(Status(f"could not record this turn for /undo: {e}"))
+                ended = None
+            if ended:
+                res.files_changed, ck_id, skipped = ended
+                if skipped:  # untracked files too big, nested repos with too many files
+                    emit(Status(f"/undo cannot restore {', '.join(skipped[:5])}"
+                                f"{' and more' if len(skipped) > 5 else ''}: too big to snapshot"))
+            self.conv.record_turn(res.steps, res.stop_reason, res.files_changed, ck_id)
+            res.usage["seconds"] = time.perf_counter() - started
+            self.conv.save(emit)
+        emit(TurnEnd(res.stop_reason, res.steps, res.retries))
+        return res
+
+    # ---- one call ----------------------------------------------------------------------------------
+    def _pin(self, path: str, res: TurnResult, emit) -> str:
+        """An @-mentioned file as a Read step in the conversation (agent/mentions.py): the call
+        and its result, cut to the result's share; returns the call's key for the repeat check."""
+        args = {"file_path": path}
+        result = run_tool(self.root, "Read", {**args, "limit": self.read_limit}, allow_outside=False)
+        result = fit_result("Read", result, self.sampler.count, self.result_budget)
+        res.steps += 1
+        emit(ToolCall("Read", args, res.steps))
+        self.messages.extend([
+            {"role": "assistant", "content": "", "tool_call": {"name": "Read", "args": args}},
+            {"role": "tool_result", "content": result}])
+        res.tool_calls.append({"name": "Read", "args": args, "result": result})
+        emit(ToolResult("Read", args, result, res.steps))
+        return json.dumps(["Read", args], sort_keys=True)
+
+    def _run_call(self, name, args, approve, emit, cancel):
+        err = check_call(name, args)
+        if err:
+            return err, None
+        d = self.policy.check(name, args)
+        if d.action == "deny":
+            return f"error: {d.reason}", None
+        if d.action == "ask":
+            d = dataclasses.replace(d, always=self.policy.always(name, args, store=False))
+            answer = "no"
+            if approve is not None:
+                try:
+                    answer = str(approve(name, args, d)).strip().lower()
+                except (KeyboardInterrupt, EOFError):  # Ctrl-C / Ctrl-D at the prompt
+                    answer = "cancelled"
+                answer = {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+                if cancel.is_set():
+                    answer = "cancelled"
+                elif answer not in ("yes", "no", "always", "cancelled"):
+                    answer = "no"
+            rule = self.policy.always(name, args) if answer == "always" else ""
+            if answer == "always" and not rule:  # nothing to remember (e.g. destructive): once
+                answer = "yes"
+            self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,
+                                           "args": args, "reason": d.reason, "answer": answer,
+                                           **({"rule": rule} if rule else {})})
+            emit(Approval(name, args, d.action, d.reason, answer, rule))
+            if answer == "no":
+                return REJECTED, "rejected"
+            if answer == "cancelled":  # not the user's verdict on the call: nothing ran
+                return CANCELLED, "cancelled"
+        if name in ("Edit", "Bash"):
+            refused = self.undo_log.begin(self.messages[self.conv.turn_start]["content"], self.meta["id"])
+            if refused:
+                if not self._said_no_snapshot:  # e.g. a read-only project: not on every call
+                    emit(Status("could not snapshot the project for /undo, so the call was not run"))
+                    self._said_no_snapshot = True
+                return refused, None
+        if name == "Read" and "limit" not in args:  # the default follows the context
+            args = {**args, "limit": self.read_limit}
+        result = run_tool(self.root, name, args, allow_outside=True, timeout=self.tool_timeout,
+                          cancel=cancel, sandbox=self.sandbox)
+        result = fit_result(name, result, self.sampler.count, self.result_budget)
+        if name in ("Edit", "Bash"):
+            self.sampler.tree_changed()  # grounding lists the project again
+        return result, None
+
+    def _retry(self, attempt: int, why: str, res: TurnResult, emit) -> int:
+        """Take back the reply just made (its call is not kept) so the next one is resampled."""
+        self.messages.pop()
+        self.sampler.invalidate()  # the model saw the dropped reply: rebuilt before the next one
+        res.retries += 1
+        emit(Status(f"{why}: resampling ({attempt + 1} of {self.retries})"))
+        return attempt + 1

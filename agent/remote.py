@@ -1,0 +1,270 @@
+"""Any OpenAI-compatible server as the agent's model (`nanocode --base-url URL`): a capable local
+server (vLLM, llama.cpp, Ollama, LM Studio, `nanocode serve`) runs under nanocode's permissions,
+sandbox, undo and session format, so its sessions can be distilled (`train export-sessions`).
+
+RemoteSampler keeps the sampler interface of agent/sampler.py. A reply is one streamed
+POST /chat/completions: the conversation as OpenAI messages (our assistant message with a
+tool_call -> `tool_calls` with an id, its tool_result -> a `tool` message answering that id), the
+mode's tools as function schemas (protocol.TOOLS: arguments, which are required, integers), one
+call per reply (`parallel_tool_calls: false`; a server that sends more gets the first run and a
+status note). Content deltas stream as Text events; the call's JSON arguments are checked into
+the conversation schema (ints for offset/limit/-A/-B, strings otherwise, wire order) so the
+saved session renders as training data; arguments that are not JSON or of the wrong type are an
+`error:` result the turn driver resamples, as it does our engine's malformed calls.
+
+Context. The server's tokenizer is not ours, so sizes are estimated (`count`: UTF-8 bytes / 3,
+on the high side for code): tool results and the memory file get their shares of `max_len`
+(the server's context_length / max_model_len from /v1/models, else --context, else 8,192); a
+conversation estimated over max_len - reserve has old outputs, then old turns, dropped before it
+is sent (agent/context.drop_oldest), and a 400 that names the context drops one more and resends.
+No grammar mask here: a remote model's calls are checked after the fact (`nanocode serve` masks
+on its side). An unreachable or failing server ends the turn with stop_reason "model_error".
+Key: $NANOCODE_API_KEY, else $OPENAI_API_KEY, sent as a Bearer token when set.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+from agent.context import ContextFull, drop_oldest, dropped_note
+from agent.sampler import Reply, SamplerError
+from nanocode.protocol import INT_ARGS, TOOLS, Status, Text, canonical_args, check_shape
+
+DEFAULT_CONTEXT = 8192
+BYTES_PER_TOKEN = 3  # the size estimate: a little more tokens than most tokenizers make
+CONTEXT_RETRIES = 8  # 400s naming the context, each answered by dropping one more thing
+
+
+def count_tokens(text: str) -> int:
+    return len(text.encode("utf-8", "replace")) // BYTES_PER_TOKEN + 1
+
+
+def tool_schema(name: str) -> dict:
+    """One of our tools as an OpenAI function tool."""
+    t = TOOLS[name]
+    props = {a: {"type": "integer" if a in INT_ARGS else "string"} for a in t.args}
+    return {"type": "function", "function": {
+        "name": name, "description": t.prompt,
+        "parameters": {"type": "object", "properties": props, "required": list(t.required)}}}
+
+
+def to_openai(messages: list[dict]) -> list[dict]:
+    """Our conversation -> OpenAI chat messages. A tool_result that answers no call (a malformed
+    call's error) goes as a user message, the only place the schema has for it."""
+    out, last_id = [], None
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and m.get("tool_call"):
+            last_id = f"call_{i}"
+            call = m["tool_call"]
+            out.append({"role": "assistant", "content": m["content"] or None, "tool_calls": [
+                {"id": last_id, "type": "function",
+                 "function": {"name": call["name"], "arguments": json.dumps(call["args"])}}]})
+        elif m["role"] == "tool_result":
+            out.append({"role": "tool", "tool_call_id": last_id, "content": m["content"]} if last_id
+                       else {"role": "user", "content": f"[tool result] {m['content']}"})
+            last_id = None
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+            last_id = None
+    return out
+
+
+def schema_args(name: str, text: str) -> tuple[dict | None, str | None]:
+    """A call's JSON arguments in the conversation schema, or (None, `error: ...`)."""
+    try:
+        args = json.loads(text or "{}")
+    except json.JSONDecodeError as e:
+        return None, f"error: the {name} call's arguments are not JSON ({e.msg}); send a JSON object"
+    if not isinstance(args, dict):
+        return None, f"error: the {name} call's arguments must be a JSON object"
+    fixed = {}
+    for key, value in args.items():
+        if key in INT_ARGS and isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        elif key not in INT_ARGS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        fixed[key] = value
+    try:
+        check_shape({"name": name, "args": fixed}, name)
+    except ValueError as e:
+        return None, f"error: {e}"
+    return canonical_args(name, fixed), None
+
+
+class RemoteSampler:
+    """base_url: the API root (e.g. http://127.0.0.1:8000/v1). model: the server's model id (None:
+    the first /v1/models lists). Sampling: temperature, top_p, seed (reply n uses seed + n),
+    max_tokens; retry_temperature for a retry when greedy. context: max_len when the server does
+    not say it. timeout: seconds to wait for the server's next bytes."""
+
+    def __init__(self, base_url: str, model: str | None = None, *, temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int = 0, max_tokens: int = 1024, context: int | None = None,
+                 retry_temperature: float = 0.7, timeout: float = 300.0, api_key: str | None = None,
+                 _listing: dict | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.temperature, self.top_p, self.seed, self.max_tokens = temperature, top_p, seed, max_tokens
+        self.retry_temperature, self.timeout = retry_temperature, timeout
+        self.api_key = api_key if api_key is not None else \
+            os.environ.get("NANOCODE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        listing = _listing if _listing is not None else self._get("/models")
+        models = [m for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id")]
+        if model is None and not models:
+            raise SamplerError(f"{self.base_url}/models lists no model; name one with --model")
+        found = next((m for m in models if m["id"] == model), None) if model else models[0]
+        if found is None and models:
+            raise SamplerError(f"the server at {self.base_url} has no model {model!r} (it has: "
+                               f"{', '.join(m['id'] for m in models[:10])})")
+        self.model = model or found["id"]
+        known = (found or {}).get("context_length") or (found or {}).get("max_model_len")
+        self.max_len = int(known or context or DEFAULT_CONTEXT)
+        self.reserve = min(max_tokens, self.max_len // 4)
+        self.n_replies, self._listing = 0, listing
+        self.count = count_tokens
+
+    def fork(self, root, temperature: float, seed: int) -> "RemoteSampler":
+        return RemoteSampler(self.base_url, self.model, temperature=temperature, top_p=self.top_p,
+                             seed=seed, max_tokens=self.max_tokens, context=self.max_len,
+                             retry_temperature=self.retry_temperature, timeout=self.timeout,
+                             api_key=self.api_key, _listing=self._listing)
+
+    # ---- the interface: nothing is cached here, so most of it is trivial -------------------------
+    def reset(self) -> None:
+        pass
+
+    def invalidate(self) -> None:
+        pass
+
+    def tree_changed(self) -> None:
+        pass
+
+    def context_used(self, messages) -> int:
+        return sum(self.count(m["content"]) + 4 for m in messages)
+
+    def describe(self) -> str:
+        return f"{self.model} at {self.base_url}, context {self.max_len} tokens (estimated sizes)"
+
+    def sync(self, conv, emit, usage) -> None:
+        self._fit(conv, emit, 0)
+
+    def reply(self, conv, tools, emit, cancel, usage, retry: bool = False) -> Reply:
+        self._fit(conv, emit, self.reserve)
+        temperature = self.temperature or (self.retry_temperature if retry else 0.0)
+        body = {"model": self.model, "stream": True, "max_tokens": self.max_tokens,
+                "temperature": temperature, "top_p": self.top_p, "seed": self.seed + self.n_replies,
+                "stream_options": {"include_usage": True}}
+        if tools:
+            body.update(tools=[tool_schema(n) for n in tools], parallel_tool_calls=False)
+        self.n_replies += 1
+        for _ in range(CONTEXT_RETRIES):
+            try:
+                return self._stream({**body, "messages": to_openai(conv.messages)}, conv, emit,
+                                    cancel, usage)
+            except ContextFull:  # the server counted more than we estimated: drop one more
+                step = drop_oldest(conv.messages, self.count, conv.turn_start)
+                if step is None:
+                    raise
+                conv.turn_start = step[1]
+                emit(Status(dropped_note(int(step[0] == "output"), int(step[0] == "turn"))))
+        raise ContextFull(f"the server at {self.base_url} still finds the request too long")
+
+    # ---- HTTP ------------------------------------------------------------------------------------
+    def _request(self, path: str, body: dict | None = None):
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.base_url + path, headers=headers,
+                                     data=None if body is None else json.dumps(body).encode())
+        try:
+            return urllib.request.urlopen(req, timeout=self.timeout)
+        except urllib.error.HTTPError as e:
+            text = e.read().decode("utf-8", "replace")
+            try:
+                error = json.loads(text).get("error") or {}
+                text = error.get("message", text) if isinstance(error, dict) else str(error)
+            except (json.JSONDecodeError, AttributeError):
+                pass
+            text = " ".join(text.split())[:300]
+            if e.code == 400 and "context" in text.lower():
+                raise ContextFull(f"the server says: {text}") from None
+            raise SamplerError(f"the model server answered {e.code}: {text}") from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise SamplerError(f"cannot reach the model server at {self.base_url}: {reason}") from None
+
+    def _get(self, path: str) -> dict:
+        with self._request(path) as r:
+            try:
+                return json.loads(r.read())
+            except json.JSONDecodeError:
+                raise SamplerError(f"{self.base_url}{path} did not answer JSON: is it an "
+                                   "OpenAI-compatible API root (…/v1)?") from None
+
+    def _stream(self, body: dict, conv, emit, cancel, usage) -> Reply:
+        """POST the request and read its server-sent events into one Reply."""
+        t0 = time.perf_counter()
+        text, calls, finish, stop, used = [], {}, None, "stop", None
+        with self._request("/chat/completions", body) as r:
+            for raw in r:
+                if cancel.is_set():
+                    stop = "cancelled"
+                    break
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    raise SamplerError(f"the model server sent a line that is not JSON: {data[:80]}") from None
+                if isinstance(chunk.get("error"), dict):
+                    raise SamplerError(f"the model server failed: {chunk['error'].get('message')}")
+                used = chunk.get("usage") or used
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    if delta.get("content"):
+                        text.append(delta["content"])
+                        emit(Text(delta["content"]))
+                    for c in delta.get("tool_calls") or []:
+                        slot = calls.setdefault(c.get("index", 0), {"name": "", "arguments": ""})
+                        fn = c.get("function") or {}
+                        slot["name"] += fn.get("name") or ""
+                        slot["arguments"] += fn.get("arguments") or ""
+                    finish = choice.get("finish_reason") or finish
+        usage["generate_s"] += time.perf_counter() - t0
+        if used:
+            usage["prompt_tokens"] += used.get("prompt_tokens") or 0
+            usage["completion_tokens"] += used.get("completion_tokens") or 0
+        if stop != "cancelled" and finish == "length":
+            stop = "length"
+        msg = {"role": "assistant", "content": "".join(text)}
+        call, error = None, None
+        if calls and stop != "cancelled":
+            if len(calls) > 1:
+                emit(Status(f"the model made {len(calls)} calls in one reply; nanocode runs one "
+                            "per reply: the first"))
+            first = calls[min(calls)]
+            name = first["name"]
+            args, error = schema_args(name, first["arguments"])
+            if error is None:
+                call = {"name": name, "args": args}
+                msg["tool_call"] = call
+                stop = "stop"
+        conv.messages.append(msg)
+        return Reply(msg, call, error, stop)
+
+    def _fit(self, conv, emit, extra: int) -> None:
+        """Drop old outputs, then old turns, while the estimate exceeds max_len - extra."""
+        outputs = turns = 0
+        while self.context_used(conv.messages) + extra > self.max_len:
+            step = drop_oldest(conv.messages, self.count, conv.turn_start)
+            if step is None:
+                break  # the server decides: it may count fewer tokens than the estimate
+            conv.turn_start = step[1]
+            outputs, turns = outputs + (step[0] == "output"), turns + (step[0] == "turn")
+        if outputs or turns:
+            emit(Status(dropped_note(outputs, turns), outputs, turns))

@@ -1,0 +1,267 @@
+"""The agent on an OpenAI-compatible server (`nanocode --base-url`, agent/remote.py).
+
+End to end against our own server on loopback: the shipped model served by `nanocode serve`
+drives the agent through the same tool calls, edits and answers as the engine in-process; the
+CLI in subprocesses (server, headless agent, `train export-sessions`, `train sft`) distils the
+saved session into a checkpoint. A scripted server stands in for other vendors' shapes (calls
+streamed in pieces, two calls in one reply, arguments that are not JSON, a context 400, a 500)."""
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agent.remote import RemoteSampler, schema_args, to_openai
+from agent.sampler import SamplerError
+from nanocode.protocol import DROPPED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def serve_in_thread(handler_class):
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+
+
+@pytest.fixture(scope="module")
+def default_engine():
+    from agent.model import load_engine, resolve_model
+    return load_engine(resolve_model(None)[0])
+
+
+@pytest.fixture(scope="module")
+def our_server(default_engine):
+    from agent.serve import Server, make_handler
+    httpd, url = serve_in_thread(make_handler(Server(default_engine, "default")))
+    yield url
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize("family,seed", [("run_command", 3), ("fix_bug", 5)])
+def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server, tmp_path, family, seed):
+    """Greedy, the same model in-process and behind the server: the same calls, the same
+    edits on disk, the same answer, the same verdict (the grammar mask applies on the server)."""
+    from train.tasks import build_task, drive, resolved, setup_env, task_agent
+    setup_env()
+    runs = []
+    for kind in ("local", "remote"):
+        task = build_task(family, seed, False, str(tmp_path / kind))
+        model = default_engine if kind == "local" else RemoteSampler(our_server)
+        agent = task_agent(model, task, task.root, 0.0, 0, 300, 8, ground=False)
+        turns = drive(agent, task)
+        calls = [c for t in turns for c in t.tool_calls]
+        runs.append(([(c["name"], c["args"]) for c in calls], turns[-1].answer, turns[-1].stop_reason,
+                     resolved(task, turns[-1].answer, calls)[0]))
+    local, remote = runs
+    assert local[0] and remote == local
+    assert remote[2] == "done" and remote[3] is True  # the shipped model resolves these two
+
+
+def test_cli_base_url_end_to_end_then_distilled(our_server, tmp_path):
+    """`nanocode serve` and `nanocode -p --base-url` in subprocesses; the saved session exports as
+    a valid SFT row and `train sft` trains a checkpoint of its own on it."""
+    from train.tasks import build_task
+    task = build_task("fix_bug", 5, False, str(tmp_path / "tasks"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NANOCODE_HOME": str(tmp_path / "home")}
+    server = subprocess.Popen([sys.executable, "-m", "agent.cli", "serve", "--port", "0"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = server.stdout.readline()
+        assert "nanocode serve: model" in line, server.stderr.read()
+        url = "http://" + line.rsplit("http://", 1)[1].strip()
+        out = subprocess.run([sys.executable, "-m", "agent.cli", "-p", task.prompt, "--base-url", url,
+                              "--mode", "auto", "--output-format", "json", "--max-tokens", "300"],
+                             cwd=task.root, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["stop_reason"] == "done" and [c["name"] for c in result["tool_calls"]][-1] == "Bash"
+    assert "Edit" in [c["name"] for c in result["tool_calls"]] and result["files_changed"]
+    saved, = (Path(task.root) / ".nanocode" / "sessions").glob("*.jsonl")
+    meta = json.loads(saved.read_text())["meta"]
+    assert meta["model"].startswith(url) and meta["turns"][0]["stop_reason"] == "done"
+
+    export = tmp_path / "export"
+    train = [sys.executable, "-m", "train.cli"]
+    done = subprocess.run(train + ["export-sessions", str(saved), "--out", str(export)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(x) for x in (export / "sft.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["messages"][-1]["content"] == result["answer"]
+    run = tmp_path / "distilled"
+    done = subprocess.run(train + ["sft", "--from", "default", "--data", str(export / "sft.jsonl"),
+                                   "--seq-len", "2048", "--device-batch", "1", "--steps", "1",
+                                   "--save-every", "0", "--eval-every", "0", "--sample-tokens", "0",
+                                   "--run-dir", str(run)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (run / "checkpoints" / "1").is_dir()
+
+
+def test_cli_says_when_the_server_cannot_be_reached(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--base-url",
+                          "http://127.0.0.1:9/v1", "--cwd", str(tmp_path), "--trust"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "error: cannot reach the model server at http://127.0.0.1:9/v1" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "agent.cli", "--context", "4096"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--context goes with --base-url" in out.stderr
+
+
+# ---- other vendors' shapes, from a scripted server ------------------------------------------------
+class Scripted(BaseHTTPRequestHandler):
+    """Answers /v1/models and, per POST, the next scripted reply: (status, body) or a list of SSE
+    chunks. Every request body is kept in `requests`."""
+    script: list = []
+    requests: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self._send(200, {"data": [{"id": "vendor-model", "max_model_len": 4096}]})
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        Scripted.requests.append(json.loads(self.rfile.read(n)))
+        step = Scripted.script.pop(0)
+        if isinstance(step, tuple):
+            return self._send(*step)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for chunk in step:
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def delta(**d):
+    return {"choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+
+
+def call_pieces(index, name, *pieces, cid="x"):
+    first = {"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": pieces[0]}}
+    return [delta(tool_calls=[first])] + [delta(tool_calls=[{"index": index, "function": {"arguments": p}}])
+                                          for p in pieces[1:]]
+
+
+def finish(reason):
+    return {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 7}}
+
+
+@pytest.fixture
+def scripted(tmp_path):
+    Scripted.script, Scripted.requests = [], []
+    httpd, url = serve_in_thread(Scripted)
+    yield url
+    httpd.shutdown()
+
+
+def remote_agent(url, root, **kw):
+    from agent.driver import Agent
+    return Agent(RemoteSampler(url), root, mode="auto", checkpoints=False, **kw)
+
+
+def test_vendor_shapes_stream_into_one_call_per_reply(scripted, tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
+    Scripted.script = [
+        # a call streamed in pieces (limit as a string), and a second call nanocode does not run
+        [delta(role="assistant", content="let me look."), *call_pieces(0, "Read", '{"file_pa', 'th": "a.py", ',
+                                                                      '"limit": "1"}'),
+         *call_pieces(1, "Grep", '{"pattern": "y"}', cid="y"), finish("tool_calls")],
+        # arguments that are not JSON: taken back and resampled
+        [*call_pieces(0, "Read", '{"file_path": a.py}'), finish("tool_calls")],
+        [delta(content="x is 1."), finish("stop")],
+    ]
+    events = []
+    agent = remote_agent(scripted, tmp_path)
+    res = agent.run_turn("what is x?", on_event=events.append)
+    assert res.stop_reason == "done" and res.answer == "x is 1." and res.retries == 1
+    assert [(c["name"], c["args"]) for c in res.tool_calls] == [("Read", {"file_path": "a.py", "limit": 1})]
+    assert res.tool_calls[0]["result"].startswith("    1→x = 1")
+    notes = [e.text for e in events if e.kind == "status"]
+    assert any("2 calls in one reply" in n for n in notes) and any("malformed call" in n for n in notes)
+    assert res.usage["prompt_tokens"] == 150 and res.usage["completion_tokens"] == 21
+    first, second = Scripted.requests[0], Scripted.requests[1]
+    assert first["model"] == "vendor-model" and first["parallel_tool_calls"] is False
+    schema = {t["function"]["name"]: t["function"]["parameters"] for t in first["tools"]}
+    assert set(schema) == {"Read", "Edit", "Grep", "Bash"}
+    assert schema["Read"]["properties"]["limit"] == {"type": "integer"}
+    assert schema["Read"]["required"] == ["file_path"]
+    said, answered = second["messages"][-2:]  # our call, and the tool message answering its id
+    assert said["tool_calls"][0]["function"] == {"name": "Read", "arguments": '{"file_path": "a.py", "limit": 1}'}
+    assert answered == {"role": "tool", "tool_call_id": said["tool_calls"][0]["id"],
+                        "content": res.tool_calls[0]["result"]}
+    assert second["temperature"] == 0.0 and Scripted.requests[2]["temperature"] == 0.7  # a retry samples
+    from train.conversations import keep_valid  # the session is valid training data as it stands
+    assert keep_valid([agent.conversation()])[1] == {}
+
+
+def test_a_context_400_drops_old_output_and_resends(scripted, tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n" * 50)
+    Scripted.script = [
+        [*call_pieces(0, "Read", '{"file_path": "a.py"}'), finish("tool_calls")],
+        [delta(content="read it."), finish("stop")],
+        (400, {"error": {"message": "This model's maximum context length is 4096 tokens.",
+                         "code": "context_length_exceeded"}}),
+        [delta(content="still here."), finish("stop")],
+    ]
+    agent = remote_agent(scripted, tmp_path)
+    assert agent.run_turn("read a.py").stop_reason == "done"
+    events = []
+    res = agent.run_turn("and now?", on_event=events.append)
+    assert res.stop_reason == "done" and res.answer == "still here."
+    assert any("dropped 1 old tool output" in e.text for e in events if e.kind == "status")
+    resent = Scripted.requests[3]["messages"]
+    assert [m["content"] for m in resent if m["role"] == "tool"] == [DROPPED]
+
+
+def test_a_failing_server_ends_the_turn_and_a_missing_model_is_named(scripted, tmp_path):
+    Scripted.script = [(500, {"error": {"message": "out of memory"}})]
+    agent = remote_agent(scripted, tmp_path)
+    res = agent.run_turn("hi")
+    assert res.stop_reason == "model_error"
+    from agent.headless import EXIT_CODES
+    assert EXIT_CODES["model_error"] == 6
+    with pytest.raises(SamplerError, match="no model 'gpt-9'.*vendor-model"):
+        RemoteSampler(scripted, "gpt-9")
+    with pytest.raises(SamplerError, match="cannot reach the model server"):
+        RemoteSampler("http://127.0.0.1:9/v1")
+    assert RemoteSampler(scripted).max_len == 4096  # the server's max_model_len
+
+
+def test_schema_conversions():
+    assert schema_args("Read", '{"limit": "7", "file_path": "a.py"}') == \
+        ({"file_path": "a.py", "limit": 7}, None)  # wire order, ints
+    assert schema_args("Bash", '{"command": 5}') == ({"command": "5"}, None)
+    assert schema_args("Read", '{"file_path": ["a"]}')[1].startswith("error:")
+    assert "not JSON" in schema_args("Read", "{oops")[1]
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "", "tool_call": {"name": "Bash", "args": {"command": "ls"}}},
+            {"role": "tool_result", "content": "a.py"},
+            {"role": "assistant", "content": "bad call"}, {"role": "tool_result", "content": "error: x"}]
+    out = to_openai(msgs)
+    assert out[2]["tool_calls"][0]["id"] == out[3]["tool_call_id"] and out[2]["content"] is None
+    assert out[5] == {"role": "user", "content": "[tool result] error: x"}  # it answers no call
+    from agent.serve import to_conversation  # and our server reads back what we sent
+    assert to_conversation(out[:4]) == msgs[:4]

@@ -1,0 +1,53 @@
+"""The synthetic task families: the environment both training (`train synth`, `train rollouts`)
+and evaluation (`evals agent`) run on. A task is a small throwaway Python project with a git
+history built on disk, a user prompt, a scripted oracle that solves it through the real tools and
+a hidden check of the final state.
+
+Modules: names (word pools, training vs held-out), projects (the project generator, the tools'
+environment, the checks' runners), phrasing (user requests, off-style prose, stdlib code
+conversations), oracle (Task, Rollout, flaws), families (the families and make_task), seeds (who
+owns which seeds), harness (running an agent on a task and checking it). Callers outside this
+package use only the names below.
+
+Contracts: the same (family, seed, heldout) give byte-identical projects, prompts, oracle
+conversations and flawed replays (base path aside); held-out names, phrasings, EVAL_ONLY_FAMILIES
+and seeds from EVAL_SEED0 up never reach training data. Importing this package is light (no jax,
+no agent): `train` CLI commands import it to build their parsers.
+"""
+from train.tasks.families import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task
+from train.tasks.harness import build_task, drive, pattern_symbol, resolved, task_agent
+from train.tasks.names import HELDOUT_WORDS
+from train.tasks.oracle import Rollout, Task, oracle_first_call, shows_flaw
+from train.tasks.phrasing import code_conversation
+from train.tasks.projects import BASE, setup_env
+from train.tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, attempt_seeds
+
+__all__ = [
+    # families and building tasks
+    "FAMILIES",            # name -> family builder; every family
+    "TRAIN_FAMILIES",      # the families training data may use
+    "EVAL_ONLY_FAMILIES",  # families only evals run (never trained on)
+    "make_task",           # (family, seed, heldout, base) -> Task, its project built on disk
+    "Task",                # a task: project, prompt, hidden check, oracle policy, flaws, follow-up
+    "BASE",                # default parent directory of task projects
+    "setup_env",           # the process environment the tools expect (PATH, no git config)
+    # seed ranges
+    "EVAL_SEED0",          # eval task seeds start here; training never reaches it
+    "ROLLOUT_SEED0",       # `train rollouts` task seeds start here (above synth's, below evals')
+    "ATTEMPTS",            # project seeds tried per task seed when a family cannot use one
+    "ATTEMPT_STRIDE",      # distance between those project seeds
+    "attempt_seeds",       # seed -> the project seeds tried for it, in order
+    # the oracle
+    "Rollout",             # the conversation a policy writes through the real tools (optionally flawed)
+    "shows_flaw",          # whether a flawed replay visibly shows its flaw against the oracle's
+    "oracle_first_call",   # the oracle's first tool call, without running any tool
+    # an agent on a task
+    "build_task",          # make_task, moving on to the next project seed when a family cannot apply
+    "task_agent",          # the headless Agent for a task (mode, policy, no undo snapshots)
+    "drive",               # run the task's turns (prompt, then user_rejects' follow-up)
+    "resolved",            # the hidden check's verdict (and why it raised) on the final state
+    "pattern_symbol",      # a Grep pattern's symbol, to compare patterns by what they look for
+    # training-data extras
+    "HELDOUT_WORDS",       # held-out names: never in training data
+    "code_conversation",   # a tool-free code-writing conversation from the standard library
+]

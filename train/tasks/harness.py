@@ -1,0 +1,73 @@
+"""Running an agent on a task and checking it: the one path `evals agent` (held-out tasks, scores)
+and `train rollouts` (training tasks, on-policy data) share, so a score and a training label mean
+the same thing.
+
+Contracts: build_task builds the task as `train synth` does (the next project seed when a family
+cannot use one). task_agent is the headless Agent of `nanocode -p`: mode auto (Edit and Bash run,
+destructive commands are asked about and so refused), mode ask for user_rejects (whose user
+refuses), a Policy with no settings files (the user's own settings never change a result), no
+undo snapshots; its system prompt must equal task.system (the train/inference identity; callers
+check it). drive sends the prompt and, when user_rejects' turn ends refused, the follow-up.
+resolved is the hidden check's verdict on the final state; a check that raises (an edit made
+pytest hang past its timeout) is a failure, reported, never raised.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from train.tasks.families import make_task
+from train.tasks.oracle import Task
+from train.tasks.seeds import ATTEMPTS, attempt_seeds
+
+
+def build_task(family: str, seed: int, heldout: bool, base: str) -> Task:
+    """make_task on the first of attempt_seeds(seed) whose project the family can use (no function
+    with a parameter spec, ...); the last failure is raised. The project is under base/<that seed>."""
+    for attempt, aseed in enumerate(attempt_seeds(seed)):
+        try:
+            return make_task(family, aseed, heldout=heldout, base=base)
+        except Exception:  # noqa: BLE001 - re-raised (and reported) after the last attempt
+            if attempt == ATTEMPTS - 1:
+                raise
+
+
+def task_agent(engine, task: Task, root: str, temperature: float, seed: int, max_tokens: int,
+               max_steps: int, **agent_opts):
+    """The headless Agent for `task` in `root` (its project or a copy): mode auto (ask for
+    user_rejects, whose user refuses), a Policy with no settings files, no undo snapshots;
+    agent_opts (ground, retries, copy_bias, ...) pass through to agent.driver.Agent."""
+    from agent.driver import Agent
+    from tools.permissions import Policy
+    mode = "ask" if task.followup is not None else "auto"
+    return Agent(engine, root, policy=Policy(Path(os.path.realpath(root)), mode), temperature=temperature,
+                 seed=seed, max_tokens=max_tokens, max_steps=max_steps, checkpoints=False, **agent_opts)
+
+
+def drive(agent, task: Task) -> list:
+    """The task's turns (TurnResults): its prompt, then (user_rejects, when refused) its follow-up."""
+    turns = [agent.run_turn(task.prompt, approve=None)]
+    if task.followup is not None and turns[0].stop_reason == "rejected":
+        turns.append(agent.run_turn(task.followup, approve=None))
+    return turns
+
+
+def resolved(task: Task, answer: str, calls: list[dict], root: str | None = None) -> tuple[bool, str | None]:
+    """(resolved, why the check raised or None): the hidden check on the final state in `root`
+    (default task.root) given the final `answer`; user_rejects also needs the refusal to have
+    happened (a call in `calls`, {"name", "args", "result"}, answered REJECTED): its check alone
+    passes any non-empty answer that changed nothing."""
+    from nanocode.protocol import REJECTED
+    try:
+        ok, error = bool(task.check(root or task.root, answer)), None
+    except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout after a broken edit
+        ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0]
+    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls)), error
+
+
+def pattern_symbol(pattern: str) -> str:
+    """A Grep pattern's symbol: its longest word once regex escapes and def/class are removed
+    (`def mean_price\\(` -> mean_price), so two patterns for one name compare equal."""
+    words = [w for w in re.findall(r"\w+", re.sub(r"\\.", " ", pattern)) if w not in ("def", "class")]
+    return max(words, key=len, default="")

@@ -1,0 +1,24 @@
+"""Which task seeds belong to whom. A task is a pure function of (family, seed, heldout), so the
+split between training and evaluation is a split of seed ranges (and of names and phrasings:
+heldout=True draws the held-out pools, which training never does):
+
+- `train synth`: seed * 10**6 + i for its --seed and conversation i (below ATTEMPT_STRIDE for
+  --seed < 10**5).
+- `train rollouts`: ROLLOUT_SEED0 + seed * 10**6 + i, training names and phrasings.
+- `evals agent`: EVAL_SEED0 + offset + i * F + k (k: the family's index of F), held-out names and
+  phrasings; with --split train it draws offset + i * F + k with training ones instead (the range
+  `train synth` uses: the split for choosing settings, never for reporting).
+- A family that cannot use a project raises; every caller then retries on seed + k * ATTEMPT_STRIDE
+  for k < ATTEMPTS (`attempt_seeds`), which keeps each range below the next: retries of training
+  seeds stay below ROLLOUT_SEED0's, and of rollout seeds below EVAL_SEED0.
+"""
+from __future__ import annotations
+
+ATTEMPTS, ATTEMPT_STRIDE = 4, 10**11  # project seeds of retries: seed + k * stride, k < ATTEMPTS
+ROLLOUT_SEED0 = 5 * 10**11  # `train rollouts` seeds: above synth's seeds and their retries
+EVAL_SEED0 = 10**12  # eval task seeds start here, far from every training seed
+
+
+def attempt_seeds(seed: int) -> list[int]:
+    """The project seeds tried for task seed `seed`, in order (the first that builds is used)."""
+    return [seed + k * ATTEMPT_STRIDE for k in range(ATTEMPTS)]
