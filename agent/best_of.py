@@ -48,7 +48,7 @@ Verifier (never a hidden check):
 
 Applying. The winner's changed paths must still be as they were when the copies were made (the
 user did not edit them meanwhile), else BestOfError names them and nothing is written. Then one
-tools.undo.Checkpoints turn wraps the writes (begin, write, end), so /undo restores the tree;
+tools.undo.Snapshots turn wraps the writes (begin, write, end), so /undo restores the tree;
 the user's other uncommitted and ignored files, index and HEAD are never touched. The winner's
 conversation, answer and calls have the copy's path replaced by the user's root, so a saved
 session continues in the user's project. Cancelling (the `cancel` event) stops after the current
@@ -131,7 +131,8 @@ class BestOf:
     meta: dict
     rollouts: list[Rollout]
     applied: list[str]
-    checkpoint: int | None         # the Checkpoints turn id that /undo restores
+    checkpoint: int | None         # the snapshot turn id that /undo restores; named like the saved
+                                   # session's meta["turns"][i]["checkpoint"] and the JSON key (compat)
     test_command: str | None
 
     def to_dict(self) -> dict:
@@ -386,9 +387,9 @@ def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
     if moved:
         raise BestOfError(f"not applied: {', '.join(sorted(moved))} changed in your project while the "
                           "rollouts ran; commit or discard your edits and rerun")
-    from tools.undo import Checkpoints
+    from tools.undo import Snapshots
     try:  # as in the loop: no change that /undo could not restore
-        ck = Checkpoints(root)
+        ck = Snapshots(root)
         turn = ck.begin(message[:200], session=rollout.meta.get("id"))
     except Exception as e:  # noqa: BLE001
         raise BestOfError(f"not applied: the project could not be snapshotted for /undo ({e}); "

@@ -131,6 +131,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def agent_options(args):
+    """The parsed flags as the library's AgentOptions (agent/model.py)."""
+    from dataclasses import fields
+
+    from agent.model import AgentOptions
+    return AgentOptions(**{f.name: getattr(args, f.name) for f in fields(AgentOptions)})
+
+
 def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
@@ -219,10 +227,10 @@ def _main(args, started) -> int:
     if args.prompt is None and not args.plain:  # the TUI loads the model in a worker
         started()  # the TUI loads in a worker and reads Ctrl-C as a key
         from agent import tui
-        return tui.run(tui.Loader(args, root, model_dir, messages, meta, store), args)
+        return tui.run(tui.Loader(agent_options(args), root, model_dir, messages, meta, store), args)
     from agent.model import build_agent
     try:
-        agent = build_agent(args, root, model_dir, messages, meta, store)
+        agent = build_agent(agent_options(args), root, model_dir, messages, meta, store)
     except ModelError as e:
         _err(f"error: {e}")
         return e.code

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from nanocode.protocol import DROPPED
+from nanocode.protocol import DROPPED, TurnResult
 
 TOKENS_PER_READ_LINE = 10  # a numbered line of code, roughly, at a 4k vocab (read_limit)
 
@@ -182,3 +182,30 @@ def fit_memory(memory: tuple[str, str] | None, count, budget: int) -> tuple[str,
         if keep == 0 or count(cut) <= budget:
             return name, cut
         keep -= 1
+
+
+def compact(conv, sampler, keep: int = 1) -> int:
+    """/compact: replace every tool output of the conversation but the newest `keep` by the
+    DROPPED marker and a one-line digest of it (what a full context does by itself, oldest first;
+    the system prompt and the requests are never touched); returns the tokens freed. Trade-off:
+    the sampler is brought up to the shorter conversation right away (one prefill of what is
+    left) so the context count is true at once; call it between turns, not during one."""
+    messages, count, quiet = conv.messages, sampler.count, (lambda event: None)
+    olds = droppable(messages, count, len(messages))
+    drop = olds[:max(0, len(olds) - keep)]
+    if not drop:
+        return 0
+    usage = TurnResult().usage
+    sampler.sync(conv, quiet, usage)
+    before = sampler.context_used(messages)
+    for i in drop:  # the marker and a line on what the output held
+        short = digest(messages[i - 1].get("tool_call"), messages[i]["content"])
+        if count(short) >= count(messages[i]["content"]):
+            short = DROPPED
+        messages[i] = {"role": "tool_result", "content": short}
+    sampler.invalidate()
+    try:
+        sampler.sync(conv, quiet, usage)
+    except ContextFull:  # still too long (an oversized request): the next turn says so
+        pass
+    return before - sampler.context_used(messages)

@@ -48,10 +48,12 @@ class Conversation:
         self.save()
         return len(self.meta["turns"])
 
-    def record_turn(self, steps: int, stop_reason: str, files_changed, checkpoint) -> None:
+    def record_turn(self, steps: int, stop_reason: str, files_changed, snapshot) -> None:
+        """One turn's record. The undo snapshot's turn id is saved under "checkpoint", the field's
+        name in saved sessions since before snapshots were called so (export-sessions reads it)."""
         self.meta["turns"].append({"user_index": self.turn_start, "steps": steps,
                                    "stop_reason": stop_reason, "files_changed": files_changed,
-                                   "checkpoint": checkpoint})
+                                   "checkpoint": snapshot})
         self.meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
 
     def save(self, emit=None) -> None:

@@ -10,7 +10,7 @@ still decides: a bias of a few logits tips near-ties toward the copy, it does no
 
 Contract:
 - extend(ids) appends context tokens (prompt, tool results, finished replies: whatever the model
-  may copy from; it needn't equal the session's ids). The index is maintained incrementally: each
+  may copy from; it needn't equal the decoder's ids). The index is maintained incrementally: each
   new token adds one entry per n-gram length (n-gram -> positions after it), never a rebuild.
 - favour(out) / bias(out, mask) are called once per draw with the reply's tokens so far, not yet
   in the context (the engine's growing `out` list: the backtick parity is then updated from the

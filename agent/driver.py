@@ -30,7 +30,7 @@ not fit; `compact()` (/compact) replaces old outputs by a one-line digest.
 
 Undo. The first Edit or Bash of a turn takes a snapshot (TurnUndo.begin); the turn's end records
 its changes and says which paths it could not snapshot. When the snapshot fails the call is
-refused (an `error:` result and a status: no change without undo; checkpoints=False opts out).
+refused (an `error:` result and a status: no change without undo; snapshots=False opts out).
 `undo()` / `diff()` / `undo_plan()` act on the last recorded turn of this conversation; what undo
 restored is said to the model at the start of the next user message.
 
@@ -45,19 +45,19 @@ thread); set `cancel` from any thread.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import threading
 import time
 
-from agent.context import ContextFull, digest, droppable, fit_memory, fit_result, memory_budget, read_limit, result_budget
+from agent.approval import ask
+from agent.context import ContextFull, compact, fit_memory, fit_result, memory_budget, read_limit, result_budget
 from agent.conversation import Conversation
 from agent.mentions import mentioned
 from agent.sampler import EngineSampler, SamplerError
 from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
-    CANCELLED, DROPPED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, ToolCall, ToolResult, TurnEnd,
+    CANCELLED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, ToolCall, ToolResult, TurnEnd,
     TurnResult, check_call, mode_note, system_prompt)
 from tools.dispatch import run_tool
 from tools.files import read_memory
@@ -78,16 +78,17 @@ class Agent:
     Sampling (engines only; see agent/sampler.py): temperature, top_k, top_p, seed, max_tokens,
     reserve, extra_mask, constrain, ground, retry_temperature, copy_bias. max_steps: tool calls
     per user turn. retries: how many times a failed or repeated call is resampled before it
-    stands. checkpoints: False disables undo. sandbox: run every Bash call in the OS sandbox
-    (tools/sandbox.py; network: let it reach the network); where none can be had, or with
-    sandbox=False, every Bash call asks, auto mode included. `sandbox_status` says which.
+    stands. snapshots: False disables undo (no snapshot before a change). sandbox: run every
+    Bash call in the OS sandbox (tools/sandbox.py; network: let it reach the network); where none
+    can be had, or with sandbox=False, every Bash call asks, auto mode included.
+    `sandbox_status` says which.
     """
 
     def __init__(self, model, root, *, mode: str = "ask", policy=None, messages=None, meta=None,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                  max_tokens: int = 1024, max_steps: int = 25, reserve: int | None = None,
                  tool_timeout: float | None = 30.0, extra_mask=None, constrain: bool = True,
-                 memory: bool = True, store=None, checkpoints: bool = True, ground: bool = True,
+                 memory: bool = True, store=None, snapshots: bool = True, ground: bool = True,
                  retries: int = 2, retry_temperature: float = 0.7, copy_bias: float = 0.0,
                  sandbox: bool = True, network: bool = False):
         self.root = os.path.realpath(os.fspath(root))
@@ -107,7 +108,7 @@ class Agent:
         self.result_budget = result_budget(model.max_len, model.reserve)  # agent/context.py
         self.read_limit = read_limit(self.result_budget)
         self.conv = Conversation(self.root, messages, meta, store)
-        self.undo_log = TurnUndo(self.root, checkpoints)  # agent/turn_undo.py
+        self.undo_log = TurnUndo(self.root, snapshots)  # agent/turn_undo.py
         self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
         self._said_no_snapshot = False  # the "could not snapshot" note is said once
 
@@ -182,30 +183,8 @@ class Agent:
         return None if all_sessions else self.meta["id"]
 
     def compact(self, keep: int = 1) -> int:
-        """/compact: replace every tool output but the newest `keep` by the DROPPED marker and a
-        one-line digest of it now (what a full context does by itself, oldest first; the system
-        prompt and the requests are never touched) and return the tokens freed. Trade-off: the
-        model is brought up to the shorter conversation right away (one prefill of what is left)
-        so the context count is true at once; call it between turns, not during one."""
-        count = self.sampler.count
-        olds = droppable(self.messages, count, len(self.messages))
-        drop = olds[:max(0, len(olds) - keep)]
-        if not drop:
-            return 0
-        usage = TurnResult().usage
-        self.sampler.sync(self.conv, lambda e: None, usage)
-        before = self.sampler.context_used(self.messages)
-        for i in drop:  # the marker and a line on what the output held (agent/context.digest)
-            short = digest(self.messages[i - 1].get("tool_call"), self.messages[i]["content"])
-            if count(short) >= count(self.messages[i]["content"]):
-                short = DROPPED
-            self.messages[i] = {"role": "tool_result", "content": short}
-        self.sampler.invalidate()
-        try:
-            self.sampler.sync(self.conv, lambda e: None, usage)
-        except ContextFull:  # still too long (an oversized request): the next turn says so
-            pass
-        return before - self.sampler.context_used(self.messages)
+        """/compact (agent/context.compact): old outputs become one-line digests; tokens freed."""
+        return compact(self.conv, self.sampler, keep)
 
     def _system_prompt(self) -> str:
         """The system message a new conversation starts with: the mode's tools, the folder and
@@ -359,21 +338,7 @@ class Agent:
         if d.action == "deny":
             return f"error: {d.reason}", None
         if d.action == "ask":
-            d = dataclasses.replace(d, always=self.policy.always(name, args, store=False))
-            answer = "no"
-            if approve is not None:
-                try:
-                    answer = str(approve(name, args, d)).strip().lower()
-                except (KeyboardInterrupt, EOFError):  # Ctrl-C / Ctrl-D at the prompt
-                    answer = "cancelled"
-                answer = {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
-                if cancel.is_set():
-                    answer = "cancelled"
-                elif answer not in ("yes", "no", "always", "cancelled"):
-                    answer = "no"
-            rule = self.policy.always(name, args) if answer == "always" else ""
-            if answer == "always" and not rule:  # nothing to remember (e.g. destructive): once
-                answer = "yes"
+            answer, rule = ask(self.policy, d, name, args, approve, cancel)  # agent/approval.py
             self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,
                                            "args": args, "reason": d.reason, "answer": answer,
                                            **({"rule": rule} if rule else {})})

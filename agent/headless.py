@@ -127,7 +127,7 @@ def rollout_agent(agent, root, temperature: float, seed: int):
     policy = replace(agent.policy, root=Path(root), session=list(agent.policy.session))
     return Agent(agent.sampler.fork(str(root), temperature, seed), root, policy=policy,
                  messages=agent.messages, meta=copy.deepcopy(agent.meta), max_steps=agent.max_steps,
-                 tool_timeout=agent.tool_timeout, memory=agent.memory, checkpoints=False,
+                 tool_timeout=agent.tool_timeout, memory=agent.memory, snapshots=False,
                  retries=agent.retries, sandbox=agent.sandbox is not None,
                  network=agent.sandbox is not None and agent.sandbox.network)
 

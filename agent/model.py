@@ -12,6 +12,8 @@ prints it after `error: `, no traceback.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from nanocode.common import ModelError, resolve_model  # noqa: F401 - the agent's names for them
 
 
@@ -29,24 +31,44 @@ def load_engine(path, dtype=None, max_len: int | None = None):
     return engine
 
 
-def remote_sampler(args):
+@dataclass(frozen=True)
+class AgentOptions:
+    """What the command line chooses for an agent (agent/cli.agent_options reads the flags).
+    model: a checkpoint directory or run tag (None: the default model), or with base_url the
+    server's model name (None: the first it lists); context: the server's context when it does
+    not say it; mode None: the settings files decide (ask when none does)."""
+    model: str | None = None
+    base_url: str | None = None
+    context: int | None = None
+    mode: str | None = None
+    temperature: float = 0.0
+    top_k: int = 0
+    seed: int = 0
+    max_tokens: int = 1024
+    max_steps: int = 25
+    sandbox: bool = True
+    network: bool = False
+
+
+def remote_sampler(o: AgentOptions):
     """The sampler for `--base-url`: the server is asked for its models first, so a wrong URL or
     model name is a one-line ModelError at start-up, not a failed first turn."""
     from agent.remote import RemoteSampler
     from agent.sampler import SamplerError
     try:
-        return RemoteSampler(args.base_url, args.model, temperature=args.temperature, seed=args.seed,
-                             max_tokens=args.max_tokens, context=args.context)
+        return RemoteSampler(o.base_url, o.model, temperature=o.temperature, seed=o.seed,
+                             max_tokens=o.max_tokens, context=o.context)
     except SamplerError as e:
         raise ModelError(str(e)) from None
 
 
-def build_agent(args, root, model_dir, messages=None, meta=None, store=None):
-    """The Agent for the CLI's flags: our engine from `model_dir` (imports jax; the compilation
-    cache is enabled first), or with --base-url a RemoteSampler. Every failure is a one-line
+def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, store=None):
+    """The Agent for these options: our engine from `model_dir` (imports jax; the compilation
+    cache is enabled first), or with base_url a RemoteSampler. Every failure is a one-line
     ModelError; the TUI calls this on its loader thread."""
-    if args.base_url:
-        model, name = remote_sampler(args), f"{args.base_url} {args.model or ''}".strip()
+    if o.base_url:
+        model = remote_sampler(o)
+        name = f"{o.base_url} {model.model}"
     else:
         from nanocode.common import enable_compilation_cache
         enable_compilation_cache()
@@ -55,13 +77,13 @@ def build_agent(args, root, model_dir, messages=None, meta=None, store=None):
     from agent.sessions import SessionStore
     from tools.permissions import SettingsError
     try:
-        agent = Agent(model, root, mode=args.mode, messages=messages, meta=meta,
-                      temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                      max_tokens=args.max_tokens, max_steps=args.max_steps,
-                      sandbox=args.sandbox, network=args.network)
+        agent = Agent(model, root, mode=o.mode, messages=messages, meta=meta,
+                      temperature=o.temperature, top_k=o.top_k, seed=o.seed,
+                      max_tokens=o.max_tokens, max_steps=o.max_steps,
+                      sandbox=o.sandbox, network=o.network)
     except SettingsError as e:
         raise ModelError(str(e), 2) from None
     agent.refresh_system_prompt()  # a resumed session: today's AGENTS.md, folder and mode
-    agent.meta["model"] = name if not args.base_url else f"{args.base_url} {agent.sampler.model}"
+    agent.meta["model"] = name
     agent.conv.store = store or SessionStore(root, agent.meta["id"])
     return agent

@@ -12,7 +12,7 @@ The interface both samplers keep (the driver uses nothing else):
     count(text) -> int, max_len, reserve, max_tokens, temperature, seed, context_used(messages),
     describe() -> str
 
-Token history. `cache` (an engine Session: KV cache + ids) always holds exactly the rendered
+Token history. `cache` (an engine Decoder: KV cache + ids) always holds exactly the rendered
 conversation (the wire format of nanocode/protocol.py), plus an open `<|assistant_start|>` while
 the model writes. The model's own tokens are kept as sampled (only new tokens are prefilled,
 turn after turn; the history then equals the render byte for byte, and token for token unless
@@ -104,7 +104,7 @@ class EngineSampler:
 
     # ---- the interface -------------------------------------------------------------------------
     def reset(self) -> None:
-        self.cache = self.engine.session()
+        self.cache = self.engine.decoder()
         self._k = 0  # messages[:_k] are in the cache
         self._dirty = True  # the cache must be rebuilt from a full render
         self._grounded = 0
@@ -275,7 +275,7 @@ class EngineSampler:
                 return
         self._dirty = True  # messages may change below: only a full render is right now
         ids = self._fit(conv, emit, len(tail) + extra)
-        self.cache = self.engine.session()
+        self.cache = self.engine.decoder()
         self._prefill(ids + tail, usage)
         self._k, self._dirty = len(messages), False
 

@@ -122,9 +122,9 @@ class Server:
         out, in_call = [], False
         with self.lock:
             t0 = time.perf_counter()
-            session = self.engine.session()
-            session.append(ids)
-            for t in session.generate(max_tokens=job["max_tokens"], temperature=job["temperature"],
+            decoder = self.engine.decoder()
+            decoder.append(ids)
+            for t in decoder.generate(max_tokens=job["max_tokens"], temperature=job["temperature"],
                                       top_p=job["top_p"], seed=job["seed"], allowed=state.allowed):
                 out.append(t)
                 in_call = in_call or t == self.call_start

@@ -51,11 +51,11 @@ class Loader:
     """Builds the Agent as cli.main does for the other faces, but on the TUI's loader thread
     (jax is imported there). Failures are LoadError with the CLI's one-line message and code."""
 
-    def __init__(self, args, root, model_dir, messages=None, meta=None, store=None):
-        self.args, self.root, self.model_dir = args, root, model_dir
+    def __init__(self, options, root, model_dir, messages=None, meta=None, store=None):
+        self.options, self.root, self.model_dir = options, root, model_dir
         self.messages, self.meta, self.store = messages, meta, store
-        if model_dir is None:  # --base-url
-            self.name = args.model or "remote model"
+        if model_dir is None:  # --base-url: the status names the server's model once loaded
+            self.name = options.model or ""
         else:
             d = Path(model_dir)
             self.name = d.parent.name if d.name == "checkpoints" else d.name
@@ -63,7 +63,7 @@ class Loader:
     def __call__(self):
         from agent.model import ModelError, build_agent
         try:
-            return build_agent(self.args, self.root, self.model_dir, self.messages, self.meta,
+            return build_agent(self.options, self.root, self.model_dir, self.messages, self.meta,
                                self.store)
         except ModelError as e:
             raise LoadError(f"error: {e}", e.code) from None

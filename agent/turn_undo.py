@@ -1,4 +1,4 @@
-"""Undo for one agent conversation, on top of tools/undo.py's Checkpoints.
+"""Undo for one agent conversation, on top of tools/undo.py's Snapshots.
 
 Contract:
 - begin(message, session) before a turn's first Edit or Bash takes the snapshot (once per turn;
@@ -12,7 +12,9 @@ Contract:
   reaches any). undo() keeps a note of what it restored in `notes`, which the agent puts at the
   start of the next user message so the model knows its edits are gone. Every refusal is an
   UndoError whose message says why (tools/undo.py: moved on since, committed since).
-The Checkpoints object is made on first use: a project that is never edited never runs git.
+The Snapshots object is made on first use: a project that is never edited never runs git.
+Where the old word survives for compatibility: the turn id saved as meta["turns"][i]["checkpoint"] (agent/conversation.py; users' saved
+sessions and `train export-sessions` read that field).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ class TurnUndo:
 
     def __init__(self, root: str, enabled: bool = True):
         self.root, self.enabled = root, enabled
-        self._ckpt = None  # tools.undo.Checkpoints, made on first use
+        self._snapshots = None  # tools.undo.Snapshots, made on first use
         self.open = None  # the open turn's tools.undo.Turn, once its snapshot is taken
         self.notes: list[str] = []  # what undo restored, for the next user message
         self.last_undone = None  # the turn id the last undo() restored
@@ -30,31 +32,32 @@ class TurnUndo:
     @property
     def made(self) -> bool:
         """Whether a snapshot was ever taken (the project's git was touched)."""
-        return self._ckpt is not None
+        return self._snapshots is not None
 
-    def checkpoints(self):
-        """The project's Checkpoints; UndoError when undo is off or cannot work here."""
-        from tools.undo import Checkpoints, UndoError
+    def snapshots(self):
+        """The project's Snapshots; UndoError when undo is off or cannot work here."""
+        from tools.undo import Snapshots, UndoError
         if not self.enabled:
-            raise UndoError("undo is off for this agent (checkpoints=False)")
-        if self._ckpt is None:
+            raise UndoError("undo is off for this agent (snapshots=False)")
+        if self._snapshots is None:
             try:
-                self._ckpt = Checkpoints(self.root)
+                self._snapshots = Snapshots(self.root)
             except UndoError:
                 raise
             except Exception as e:  # noqa: BLE001 - e.g. git missing
                 raise UndoError(f"undo is not available here: {e}") from e
-        return self._ckpt
+        return self._snapshots
 
     def begin(self, message: str, session: str) -> str | None:
         """Snapshot before the turn's first change; the refusing result when that fails."""
         if self.open is not None or not self.enabled:
             return None
         try:
-            self.open = self.checkpoints().begin(message[:200], session=session)
+            self.open = self.snapshots().begin(message[:200], session=session)
         except Exception as e:  # noqa: BLE001
             return (f"error: not run: the project could not be snapshotted for /undo ({e}); nothing "
-                    "was changed. Fix that, or run without checkpoints to make changes without undo")
+                    "was changed. Fix that, or turn snapshots off (snapshots=False) to change files "
+                    "without undo")
         return None
 
     def end(self) -> tuple[list[str], str, list[str]] | None:
@@ -62,12 +65,12 @@ class TurnUndo:
         if self.open is None:
             return None
         turn, self.open = self.open, None
-        turn = self._ckpt.end(turn)
+        turn = self._snapshots.end(turn)
         return list(turn.changed), turn.id, list(turn.skipped)
 
     def undo(self, session: str | None, turn=None, allow_committed: bool = False) -> list[str]:
         """Restore the turn; the restored and removed paths. The note goes to `notes`."""
-        ck = self.checkpoints()
+        ck = self.snapshots()
         plan = ck.plan(turn, session=session)
         paths = ck.undo(plan.turn, allow_committed=allow_committed)
         self.last_undone = plan.turn
@@ -77,11 +80,11 @@ class TurnUndo:
 
     def plan(self, session: str | None, turn=None):
         """What undo() would do, for a UI to confirm (tools.undo.UndoPlan; nothing changes)."""
-        return self.checkpoints().plan(turn, session=session)
+        return self.snapshots().plan(turn, session=session)
 
     def diff(self, session: str | None, turn=None) -> str:
         """Unified diff of the turn ("" when it changed nothing)."""
-        return self.checkpoints().diff(turn, session=session)
+        return self.snapshots().diff(turn, session=session)
 
 
 UNDO_HELP = ("/undo [all] [yes] [committed]: show what undoing the last turn of this session (all: of "

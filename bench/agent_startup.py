@@ -65,7 +65,7 @@ def tui_child(ckpt: str, cwd: str) -> None:
     from agent import cli, tui
     from agent.model import resolve_model
     args = cli.parse_args(["--model", ckpt, "--cwd", cwd, "--max-tokens", "8"])
-    loader = tui.Loader(args, Path(cwd), resolve_model(args.model)[0])
+    loader = tui.Loader(cli.agent_options(args), Path(cwd), resolve_model(args.model)[0])
     app = tui.NanocodeApp(loader=loader, model_name=loader.name)
     stamps = {}
 
@@ -131,7 +131,7 @@ def session_rows(engine, work: Path, replies) -> list[dict]:
         return m
 
     agent = Agent(engine, work, extra_mask=force, mode="auto", max_tokens=64)
-    rows, sessions = [], set()
+    rows, decoders = [], set()
     for i in range(10):
         st0, n0, t = dict(agent.sampler.cache.stats), len(starts), time.perf_counter()
         agent.run_turn(f"turn {i}: check a.py")
@@ -140,8 +140,8 @@ def session_rows(engine, work: Path, replies) -> list[dict]:
                      "generated": st["generated_total"] - st0["generated_total"],
                      "context": len(agent.sampler.cache.ids), "no_reuse": sum(starts[n0:]),
                      "ms": (time.perf_counter() - t) * 1e3})
-        sessions.add(id(agent.sampler.cache))
-    assert len(sessions) == 1, "the session was rebuilt: the cache was not reused"
+        decoders.add(id(agent.sampler.cache))
+    assert len(decoders) == 1, "the Decoder was rebuilt: the cache was not reused"
     assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
     return rows
 

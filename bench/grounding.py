@@ -94,7 +94,7 @@ def decode_cost(engine, prompt: list[int], tokens: int, repeats: int) -> tuple[f
     for name, hook in (("none", None), ("mask", lambda o: full)):
         times = []
         for r in range(repeats + 1):  # the first run compiles
-            s = engine.session()
+            s = engine.decoder()
             s.append(prompt)
             t0 = time.perf_counter()
             n = sum(1 for _ in s.generate(max_tokens=tokens, stop=(), seed=r, allowed=hook))

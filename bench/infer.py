@@ -134,11 +134,11 @@ def main():
     U = max(8, S // 10 - 16 - 1)
     turns = [prompt(U)[0].tolist() for _ in range(10)]
     for reuse, rnd in ((True, 0), (True, 1), (False, 0), (False, 1)):  # round 0 compiles
-        costs, history, s = [], [], engine.session()
+        costs, history, s = [], [], engine.decoder()
         for user in turns:
             new = user if reuse else history + user
             if not reuse:
-                s = engine.session()
+                s = engine.decoder()
             t = time.perf_counter()
             s.append(new)
             s.logits.block_until_ready()

@@ -9,9 +9,9 @@ compiled on this CPU over N fake devices, per preset and chip.
 
 What is compiled is exactly what `train speedrun --preset NAME` would run on the accelerator:
 - the preset's `base` argument list (train/speedrun.py PRESETS) parsed by the real `train` parser
-  (train.cli.build_parser(), subcommand base), its model by `train.base.model_config(args,
-  vocab_size=<the preset's tokenizer --vocab-size>)` with compute_dtype forced to bfloat16 (what an
-  accelerator runs; model_config picks float32 on a CPU);
+  (train.cli.build_parser(), subcommand base), its model by `train.base.model_config` of those
+  flags (vocab_size: the preset's tokenizer --vocab-size) with compute_dtype forced to bfloat16
+  (what an accelerator runs; model_config picks float32 on a CPU);
 - params built abstractly (jax.eval_shape of nanocode.gpt.init_params: no memory), the optimizer as
   train/base.py main builds it, and the step as train/loop.py `run` jits it: make_train_step over
   next_token_loss, state donated, params and optimizer state sharded by tree_shardings, the batch by
@@ -260,7 +260,9 @@ def build_step(plan: dict, stage: str, devices: list, attn: str, compiler: str =
 
     n_dev = len(devices)
     base = _parse("base", plan["base"])
-    cfg = model_config(base, vocab_size=plan["vocab"]).replace(compute_dtype="bfloat16")
+    cfg = model_config(base.preset, plan["vocab"], depth=base.depth, seq_len=base.seq_len, dtype=base.dtype,
+                       attn=base.attn, remat=base.remat,
+                       window_pattern=base.window_pattern).replace(compute_dtype="bfloat16")
     if stage == "base":
         args, T = base, cfg.sequence_len
         rows = args.device_batch * n_dev
@@ -281,7 +283,7 @@ def build_step(plan: dict, stage: str, devices: list, attn: str, compiler: str =
         if args.remat:
             cfg = cfg.replace(remat=args.remat)
         T = args.seq_len or cfg.sequence_len
-        rows, accum = batch_geometry(args, T, n_dev)
+        rows, accum = batch_geometry(T, n_dev, device_batch=args.device_batch, total_batch=args.total_batch)
         total_batch, steps = rows * accum * T, args.steps or 1000
     if attn == "real" and compiler == "cpu":
         cfg = cfg.replace(attn_impl="einsum")

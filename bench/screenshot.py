@@ -64,7 +64,7 @@ def main():
                     vocab_size=tok.vocab_size, sequence_len=1024)
     engine = Engine(init_params(cfg, jax.random.PRNGKey(0)), cfg, tok)
     for n in (100, 200, 400, 800):  # compile decode for each cache bucket: a steady tokens/s
-        warm = engine.session()
+        warm = engine.decoder()
         warm.append([0] * n)
         list(warm.generate(max_tokens=2))
     script, at = replies(tok), [-1]

@@ -381,10 +381,10 @@ def main(args) -> int:
                     retries=args.retries, copy_bias=args.copy_bias, best_of=args.best_of)
         if args.best_of > 1:
             info["best_of_temperature"] = args.best_of_temperature
-        dest, name = out_dir(args, tag), f"agent_step{step}"
+        dest, name = out_dir(args.out, tag), f"agent_step{step}"
     else:
         info["model"] = args.policy
-        dest, name = out_dir(args, "reference"), f"agent_{args.policy}"
+        dest, name = out_dir(args.out, "reference"), f"agent_{args.policy}"
     jobs = task_jobs(families, args.per_family, args.seed, args.limit, args.split)
     transcripts = dest / f"{name}_transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)
@@ -423,35 +423,3 @@ def main(args) -> int:
     print(f"{len(records)} tasks, {workers} worker(s), {summary['seconds']} s; "
           f"wrote {dest / (name + '.json')}")
     return 0
-
-
-def add_arguments(p) -> None:
-    a = p.add_argument
-    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
-    a("--step", type=int, help="checkpoint step (default: the latest)")
-    a("--policy", choices=POLICIES, default="model",
-      help="model (default); oracle / nothing: the harness-validity baselines (no model)")
-    a("--families", help="comma-separated task families (default: every trained and eval-only one)")
-    a("--per-family", type=int, default=10, help="tasks per family (default 10)")
-    a("--limit", type=int, help="only the first N tasks (families interleaved)")
-    a("--max-steps", type=int, default=15, help="tool calls per user turn (default 15)")
-    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
-    a("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling seed = task seed")
-    a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
-    a("--split", choices=("eval", "train"), default="eval", help="eval (default): held-out tasks; "
-      "train: tasks from the training distribution (training names, seeds below EVAL_SEED0), the "
-      "split on which settings such as --copy-bias are chosen")
-    a("--best-of", type=int, default=1, metavar="N", help="N rollouts per task in copies of its "
-      "project, the verifier (tests / agreement, never the hidden check) picks one; the summary "
-      "gives pass@1 (rollout 0) beside best-of-N (default 1: off)")
-    a("--best-of-temperature", type=float, default=0.7, metavar="T",
-      help="sampling temperature of rollouts 2..N (default 0.7); rollout 1 uses --temperature")
-    a("--no-ground", action="store_true", help="the grammar does not ground paths, anchors and "
-      "names in the project (Agent ground=False)")
-    a("--retries", type=int, default=2, help="resamples of a failed or repeated call per step (default 2)")
-    a("--copy-bias", type=float, default=0.0, metavar="BETA",
-      help="copy bias toward tokens seen in the context (default 0.0: off)")
-    a("--workers", type=int, default=0, help="task processes, each loading the model once "
-      "(default min(2, cpus); 1 = in this process)")
-    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, or reference/ for baselines)")
-    a("--quiet", action="store_true", help="no progress bar")

@@ -47,7 +47,7 @@ def main(args) -> int:
                **{k.removeprefix("val_"): v for k, v in scores.items()}, "data": str(data),
                "rows": args.rows, "seq_len": seq_len, "batches": args.batches,
                "seconds": round(time.perf_counter() - t0, 1)}
-    dest = out_dir(args, tag)
+    dest = out_dir(args.out, tag)
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / f"bpb_step{step}.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
@@ -55,14 +55,3 @@ def main(args) -> int:
     print(f"{tag[:16]:<16} {step:>7} " + " ".join(f"{v:>12.4f}" for v in scores.values()))
     print(f"wrote {path}")
     return 0
-
-
-def add_arguments(p) -> None:
-    a = p.add_argument
-    a("--model", required=True, help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
-    a("--step", type=int, help="checkpoint step (default: the latest)")
-    a("--data", help="data dir holding code/ and text/ shards (default $NANOCODE_HOME/data)")
-    a("--rows", type=int, default=8, help="rows per batch (default 8)")
-    a("--seq-len", type=int, help="tokens per row (default: the model's sequence_len)")
-    a("--batches", type=int, default=8, help="val batches per source (default 8)")
-    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")

@@ -1,6 +1,13 @@
 """`evals`: each eval loads a checkpoint, runs, prints a table and writes a JSON result (under
-$NANOCODE_HOME/evals/<model tag>/ or --out). `evals --help` imports neither jax nor numpy: the
-subcommand modules import them only when they run."""
+$NANOCODE_HOME/evals/<model tag>/ or --out).
+
+Convention (the same in train/cli.py): every `evals` command's arguments are defined here, one
+add_<command>_args(p) per command (the four pass@k tasks share add_codegen_args), and nowhere
+else. A command's module (MODULES) has `main(args) -> int`, the only function of it that reads the
+argparse Namespace: it hands plain values to the functions it calls. This module stays light at
+import: `evals --help` imports neither jax nor numpy (the command modules import them only when
+they run); a constant an argument needs comes from a light module, imported inside its
+add_*_args function."""
 
 from __future__ import annotations
 
@@ -25,14 +32,114 @@ MODULES = {**{t: "codegen" for t in CODE_TASKS}, "bpb": "bpb", "agent": "agent",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
     p = argparse.ArgumentParser(prog="evals", description="Evaluate a nanocode checkpoint.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_args = {**{t: add_codegen_args for t in CODE_TASKS}, "bpb": add_bpb_args, "agent": add_agent_args,
+                "core": add_core_args, "compare": add_compare_args, "report": add_report_args}
     for name, text in EVALS.items():
-        sp = sub.add_parser(name, help=text, description=text)
-        importlib.import_module(f"evals.{MODULES[name]}").add_arguments(sp)  # stdlib-only at import
+        add_args[name](sub.add_parser(name, help=text, description=text))
     return p
+
+
+def add_codegen_args(p: argparse.ArgumentParser) -> None:
+    """humaneval, mbpp, humanevalplus, mbppplus (evals/codegen.py)."""
+    from evals.passk import DEFAULT_KS  # light: stdlib only
+
+    a = p.add_argument
+    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--data", help="local JSONL[.gz] in the upstream format (offline source for hub datasets)")
+    a("--mode", choices=("auto", "completion", "chat"), default="auto",
+      help="prompting: auto = completion for base checkpoints, else chat (sft, dpo, exported)")
+    a("--n", type=int, default=1, help="samples per problem (default 1)")
+    a("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="pass@k values (those <= n)")
+    a("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    a("--top-k", type=int, default=0)
+    a("--top-p", type=float, default=1.0)
+    a("--max-tokens", type=int, default=512, help="new tokens per sample (default 512)")
+    a("--batch", type=int, default=0, help="sample rows per generate call (default: n)")
+    a("--seed", type=int, default=0)
+    a("--limit", type=int, help="only the first N problems (quick runs)")
+    a("--timeout", type=float, default=10.0, help="seconds per program (default 10)")
+    a("--memory-mb", type=int, default=2048, help="address-space limit per program (default 2048)")
+    a("--workers", type=int, default=0, help="programs run in parallel (default: core count)")
+    a("--canonical", action="store_true", help="run the reference solutions (no model): all must pass")
+    a("--stubs", action="store_true", help="run `pass` stubs (no model): all must fail")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
+    a("--quiet", action="store_true", help="no progress bar")
+
+
+def add_bpb_args(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("--model", required=True, help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--data", help="data dir holding code/ and text/ shards (default $NANOCODE_HOME/data)")
+    a("--rows", type=int, default=8, help="rows per batch (default 8)")
+    a("--seq-len", type=int, help="tokens per row (default: the model's sequence_len)")
+    a("--batches", type=int, default=8, help="val batches per source (default 8)")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
+
+
+def add_agent_args(p: argparse.ArgumentParser) -> None:
+    from evals.agent import POLICIES  # light: no jax at import
+
+    a = p.add_argument
+    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--policy", choices=POLICIES, default="model",
+      help="model (default); oracle / nothing: the harness-validity baselines (no model)")
+    a("--families", help="comma-separated task families (default: every trained and eval-only one)")
+    a("--per-family", type=int, default=10, help="tasks per family (default 10)")
+    a("--limit", type=int, help="only the first N tasks (families interleaved)")
+    a("--max-steps", type=int, default=15, help="tool calls per user turn (default 15)")
+    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
+    a("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling seed = task seed")
+    a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
+    a("--split", choices=("eval", "train"), default="eval", help="eval (default): held-out tasks; "
+      "train: tasks from the training distribution (training names, seeds below EVAL_SEED0), the "
+      "split on which settings such as --copy-bias are chosen")
+    a("--best-of", type=int, default=1, metavar="N", help="N rollouts per task in copies of its "
+      "project, the verifier (tests / agreement, never the hidden check) picks one; the summary "
+      "gives pass@1 (rollout 0) beside best-of-N (default 1: off)")
+    a("--best-of-temperature", type=float, default=0.7, metavar="T",
+      help="sampling temperature of rollouts 2..N (default 0.7); rollout 1 uses --temperature")
+    a("--no-ground", action="store_true", help="the grammar does not ground paths, anchors and "
+      "names in the project (Agent ground=False)")
+    a("--retries", type=int, default=2, help="resamples of a failed or repeated call per step (default 2)")
+    a("--copy-bias", type=float, default=0.0, metavar="BETA",
+      help="copy bias toward tokens seen in the context (default 0.0: off)")
+    a("--workers", type=int, default=0, help="task processes, each loading the model once "
+      "(default min(2, cpus); 1 = in this process)")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, or reference/ for baselines)")
+    a("--quiet", action="store_true", help="no progress bar")
+
+
+def add_core_args(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("--model", required=True, help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--bundle", help="eval bundle dir (core.yaml, eval_meta_data.csv, eval_data/); 'tiny' for the "
+      "packaged test subset; default $NANOCODE_HOME/eval_bundle, downloaded when missing")
+    a("--limit", "--max-per-task", dest="limit", type=int,
+      help="only the first N (shuffled) examples of each task (quick runs)")
+    a("--batch-tokens", type=int, default=4096,
+      help="tokens per forward batch (default 4096; rows = this / length bucket)")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
+    a("--quiet", action="store_true", help="no progress bar")
+
+
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("a", type=Path, help="the baseline: an `evals agent` result file (agent_*.json) or its dir")
+    p.add_argument("b", type=Path, help="the variant, run on the same tasks")
+    p.add_argument("--out", help="also write the paired numbers as JSON here")
+
+
+def add_report_args(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("--model", required=True, help="run dir, checkpoint dir, or run tag under $NANOCODE_HOME/runs")
+    a("--out", help="output dir for report.md and the PNGs (default <run dir>/report)")
 
 
 def main(argv: list[str] | None = None) -> int:

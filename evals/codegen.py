@@ -20,10 +20,11 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from evals import sandbox, tasks
-from evals.passk import DEFAULT_KS, mean_pass_at_k
+from evals.passk import mean_pass_at_k
 from nanocode.common import ModelError, resolve_model  # noqa: F401 - shared with the agent
 
 
@@ -41,9 +42,10 @@ def load_model(model: str, step: int | None = None):
     return params, cfg, Tokenizer.from_dict(tok_dict), meta, ckpt, tag, step
 
 
-def out_dir(args, tag: str) -> Path:
+def out_dir(out: str | None, tag: str) -> Path:
+    """--out, else $NANOCODE_HOME/evals/<tag>."""
     from nanocode.common import nanocode_home
-    return Path(args.out).expanduser() if args.out else nanocode_home() / "evals" / tag
+    return Path(out).expanduser() if out else nanocode_home() / "evals" / tag
 
 
 def write_results(dest: Path, name: str, records: list[dict], summary: dict) -> Path:
@@ -64,21 +66,30 @@ def _bar(total: int, desc: str, quiet: bool):
                 dynamic_ncols=True)
 
 
-def run_reference(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
+@dataclass(frozen=True)
+class Sampling:
+    """How run_model samples: n completions per problem (--n, --temperature, --top-k, --top-p,
+    --max-tokens, --seed)."""
+    n: int = 1
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int = 0
+
+
+def run_reference(problems: list[tasks.Problem], limits: sandbox.Limits, *, stubs: bool = False,
+                  workers: int = 0, quiet: bool = False) -> tuple[list[dict], dict]:
     """--canonical / --stubs: the harness-validity run, no model."""
-    which = "stubs" if args.stubs else "canonical"
-    bar = _bar(len(problems), which, args.quiet)
-    results = sandbox.run_many([tasks.program(p, tasks.reference(p, args.stubs)) for p in problems],
-                               _limits(args), args.workers, on_done=lambda i, r: bar.update())
+    which = "stubs" if stubs else "canonical"
+    bar = _bar(len(problems), which, quiet)
+    results = sandbox.run_many([tasks.program(p, tasks.reference(p, stubs)) for p in problems],
+                               limits, workers, on_done=lambda i, r: bar.update())
     bar.close()
     rows = [{"task_id": p.task_id, "n": 1, "c": int(r.status == "passed"),
-             "samples": [_sample_row(tasks.reference(p, args.stubs), r)]}
+             "samples": [_sample_row(tasks.reference(p, stubs), r)]}
             for p, r in zip(problems, results)]
     return rows, {"model": which, "mode": which, "n": 1}
-
-
-def _limits(args) -> sandbox.Limits:
-    return sandbox.Limits(timeout=args.timeout, memory_mb=args.memory_mb)
 
 
 def _sample_row(solution: str, r: sandbox.Result, text: str | None = None) -> dict:
@@ -89,30 +100,37 @@ def _sample_row(solution: str, r: sandbox.Result, text: str | None = None) -> di
     return row
 
 
-def run_model(args, problems: list[tasks.Problem]) -> tuple[list[dict], dict]:
-    """Sample args.n completions per problem and execute them."""
+def run_model(problems: list[tasks.Problem], model: str, limits: sandbox.Limits, sampling: Sampling, *,
+              step: int | None = None, mode: str = "auto", batch: int = 0, workers: int = 0,
+              desc: str = "sample+run", quiet: bool = False) -> tuple[list[dict], dict]:
+    """Sample sampling.n completions per problem (batch rows per generate call, 0: n) and execute
+    them, `workers` programs at a time (0: core count)."""
     from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
     from nanocode.engine import Engine
 
-    params, cfg, tok, meta, ckpt, tag, step = load_model(args.model, args.step)
+    params, cfg, tok, meta, ckpt, tag, step = load_model(model, step)
     engine = Engine(params, cfg, tok)
     stage = (meta or {}).get("stage", "base")
-    mode = args.mode if args.mode != "auto" else ("completion" if stage == "base" else "chat")
+    mode = mode if mode != "auto" else ("completion" if stage == "base" else "chat")
     stops = list(engine.stop_ids) + ([tok.bos_id] if mode == "completion" else [])
-    batch = max(1, args.batch or args.n)
+    batch = max(1, batch or sampling.n)
 
-    pool = ThreadPoolExecutor(max_workers=args.workers or os.cpu_count() or 1)
+    pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1)
     try:
-        return _sample_and_run(args, problems, engine, tok, mode, stops, batch, pool, stage, ckpt, tag, step)
+        rows = _sample_and_run(problems, engine, tok, mode, stops, batch, pool, sampling, limits, desc, quiet)
     finally:
         pool.shutdown(cancel_futures=True)  # an error or Ctrl-C leaves no queued programs
+    info = {"model": tag, "checkpoint": str(ckpt), "step": int(step), "stage": stage, "mode": mode,
+            "n": sampling.n, "temperature": sampling.temperature, "top_k": sampling.top_k,
+            "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "seed": sampling.seed}
+    return rows, info
 
 
-def _sample_and_run(args, problems, engine, tok, mode, stops, batch, pool, stage, ckpt, tag, step):
+def _sample_and_run(problems, engine, tok, mode, stops, batch, pool, sampling, limits, desc, quiet):
     sandbox.isolation()
     pending = []  # (problem index, [(text, solution, future)])
-    bar = _bar(len(problems), f"{args.task} sample+run", args.quiet)
+    bar = _bar(len(problems), desc, quiet)
     for pi, p in enumerate(problems):
         if mode == "chat":
             ids = tok.render_for_completion({"messages": [{"role": "user", "content": tasks.chat_message(p)}]})
@@ -122,19 +140,19 @@ def _sample_and_run(args, problems, engine, tok, mode, stops, batch, pool, stage
         samples = []
         if room < 1:
             over = sandbox.Result("failed", None, 0.0, "", "prompt longer than the model's context", "")
-            samples = [("", "", over)] * args.n
+            samples = [("", "", over)] * sampling.n
         else:
-            budget = min(args.max_tokens, room)
-            for start in range(0, args.n, batch):
-                k = min(batch, args.n - start)
+            budget = min(sampling.max_tokens, room)
+            for start in range(0, sampling.n, batch):
+                k = min(batch, sampling.n - start)
                 outs = engine.generate(ids, n=k, max_tokens=budget, stop=stops,
-                                       temperature=args.temperature, top_k=args.top_k,
-                                       top_p=args.top_p, seed=args.seed + 1000003 * pi + start)
+                                       temperature=sampling.temperature, top_k=sampling.top_k,
+                                       top_p=sampling.top_p, seed=sampling.seed + 1000003 * pi + start)
                 for out in outs:
                     text = tok.decode([t for t in out if t not in stops])
                     sol = tasks.solution_from_completion(p, text, mode)
                     samples.append((text, sol, pool.submit(sandbox.run_program, tasks.program(p, sol),
-                                                           _limits(args))))
+                                                           limits)))
         pending.append((pi, samples))
         bar.update()
     bar.close()
@@ -144,10 +162,7 @@ def _sample_and_run(args, problems, engine, tok, mode, stops, batch, pool, stage
         rows.append({"task_id": problems[pi].task_id, "n": len(res),
                      "c": sum(r.status == "passed" for _, _, r in res),
                      "samples": [_sample_row(s, r, t) for t, s, r in res]})
-    info = {"model": tag, "checkpoint": str(ckpt), "step": int(step), "stage": stage, "mode": mode,
-            "n": args.n, "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-            "max_tokens": args.max_tokens, "seed": args.seed}
-    return rows, info
+    return rows
 
 
 def main(args) -> int:
@@ -166,7 +181,16 @@ def main(args) -> int:
         return 2
     try:
         problems = tasks.load_task(args.task, args.data, args.limit)
-        rows, info = run_reference(args, problems) if reference else run_model(args, problems)
+        limits = sandbox.Limits(timeout=args.timeout, memory_mb=args.memory_mb)
+        if reference:
+            rows, info = run_reference(problems, limits, stubs=args.stubs, workers=args.workers,
+                                       quiet=args.quiet)
+        else:
+            sampling = Sampling(n=args.n, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                max_tokens=args.max_tokens, seed=args.seed)
+            rows, info = run_model(problems, args.model, limits, sampling, step=args.step, mode=args.mode,
+                                   batch=args.batch, workers=args.workers, desc=f"{args.task} sample+run",
+                                   quiet=args.quiet)
     except (tasks.TaskError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -178,7 +202,7 @@ def main(args) -> int:
                **scores, "k": ks, "statuses": dict(statuses), "data": args.data or "default",
                "limit": args.limit, "timeout_s": args.timeout, "memory_mb": args.memory_mb,
                "isolation": iso, "seconds": round(time.perf_counter() - t0, 1)}
-    dest = out_dir(args, "reference" if reference else info["model"])
+    dest = out_dir(args.out, "reference" if reference else info["model"])
     name = args.task + (f"_{info['mode']}" if reference else f"_step{info['step']}")
     write_results(dest, name, rows, summary)
     print(f"{'eval':<14} {'model':<16} {'mode':<10} {'n':>4} {'solved':>9} "
@@ -189,28 +213,3 @@ def main(args) -> int:
           f"{iso['readonly_fs']}, cgroups: {','.join(iso['cgroups']) or 'none'}); statuses "
           f"{dict(statuses)}; {summary['seconds']} s; wrote {dest / (name + '.json')}")
     return 0
-
-
-def add_arguments(p) -> None:
-    a = p.add_argument
-    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
-    a("--step", type=int, help="checkpoint step (default: the latest)")
-    a("--data", help="local JSONL[.gz] in the upstream format (offline source for hub datasets)")
-    a("--mode", choices=("auto", "completion", "chat"), default="auto",
-      help="prompting: auto = completion for base checkpoints, else chat (sft, dpo, exported)")
-    a("--n", type=int, default=1, help="samples per problem (default 1)")
-    a("--k", type=int, nargs="+", default=list(DEFAULT_KS), help="pass@k values (those <= n)")
-    a("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    a("--top-k", type=int, default=0)
-    a("--top-p", type=float, default=1.0)
-    a("--max-tokens", type=int, default=512, help="new tokens per sample (default 512)")
-    a("--batch", type=int, default=0, help="sample rows per generate call (default: n)")
-    a("--seed", type=int, default=0)
-    a("--limit", type=int, help="only the first N problems (quick runs)")
-    a("--timeout", type=float, default=10.0, help="seconds per program (default 10)")
-    a("--memory-mb", type=int, default=2048, help="address-space limit per program (default 2048)")
-    a("--workers", type=int, default=0, help="programs run in parallel (default: core count)")
-    a("--canonical", action="store_true", help="run the reference solutions (no model): all must pass")
-    a("--stubs", action="store_true", help="run `pass` stubs (no model): all must fail")
-    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
-    a("--quiet", action="store_true", help="no progress bar")

@@ -124,9 +124,3 @@ def main(args) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps({"a": str(args.a), "b": str(args.b), **result}, indent=1) + "\n")
     return 0
-
-
-def add_arguments(p) -> None:
-    p.add_argument("a", type=Path, help="the baseline: an `evals agent` result file (agent_*.json) or its dir")
-    p.add_argument("b", type=Path, help="the variant, run on the same tasks")
-    p.add_argument("--out", help="also write the paired numbers as JSON here")

@@ -364,7 +364,7 @@ def main(args) -> int:
                "tasks": per_task, "bundle": str(bundle), "limit": args.limit,
                "sequences": len(rows), "batch_tokens": args.batch_tokens,
                "seconds": round(time.perf_counter() - t0, 1)}
-    dest = out_dir(args, tag)
+    dest = out_dir(args.out, tag)
     path = write_results(dest, f"core_step{step}", records, summary)
     print(f"{'task':<34} {'type':<18} {'shots':>5} {'n':>6} {'accuracy':>9} {'centered':>9}")
     for label, r in per_task.items():
@@ -373,17 +373,3 @@ def main(args) -> int:
     print(f"{name}: {core:.4f} ({tag} step {step}; {len(rows)} sequences, {summary['seconds']} s); "
           f"wrote {path}")
     return 0
-
-
-def add_arguments(p) -> None:
-    a = p.add_argument
-    a("--model", required=True, help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
-    a("--step", type=int, help="checkpoint step (default: the latest)")
-    a("--bundle", help="eval bundle dir (core.yaml, eval_meta_data.csv, eval_data/); 'tiny' for the "
-      "packaged test subset; default $NANOCODE_HOME/eval_bundle, downloaded when missing")
-    a("--limit", "--max-per-task", dest="limit", type=int,
-      help="only the first N (shuffled) examples of each task (quick runs)")
-    a("--batch-tokens", type=int, default=4096,
-      help="tokens per forward batch (default 4096; rows = this / length bucket)")
-    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
-    a("--quiet", action="store_true", help="no progress bar")

@@ -313,9 +313,3 @@ def main(args) -> int:
     if not plotted:
         print(PLOTS_HINT, file=sys.stderr)
     return 0
-
-
-def add_arguments(p) -> None:
-    a = p.add_argument
-    a("--model", required=True, help="run dir, checkpoint dir, or run tag under $NANOCODE_HOME/runs")
-    a("--out", help="output dir for report.md and the PNGs (default <run dir>/report)")

@@ -52,7 +52,7 @@ def _attend_chunk(q, k, v, mask):
     """`_softmax_attend` (k not transposed) with a hand-written backward, for training's chunks:
     it saves the probabilities and the output and takes the softmax gradient's row term as
     rowsum(dO * O) over D (FlashAttention's delta) instead of autodiff's rowsum(dP * P) over the
-    keys; on CPU (d4, T=512) the step was ~1.05x faster. Same arguments and result."""
+    keys, which saves a little of the step on CPU. Same arguments and result."""
     return _softmax_attend(q, k, v, mask)
 
 
@@ -81,8 +81,8 @@ def _attend_einsum(q, k, v, window: int, q_pos=None, valid_len=None, chunk: int 
                    head_major: bool = False):
     """Attention written out by hand, block-causal: without a cache, queries go in chunks of 128
     and each chunk multiplies only the keys it can see (positions s - window .. e), so a causal
-    T=512 pass does 10/16 of the full product and a window of 128 about 2/T of it. On this CPU that
-    made fwd+bwd 2.3x faster than jax.nn.dot_product_attention (87 vs 198 ms, d4 shapes).
+    T=512 pass does 10/16 of the full product and a window of 128 about 2/T of it; on CPU that beats
+    jax.nn.dot_product_attention, which computes the whole product.
     q (B, T, H, D); k, v (B, S, K, D), or in the KV cache's layout when head_major: k (B, K, D, S),
     v (B, K, S, D) (transposing a 512-slot cache per layer per token cost more than the decode
     math). With a cache: one chunk, absolute q_pos, keys < valid_len."""

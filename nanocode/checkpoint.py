@@ -1,4 +1,4 @@
-"""Checkpoints: model params, optimizer state, step, data-loader state, config, tokenizer and run
+"""Model checkpoints: params, optimizer state, step, data-loader state, config, tokenizer and run
 metadata in one directory per step, written with orbax-checkpoint.
 
 Trade-offs:

@@ -1,5 +1,5 @@
 """Inference: bucketed chunked prefill, jitted single-token decode, a fused while_loop decoder,
-sampling, streaming, n samples per prompt, and a Session that reuses its KV cache across turns.
+sampling, streaming, n samples per prompt, and a Decoder that reuses its KV cache across turns.
 
 Everything runs `gpt.forward` with a preallocated `KVCache` in the compute dtype (keys
 (L, B, K, D, max_len), values (L, B, K, max_len, D): the layout XLA:CPU's two attention matmuls
@@ -8,23 +8,22 @@ logits equal full recomputation (tested token for token, windows and smear inclu
 Numbers below: bench/infer.py, cpu-d4, random weights, 2-core CPU, max_len 512.
 
 - Prefill compiles once per bucket (16, 64, 256, 1024, ... <= max_len), not per prompt length
-  (~0.2-0.9 s per bucket cold, less from the persistent cache). `plan_chunks` cuts a prompt into
+  (each cold compile costs under a second on CPU; the persistent cache keeps them). `plan_chunks` cuts a prompt into
   one padded chunk when padding wastes at most half of it, else the largest full bucket first (a
   300-token prompt runs 256 + 64 rows, not 1024); an exact-size chunk (one more compile) happens
   only when the cache's last free slots are fewer than every bucket. Only the last real token goes
   through the head (`last_only`), and a chunk attends to a kv_len prefix of the cache (below), so
-  one compile per (chunk bucket, kv bucket) pair actually used. 256-token TTFT ~16-22 ms
-  (nanochat's PyTorch engine: ~26 ms).
+  one compile per (chunk bucket, kv bucket) pair actually used (time to first token against
+  nanochat's engine: docs/BENCHMARKS.md).
 - Decode is one jitted step (forward of one token + sampling of the next) with the cache donated,
   so there is no cache copy per token. It attends to a kv_len prefix of the cache (128, 256, ...
   slots, one compile per size: `Engine.kv_bucket`), so a short conversation does not pay for a long
   context. Every emitted token is written to the cache before it is handed out, so the cache always
   holds the whole history, the next turn prefills only new tokens, and generation can emit at most
   `room()` tokens.
-- The streaming path syncs to the host once per token (it must, to yield): ~1.2 ms/token at
-  batch 1. `Engine.generate` runs the decode as `lax.while_loop`s (one per kv_len bucket crossed),
-  stopping on stop tokens or the budget inside the loop: ~0.9 ms/token at batch 1 (nanochat:
-  ~1.7), ~3.2 ms per step of 8 rows. The fused loop does NOT support the logits hook (a host
+- The streaming path syncs to the host once per token (it must, to yield). `Engine.generate`
+  runs the decode as `lax.while_loop`s (one per kv_len bucket crossed), stopping on stop tokens or
+  the budget inside the loop, with no host round trip per token. The fused loop does NOT support the logits hook (a host
   callable); constrain or bias output through the streaming path.
 - The streaming hook returns, per draw, None, a bool (V,) mask (False = never drawn) or a float
   (V,) additive bias (-inf = never drawn, 0 = neutral, +beta = favoured: agent/copy_bias.py).
@@ -183,8 +182,9 @@ def decode_text(tokenizer, ids: Iterable[int]) -> Iterator[str]:
 
 
 class Engine:
-    """Owns the params, the config and the compiled functions. Stateless between calls; a
-    conversation's state lives in a `Session`."""
+    """Owns the params, the config and the compiled functions. Stateless between calls; one
+    sequence's state (its token ids and the KV cache holding them) lives in a `Decoder`, made by
+    `Engine.decoder()`."""
 
     def __init__(self, params, cfg: GPTConfig, tokenizer=None, max_len: int | None = None,
                  dtype=None, buckets: Sequence[int] | None = None):
@@ -245,8 +245,9 @@ class Engine:
             out[b] = time.perf_counter() - t
         return out
 
-    def session(self) -> Session:
-        return Session(self)
+    def decoder(self) -> Decoder:
+        """A new, empty Decoder (batch 1, its own KV cache of max_len slots) on this engine."""
+        return Decoder(self)
 
     # -- non-streaming, batched -----------------------------------------------------------------
     def generate(self, prompts, n: int = 1, max_tokens: int | None = None, stop=None,
@@ -309,15 +310,34 @@ class Engine:
         if max_tokens > room:
             raise ContextOverflow(f"{max_tokens} new tokens do not fit: {used} of {self.max_len} "
                                   f"context slots are used ({room} free); lower max_tokens or "
-                                  "start a new session")
+                                  "start a new Decoder")
         return int(max_tokens)
 
 
-class Session:
-    """One conversation at batch 1: the token history `ids`, a KV cache holding exactly those
-    tokens, and the next-token logits after them. append() prefills only what is new;
-    generate() streams tokens and writes each one to the cache as it goes.
-    stats: prefilled / generated (the last call), prefilled_total / generated_total."""
+class Decoder:
+    """One token sequence at batch 1, decoded incrementally (made by `Engine.decoder()`).
+
+    Holds: `ids`, the token history; `cache`, a KV cache holding exactly those tokens (slot i is
+    ids[i], `cache.pos` == len(ids)); `logits`, the (1, V) fp32 next-token logits after the last
+    of them (None until the first append). Invariant: after every call, and after every token a
+    generate() stream has handed out, the three agree.
+
+    - append(ids): prefill the new tokens after the history, and only them. ContextOverflow,
+      raised before anything is written, when they do not fit in room().
+    - generate(...): stream sampled ids (the stop token included), starting from `logits`. Each
+      token is written to the cache and to `ids` before it is yielded, so a caller that stops
+      iterating early still holds a consistent Decoder. At most room() tokens; an explicit
+      max_tokens > room() raises ContextOverflow at the call, before any token. Needs a prior
+      append. stop_reason afterwards: "stop" | "length" | "context".
+    - room(): free cache slots, max_len - len(ids): how many more tokens, appended or
+      generated, fit.
+    - Reuse across turns: keep one Decoder for a conversation and append() only each turn's new
+      tokens (the model's own replies are already in it); the logits match (to float rounding)
+      those of the whole history prefilled into a fresh Decoder. The history only grows: to drop or change tokens
+      already in it, make a new Decoder and append the new history.
+    - stats: prefilled / generated (the last call), prefilled_total / generated_total (since
+      creation).
+    """
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -353,7 +373,7 @@ class Session:
         bias (cast to float32; -inf = disallowed, 0 = neutral, +beta = favoured: the copy bias),
         numpy or on device; at least one slot must stay allowed, and a returned array must not
         be mutated afterwards (a host float row goes to the jitted step as is, which may read it
-        asynchronously). Breaking out of the loop early leaves the session consistent."""
+        asynchronously). Breaking out of the loop early leaves the Decoder consistent."""
         if self.logits is None:
             raise ValueError("append a prompt before generating")
         budget = self.engine._budget(len(self.ids), max_tokens)

@@ -1,10 +1,9 @@
 """BPE tokenizer and the conversation renderer: rustbpe trains, tiktoken encodes.
 
-Two libraries instead of one because each is fastest at its half: rustbpe learns an 8k vocab on
-30 MB of stdlib Python in ~5 s (2 cores), tiktoken encodes it at ~7-9 MB/s per thread (3.7 bytes per
-token at 8k). The learned merges are the whole state, so the file is plain JSON (pattern, base64
-token bytes -> rank, special tokens: 150 KB at 8k, loads in ~10 ms) rather than nanochat's pickle:
-portable, readable, and loading it runs no code.
+Two libraries instead of one because each is fastest at its half: rustbpe learns a vocabulary
+from tens of MB in seconds, tiktoken encodes at several MB/s per thread. The learned merges are
+the whole state, so the file is plain JSON (pattern, base64 token bytes -> rank, special tokens)
+rather than nanochat's pickle: portable, readable, and loading it runs no code.
 
 Split pattern: GPT-4's, except numbers split into runs of 1-2 digits instead of 1-3 (nanochat's
 choice: fewer vocab slots spent on numbers at small vocab sizes). The 11 special tokens come after

@@ -4,7 +4,7 @@ Trade-off: the model is an engine DOUBLE (`StreamEngine`) that emits scripted ra
 a JAX model. What is fuzzed is the loop's own work: streaming/decoding, stopping, parsing calls,
 the grammar state machine, dispatch, permissions, tools, undo snapshots and context dropping; a
 JAX forward per token would make 10,000 streams take hours and add nothing to that. The double
-keeps the engine Session's contract (ids, room(), append() raising ContextOverflow when the
+keeps the engine Decoder's contract (ids, room(), append() raising ContextOverflow when the
 context is full, generate() with the budget check, the mask hook called before every token, a
 stop on <|assistant_end|>/<|tool_call_end|>). Everything else is real: the BPE tokenizer, the
 Agent, tools.permissions.Policy, the four tools and tools.undo on a temporary git repo.
@@ -73,7 +73,7 @@ def tok():
 
 # ---- the engine double -------------------------------------------------------------------------
 class StreamEngine:
-    """Engine stand-in: `session()` gives StreamSessions whose generate() plays `next_stream()`.
+    """Engine stand-in: `decoder()` gives StreamDecoders whose generate() plays `next_stream()`.
     `obey`: follow the mask hook (grammar on); otherwise the stream is emitted as is. Past the end
     of a stream that did not stop, random ordinary tokens follow until the budget runs out."""
 
@@ -85,11 +85,11 @@ class StreamEngine:
         self.rng, self.obey, self.streams = rng, obey, 0
         self.agent = None  # set once the Agent exists: generate() checks its history
 
-    def session(self):
-        return StreamSession(self)
+    def decoder(self):
+        return StreamDecoder(self)
 
 
-class StreamSession:
+class StreamDecoder:
     def __init__(self, engine):
         self.engine, self.ids = engine, []
         self.stats = {"prefilled": 0, "generated": 0, "prefilled_total": 0, "generated_total": 0}
@@ -109,7 +109,7 @@ class StreamSession:
                  allowed=None):
         a = self.engine.agent  # what the model sees is the conversation, at every generation
         want = a.sampler.rendered_ids(a.messages) + [a.sampler.tok.encode_special("<|assistant_start|>")]
-        assert same_text(a.sampler.tok, self.ids, want), "the session is not the rendered conversation"
+        assert same_text(a.sampler.tok, self.ids, want), "the decoder is not the rendered conversation"
         budget = self.room() if max_tokens is None else max_tokens
         if budget > self.room() or budget < 1:
             raise ContextOverflow(f"{max_tokens} new tokens do not fit ({self.room()} free)")
@@ -293,7 +293,7 @@ def fuzz(tok, world, n_streams, seed=0):
                       max_tokens=int(streams.pick([16, 64, 256, 1024, 4096])),
                       max_steps=int(rng.integers(1, 8)), constrain=engine.obey,
                       retries=2 if engine.obey else 0,  # raw streams: every bad call reaches the tools
-                      checkpoints=rng.random() < 0.5)
+                      snapshots=rng.random() < 0.5)
         engine.agent = agent
         for _ in range(int(rng.integers(1, 6))):
             cancel = threading.Event()

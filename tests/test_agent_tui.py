@@ -401,7 +401,7 @@ def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
     agent = loader()
     assert isinstance(agent, Agent) and agent.mode == "plan" and agent.sampler.max_tokens == 9
     assert agent.meta["model"] == str(loader.model_dir) and agent.store is not None
-    bad = tui.Loader(loader.args, repo, tmp_path / "nothing")
+    bad = tui.Loader(loader.options, repo, tmp_path / "nothing")
     with pytest.raises(tui.LoadError, match="cannot load the model"):
         bad()
 

@@ -1,7 +1,7 @@
 """Best-of-N (agent/best_of.py) on a REAL engine and loop: a tiny random model scripted per rollout
 (test_agent_driver's Script), real tools in copies of a real temp git repo. Checked on disk: the
 user's tree (and .git) is untouched while rollouts run, then gets exactly the winner's changes as
-one turn that Checkpoints.undo restores; uncommitted and ignored files survive; copies are
+one turn that Snapshots.undo restores; uncommitted and ignored files survive; copies are
 removed; a question picks the agreed citation. Plus the verifier's rules, the copy machinery
 (subdirectory root, no git, a conflicting user edit) with a stub agent, and flag validation."""
 import os
@@ -22,7 +22,7 @@ from nanocode.protocol import TurnResult, system_prompt
 from test_agent_driver import Script, call, reply
 from tiny_models import commit_all, tiny, tiny_tokenizer
 from tools.permissions import Policy
-from tools.undo import Checkpoints
+from tools.undo import Snapshots
 
 TEXTS = [system_prompt("{cwd}")] * 3 + ["def f():\n    return 1\n" * 20,
                                         "fixed: f returns 2. it is defined at `a.py:1`."] * 2
@@ -82,7 +82,7 @@ def scripted(engine, scripts, roots):
         script.V = engine.cfg.vocab_size
         roots.append((root, temperature, seed))
         agent = Agent(engine, root, policy=Policy(Path(root), "auto"), temperature=temperature,
-                      seed=seed, extra_mask=script, constrain=False, checkpoints=False)
+                      seed=seed, extra_mask=script, constrain=False, snapshots=False)
         script.agent = agent
         return agent
     return make
@@ -127,7 +127,7 @@ def test_change_applies_only_the_winner_as_one_undoable_turn(engine, tok, user, 
     assert str(user) in res.messages[0]["content"] and "nanocode-best-of" not in str(res.messages)
     assert os.listdir(tmp_path / "tmp") == []  # the copies are gone
     # /undo restores the user's tree
-    assert Checkpoints(user).undo() == ["a.py", "b.py", "old.py"]
+    assert Snapshots(user).undo() == ["a.py", "b.py", "old.py"]
     assert tree(user) == before
 
 
@@ -209,7 +209,7 @@ def test_subdirectory_root_and_no_git(tmp_path, monkeypatch):
     (plain / "p.txt").write_text("1\n")
     res = best_of(Stub, plain, "edit", 2, drive=edit_drive({"q/new.txt": "new\n"}))
     assert res.applied == ["q/new.txt"] and (plain / "q" / "new.txt").read_text() == "new\n"
-    assert Checkpoints(plain).undo() == ["q/new.txt"] and sorted(os.listdir(plain)) == ["p.txt"]
+    assert Snapshots(plain).undo() == ["q/new.txt"] and sorted(os.listdir(plain)) == ["p.txt"]
 
 
 def test_a_user_edit_during_the_rollouts_blocks_the_apply(user):

@@ -177,9 +177,9 @@ def test_large_beta_makes_greedy_decode_copy_a_span(tok):
             row = cb.bias(out)
             return np.zeros(V, np.float32) if row is None else row
 
-        sess = engine.session()
-        sess.append(prompt)
-        return list(sess.generate(max_tokens=n + 1, stop=(), allowed=hook))
+        dec = engine.decoder()
+        dec.append(prompt)
+        return list(dec.generate(max_tokens=n + 1, stop=(), allowed=hook))
 
     assert run(1e3) == prompt[s:s + n + 1]
     assert run(0.0) != prompt[s:s + n + 1]  # the same model unbiased does not copy

@@ -1,5 +1,5 @@
 """Engine: cached decoding equals full recomputation, chunked/bucketed prefill equals one prefill,
-Session turn reuse, seeded sampling, overflow errors, streaming text."""
+Decoder turn reuse, seeded sampling, overflow errors, streaming text."""
 
 import functools
 import warnings
@@ -59,7 +59,7 @@ def test_cached_greedy_equals_full_recompute(kw):
     prompts = [prompt_ids(120, seed=1), prompt_ids(120, seed=2)]
     want = greedy_by_recompute(params, cfg, prompts, 16)
     assert want[0] != want[1]
-    s = engine.session()
+    s = engine.decoder()
     s.append(prompts[0])
     assert list(s.generate(max_tokens=16)) == want[0]  # streaming, batch 1
     assert engine.generate(prompts, max_tokens=16) == want  # fused loop, batch 2
@@ -71,11 +71,11 @@ def test_chunked_prefill_equals_single_prefill():
     padded = np.zeros((1, CFG.sequence_len), np.int32)
     padded[0, :150] = ids
     ref = _full_logits_at(PARAMS, CFG, padded, 150)
-    one = ENGINE.session()
+    one = ENGINE.decoder()
     one.append(ids)  # 64 + 64 + 22 padded to 64 (buckets)
     np.testing.assert_allclose(one.logits, ref, atol=1e-5, rtol=1e-5)
     for splits in [(37, 1, 90, 22), (1, 1, 1, 147), (16, 64, 70)]:
-        s = ENGINE.session()
+        s = ENGINE.decoder()
         start = 0
         for n in splits:
             s.append(ids[start:start + n])
@@ -101,9 +101,9 @@ def test_plan_chunks_uses_buckets_and_exact_size_only_at_the_end():
             used += real
 
 
-# ---- sessions ----------------------------------------------------------------------------------
-def test_session_reuses_cache_across_ten_turns():
-    s = ENGINE.session()
+# ---- decoders ----------------------------------------------------------------------------------
+def test_decoder_reuses_cache_across_ten_turns():
+    s = ENGINE.decoder()
     total_new = 0
     for turn in range(10):
         new = prompt_ids(5 + turn, seed=10 + turn)
@@ -115,19 +115,19 @@ def test_session_reuses_cache_across_ten_turns():
         assert int(s.cache.pos) == len(s.ids)
     assert s.stats["prefilled_total"] == total_new
     assert s.stats["generated_total"] == 40
-    fresh = ENGINE.session()  # the same history prefilled from scratch
+    fresh = ENGINE.decoder()  # the same history prefilled from scratch
     fresh.append(s.ids)
     np.testing.assert_allclose(s.logits, fresh.logits, atol=1e-5, rtol=1e-5)
 
 
 def test_stop_tokens_end_generation_and_are_kept():
-    s = ENGINE.session()
+    s = ENGINE.decoder()
     s.append(prompt_ids(20, seed=5))
     free = list(s.generate(max_tokens=8, stop=()))
     assert s.stop_reason == "length"
     stop_tok = free[3]
     cut = free[:free.index(stop_tok) + 1]
-    s2 = ENGINE.session()
+    s2 = ENGINE.decoder()
     s2.append(prompt_ids(20, seed=5))
     assert list(s2.generate(max_tokens=8, stop=[stop_tok])) == cut
     assert s2.stop_reason == "stop"
@@ -136,7 +136,7 @@ def test_stop_tokens_end_generation_and_are_kept():
 
 # ---- sampling ----------------------------------------------------------------------------------
 def _stream(prompt, **kw):
-    s = ENGINE.session()
+    s = ENGINE.decoder()
     s.append(prompt)
     return list(s.generate(**kw))
 
@@ -225,13 +225,13 @@ def test_float_bias_hook_streams_and_bool_path_is_unchanged():
 def test_prompt_longer_than_context_is_a_clear_error():
     too_long = prompt_ids(CFG.sequence_len + 1)
     with pytest.raises(ContextOverflow, match="257 tokens do not fit.*256"):
-        ENGINE.session().append(too_long)
+        ENGINE.decoder().append(too_long)
     with pytest.raises(ValueError, match="longer than the context"):
         ENGINE.generate(too_long, max_tokens=1)
 
 
 def test_overflow_during_generation_is_announced_before_it_happens():
-    s = ENGINE.session()
+    s = ENGINE.decoder()
     s.append(prompt_ids(250))
     assert s.room() == 6
     with pytest.raises(ContextOverflow, match="10 new tokens do not fit.*250 of 256.*6 free"):
@@ -261,7 +261,7 @@ def test_streamed_text_pieces_concatenate_to_decode():
     # model output (random tokens, specials included) streams to exactly decode(ids)
     cfg = tiny(vocab_size=tok.vocab_size)
     engine = Engine(random_params(cfg, seed=8), cfg, tokenizer=tok, buckets=BUCKETS)
-    s = engine.session()
+    s = engine.decoder()
     s.append([tok.bos_id] + tok.encode("def héllo"))
     start = len(s.ids)
     pieces = list(s.generate_text(max_tokens=40, temperature=1.0, seed=3, stop=()))
@@ -278,7 +278,7 @@ def test_engine_from_checkpoint_and_bf16(tmp_path):
     want = ENGINE.generate(p, max_tokens=6, stop=())
     assert Engine.from_checkpoint(tmp_path, buckets=BUCKETS).generate(p, max_tokens=6) == want
     bf16 = Engine.from_checkpoint(tmp_path, dtype=jnp.bfloat16, buckets=BUCKETS)
-    s = bf16.session()
+    s = bf16.decoder()
     s.append(p)
     assert s.cache.k.dtype == jnp.bfloat16 and s.logits.dtype == jnp.float32
     assert len(list(s.generate(max_tokens=6))) == 6

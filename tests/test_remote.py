@@ -179,7 +179,7 @@ def scripted(tmp_path):
 
 def remote_agent(url, root, **kw):
     from agent.driver import Agent
-    return Agent(RemoteSampler(url), root, mode="auto", checkpoints=False, **kw)
+    return Agent(RemoteSampler(url), root, mode="auto", snapshots=False, **kw)
 
 
 def test_vendor_shapes_stream_into_one_call_per_reply(scripted, tmp_path):
@@ -265,3 +265,32 @@ def test_schema_conversions():
     assert out[5] == {"role": "user", "content": "[tool result] error: x"}  # it answers no call
     from agent.serve import to_conversation  # and our server reads back what we sent
     assert to_conversation(out[:4]) == msgs[:4]
+
+
+def test_the_tui_runs_on_a_remote_model(scripted, tmp_path, monkeypatch):
+    """`nanocode --base-url URL` opens the TUI: its loader builds the agent on the server, the
+    status line names the model and its context, a turn streams the server's reply and runs its
+    call; the session is saved with the server as its model."""
+    from agent import cli, tui
+    from agent.sessions import list_sessions
+    from test_agent_tui import drive, submit, until
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    (tmp_path / "a.py").write_text("x = 1\n")
+    got = {}
+    monkeypatch.setattr(tui, "run", lambda loader, args: got.setdefault("loader", loader) and 0)
+    assert cli.main(["--base-url", scripted, "--cwd", str(tmp_path), "--trust", "--mode", "auto"]) == 0
+    Scripted.script = [[*call_pieces(0, "Read", '{"file_path": "a.py"}'), finish("tool_calls")],
+                       [delta(content="x is 1."), finish("stop")]]
+    app = tui.NanocodeApp(loader=got["loader"], model_name=got["loader"].name)
+
+    async def body(pilot):
+        await until(pilot, lambda: app.agent is not None)
+        await submit(pilot, "what is x?")
+        await until(pilot, lambda: app.turns == 1)
+        status = str(app.query_one("#status").content)
+        assert "vendor-model" in status and "/4,096" in status and "NO SANDBOX" not in status
+        assert "x is 1." in app.transcript_text()
+    drive(app, body)
+    saved, = list_sessions(tmp_path)
+    meta = json.loads(saved.read_text())["meta"]
+    assert meta["model"] == f"{scripted} vendor-model" and meta["turns"][0]["stop_reason"] == "done"

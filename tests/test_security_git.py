@@ -21,7 +21,7 @@ from agent.turn_undo import TurnUndo
 from tools import closest, snapshot
 from tools.git import safe_env
 from tools.grep import grep
-from tools.undo import Checkpoints, UndoError
+from tools.undo import Snapshots, UndoError
 
 KINDS = ["fsmonitor", "nested_fsmonitor", "filter", "diff", "hooks", "pager", "gpg"]
 HOOKS = ["post-checkout", "pre-commit", "post-commit", "reference-transaction", "post-index-change",
@@ -157,7 +157,7 @@ def site_best_of(root, kind, tmp_path):
 
 
 def site_undo(root, kind, tmp_path):
-    ck = Checkpoints(root)
+    ck = Snapshots(root)
     t = ck.begin("attack")
     write(root, "a.txt", "changed by the turn\n")
     write(root, "src/new.py", "x = 1\n")
@@ -257,7 +257,7 @@ def test_repo_owned_by_another_user_is_walked_and_shadowed(tmp_path):
             os.lchown(os.path.join(cur, x), 12345, 12345)
     assert closest.git_files(str(root)) is None  # git refuses it: the callers walk instead
     assert "a.txt:1:hello a" in grep(root, {"pattern": "hello"})
-    ck = Checkpoints(root)
+    ck = Snapshots(root)
     assert ck.shadow
     t = ck.begin()
     write(root, "a.txt", "edit\n")
@@ -294,7 +294,7 @@ def test_turn_that_unignores_files_never_deletes_them(repo, rules):
         git(repo, "commit", "-q", "-am", "rules move to info/exclude")
         write(repo, ".git/info/exclude", ".env\n*.sqlite\nmodels/\n")
     before = tree_bytes(repo)
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     t = ck.begin("unignore")
     write(repo, ".gitignore" if rules == "gitignore" else ".git/info/exclude", "")
     write(repo, "a.py", "x = 2\n")
@@ -311,7 +311,7 @@ def test_turn_that_unignores_files_never_deletes_them(repo, rules):
 
 
 def test_ignored_file_edited_by_the_turn_is_kept_not_deleted(repo):
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     t = ck.begin()
     write(repo, ".gitignore", "")  # unignore and edit them in one turn
     write(repo, ".env", "SECRET=2\n")
@@ -324,7 +324,7 @@ def test_ignored_file_edited_by_the_turn_is_kept_not_deleted(repo):
 
 
 def test_files_that_become_ignored_are_still_checked_before_restore(repo):
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     t = ck.begin()
     write(repo, "a.py", "x = 2\n")
     ck.end(t)
@@ -337,7 +337,7 @@ def test_files_that_become_ignored_are_still_checked_before_restore(repo):
 
 @pytest.mark.parametrize("how", ["bash_git_init", "git_init_with_commit", "edit_made_dotgit"])
 def test_nested_repo_made_in_a_turn_keeps_undo_working(repo, tmp_path, how):
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     before = tree_bytes(repo)
     t = ck.begin("nested")
     x = repo / "x"
@@ -366,7 +366,7 @@ def test_nested_repo_made_in_a_turn_keeps_undo_working(repo, tmp_path, how):
 
 
 def test_tracked_dir_turned_into_a_nested_repo(repo):
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     write(repo, "lib/t.py", "t = 1\n")
     git(repo, "add", "lib")
     git(repo, "commit", "-q", "-m", "lib")
@@ -381,7 +381,7 @@ def test_tracked_dir_turned_into_a_nested_repo(repo):
 
 def test_big_nested_repo_is_skipped_with_a_note(repo, monkeypatch):
     monkeypatch.setattr(snapshot, "MAX_NESTED_FILES", 3)
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     t = ck.begin()
     git(repo, "init", "-q", "big")
     for i in range(5):
@@ -394,7 +394,7 @@ def test_big_nested_repo_is_skipped_with_a_note(repo, monkeypatch):
 
 
 def test_plan_is_a_dry_run_and_committed_turns_need_consent(repo):
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     t = ck.begin()
     write(repo, "a.py", "x = 2\n")
     write(repo, "new.py", "n\n")
@@ -413,7 +413,7 @@ def test_plan_is_a_dry_run_and_committed_turns_need_consent(repo):
 
 
 def test_undo_is_scoped_to_the_session(repo):
-    ck = Checkpoints(repo)
+    ck = Snapshots(repo)
     t1 = ck.begin("s1", session="s1")
     write(repo, "a.py", "from s1\n")
     ck.end(t1)
@@ -450,7 +450,7 @@ def bare_agent(root, sid="sess"):
 
 def test_loop_refuses_the_call_when_the_snapshot_fails(repo):
     a = bare_agent(repo)
-    ck = a.undo_log.checkpoints()
+    ck = a.undo_log.snapshots()
     os.makedirs(ck.meta_dir, exist_ok=True)
     open(os.path.join(ck.meta_dir, "index.lock"), "w").close()  # another snapshot "in progress"
     args = {"file_path": "a.py", "old_string": "x = 1", "new_string": "x = 9"}

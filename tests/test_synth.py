@@ -15,6 +15,7 @@ from tiny_models import untimed
 from tools.dispatch import run_tool
 import train.tasks
 from train import synth
+from train.cli import add_synth_args
 from train.tasks import EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, TRAIN_FAMILIES, make_task, shows_flaw
 from train.tasks.names import NOUNS, PROJECT_WORDS
 from train.tasks.phrasing import fragments
@@ -39,7 +40,7 @@ def oracle_runs(base):
 
 def run_main(out, base, n=12, seed=3):
     p = argparse.ArgumentParser()
-    synth.add_synth_args(p)
+    add_synth_args(p)
     args = p.parse_args(["--out", str(out), "--n", str(n), "--seed", str(seed), "--workers", "2",
                          "--n-eval", str(len(FAMILIES)), "--pref-ratio", "1", "--code-ratio", "0.2",
                          "--val-fraction", "0.2", "--workdir", base])

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tools.undo import Checkpoints, UndoError
+from tools.undo import Snapshots, UndoError
 
 
 def git(d, *args, check=True):
@@ -50,7 +50,7 @@ def tree_state(d):
 
 
 def git_state(d):
-    """Everything of the user's git state that checkpoints must never change."""
+    """Everything of the user's git state that snapshots must never change."""
     idx = os.path.join(d, ".git", "index")
     index = open(idx, "rb").read() if os.path.exists(idx) else None
     return (index, git(d, "rev-parse", "-q", "--verify", "HEAD", check=False), git(d, "ls-files", "-s"),
@@ -89,7 +89,7 @@ def repo(tmp_path):
 def roundtrip(d, change, expect, message="turn"):
     """begin, change, end, undo; asserts Turn.changed, exact restoration and untouched git state."""
     ws0, gs0 = tree_state(d), git_state(d)
-    cp = Checkpoints(d)
+    cp = Snapshots(d)
     t = cp.begin(message)
     change(d)
     t = cp.end(t)
@@ -166,7 +166,7 @@ def test_9_new_directory_tree(repo):
 
 
 def test_10_user_edited_in_between_refuses(repo):
-    cp = Checkpoints(repo)
+    cp = Snapshots(repo)
     t = cp.begin()
     write(repo, "a.py", "agent\n")
     write(repo, "b.txt", "agent\n")
@@ -191,7 +191,7 @@ def test_11_non_git_project_uses_shadow(tmp_path):
     write(d, "keep.log", "log\n")
     write(d, ".nanocode/state.json", "{}\n")
     ws0 = tree_state(d)
-    cp = Checkpoints(d)
+    cp = Snapshots(d)
     assert cp.shadow and cp.git_dir.startswith(str(tmp_path / "home" / "shadow"))
     t = cp.begin()
     write(d, "main.py", "print('b')\n")
@@ -208,7 +208,7 @@ def test_11_non_git_project_uses_shadow(tmp_path):
     ws0.pop(".nanocode/state.json")
     assert ws == ws0
     assert not os.path.exists(os.path.join(d, ".git"))
-    assert [x.id for x in Checkpoints(d).turns()] == [1]  # same shadow found again
+    assert [x.id for x in Snapshots(d).turns()] == [1]  # same shadow found again
 
 
 def test_12_repo_without_commits(tmp_path):
@@ -243,7 +243,7 @@ def test_ignored_files_untouched_and_big_untracked_skipped(repo):
     write(repo, "build/out.o", "obj\n")
     with open(os.path.join(repo, "big.bin"), "wb") as f:
         f.truncate(21 * 1024 * 1024)  # sparse: over the 20 MB limit
-    cp = Checkpoints(repo)
+    cp = Snapshots(repo)
     t = cp.begin()
     assert t.skipped == ["big.bin"]
     write(repo, "old.log", "during\n")
@@ -260,7 +260,7 @@ def test_ignored_files_untouched_and_big_untracked_skipped(repo):
 
 def test_undo_twice_reverse_order(repo):
     ws0, gs0 = tree_state(repo), git_state(repo)
-    cp = Checkpoints(repo)
+    cp = Snapshots(repo)
     t1 = cp.begin("one")
     write(repo, "a.py", "one\n")
     cp.end(t1)
@@ -283,17 +283,17 @@ def test_undo_twice_reverse_order(repo):
 
 def test_restart_can_undo(repo):
     ws0 = tree_state(repo)
-    cp = Checkpoints(repo)
+    cp = Snapshots(repo)
     t = cp.end(cp.begin("edit a"))  # empty turn: nothing changed
     assert t.changed == [] and cp.diff() == ""
     t = cp.begin("edit a")
     write(repo, "a.py", "edited\n")
     t = cp.end(t)
-    again = Checkpoints(repo)
+    again = Snapshots(repo)
     assert [(x.id, x.message, x.changed) for x in again.turns()] == [(1, "edit a", []), (2, "edit a", ["a.py"])]
     assert again.undo() == ["a.py"]
     assert tree_state(repo) == ws0
-    assert Checkpoints(repo).turns()[-1].undone
+    assert Snapshots(repo).turns()[-1].undone
     refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/nanocode")
     assert refs.split() == ["refs/nanocode/turns/1-after", "refs/nanocode/turns/1-before",
                             "refs/nanocode/turns/2-after", "refs/nanocode/turns/2-before"]
@@ -302,14 +302,14 @@ def test_restart_can_undo(repo):
 
 
 def test_begin_reuses_snapshot_when_nothing_changed(repo):
-    cp = Checkpoints(repo)
+    cp = Snapshots(repo)
     t1 = cp.end(cp.begin())
     t2 = cp.begin()
     assert t1.before == t1.after == t2.before
 
 
 def test_diff_shows_changed_lines(repo):
-    cp = Checkpoints(repo)
+    cp = Snapshots(repo)
     t = cp.begin()
     write(repo, "a.py", "x = 1\ny = 3\n")
     write(repo, "n.txt", "brand new\n")
@@ -341,7 +341,7 @@ def test_dirty_untouched_file_kept(repo):
 def test_undo_never_writes_through_symlink_outside(repo, tmp_path):
     outside = str(tmp_path / "outside")
     os.makedirs(outside)
-    cp = Checkpoints(repo)
+    cp = Snapshots(repo)
     t = cp.begin()
     os.unlink(os.path.join(repo, "sub", "c.py"))
     cp.end(t)

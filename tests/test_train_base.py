@@ -181,7 +181,8 @@ def test_accelerators_compute_in_bf16_by_default(monkeypatch, tmp_path):
     from train.finetune import load_start
 
     def dtype(*flags):
-        return model_config(build_parser().parse_args(["base", "--preset", "d12", *flags]), 32768).compute_dtype
+        args = build_parser().parse_args(["base", "--preset", "d12", *flags])
+        return model_config(args.preset, 32768, dtype=args.dtype).compute_dtype
 
     tok = tiny_tokenizer(["def f(x):\n    return x + 1\n"] * 20, 300)
     cfg = GPTConfig(n_layer=2, n_embd=64, n_head=4, n_kv_head=4, head_dim=16, vocab_size=tok.vocab_size,

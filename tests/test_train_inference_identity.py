@@ -58,7 +58,7 @@ def test_synthetic_rollout_equals_agent_conversation(engine, tok, tmp_path, fami
     oracle = make_task(family, seed, base=str(tmp_path)).rollout()
     task = make_task(family, seed, base=str(tmp_path))  # the same project again, untouched
     agent, script = replay(engine, tok, oracle, task.root)
-    assert all(script.identity), "session ids drifted from the rendered conversation"
+    assert all(script.identity), "decoder ids drifted from the rendered conversation"
     # pytest prints its run time ("in 0.03s"), in fix_bug and in some recover_error variants
     pinned = lambda msgs: [{**m, "content": untimed(m["content"])}  # noqa: E731
                            if isinstance(m.get("content"), str) else m for m in msgs]

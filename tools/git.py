@@ -38,7 +38,7 @@ trusted filters such as git-lfs; a repo-local definition of the same driver name
 builtin, and only builtins are run. safe.directory is left to git: a repository owned by another
 user is refused by discovery, so Grep, closest names, grounding and best-of treat the directory as
 not a git work tree (they walk it); undo then uses its private shadow repository. Each `git()`
-call costs one extra `git config` process (~2 ms) to find the drivers; a caller making several
+call costs one extra `git config` process to find the drivers; a caller making several
 calls in a row computes `safe_env()` once and passes it (the drivers are read when it is made).
 Not neutralised because the harness never fetches, pushes, merges or checks out: remote
 helpers, uploadpack/receivepack, core.gitProxy, core.alternateRefsCommand, protocol settings. A

@@ -1,6 +1,6 @@
 """Snapshot plumbing for tools/undo.py: one git dir + work tree, a private index, work-tree trees.
 
-`GitDir` runs every command through tools/git.py (safe_env computed once per public Checkpoints
+`GitDir` runs every command through tools/git.py (safe_env computed once per public Snapshots
 operation, `fresh()`), with GIT_DIR / GIT_WORK_TREE naming the repository explicitly, and builds
 a tree of the work tree as it is now (`snapshot`). How a snapshot is built, and why:
 

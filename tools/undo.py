@@ -1,4 +1,5 @@
-"""Per-turn checkpoints: snapshot the project before an agent turn, show its diff, undo it.
+"""Per-turn snapshots: snapshot the project before an agent turn, show its diff, undo it.
+(Snapshots of the user's files, not model checkpoints: those are nanocode/checkpoint.py.)
 
 Design. A snapshot is a git tree of the whole work tree (tracked + untracked-not-ignored files,
 nested repositories' files; tools/snapshot.py says how it is built) made in a private index:
@@ -7,10 +8,11 @@ changes and otherwise reused, so unchanged files are not re-hashed; then `write-
 `commit-tree`. begin() keeps the "before" commit alive under refs/nanocode/turns/<id>-before,
 end() the "after" one under <id>-after; metadata (message, session id, changed and skipped paths,
 undone flag, HEAD at begin) lives in <git dir>/nanocode/turns.json, the paths the ignore rules
-hid at begin in <git dir>/nanocode/ignored-<id> (NUL-separated), so a new Checkpoints object
+hid at begin in <git dir>/nanocode/ignored-<id> (NUL-separated), so a new Snapshots object
 (agent restart) sees earlier turns. The refs keep the objects through gc and are not branches:
 `git branch`, `git log`, `git stash list` show nothing new, and the user's HEAD, index, stash,
-branches and files are never touched, except by undo (the turn's paths only). When root is a subdirectory of a repo the whole work tree is snapshotted and paths
+branches and files are never touched, except by undo (the turn's paths only). When root is a
+subdirectory of a repo the whole work tree is snapshotted and paths
 are relative to its top. Outside a git repo (or in one git refuses: another user's, see
 tools/git.py) the same logic runs against a bare shadow git dir ($NANOCODE_HOME/shadow/
 <sha1(realpath(root))[:16]>, NANOCODE_HOME defaulting to ~/.cache/nanocode) via GIT_DIR +
@@ -49,11 +51,11 @@ snapshotting one repo at once: the second fails on git's index.lock (UndoError).
 in the user's object database (loose objects; gc reclaims them once the refs are deleted).
 Snapshot commits are made as "nanocode" and never signed (tools/git.py turns gpg off).
 
-Measured (2-CPU container at load ~7, git 2.39, medians of 5; 2,000 committed files in 50 dirs,
-3 edited per turn): begin() 207 ms, end() 183 ms, undo() 97 ms, diff() 36 ms, against 97 / 150 /
-172 / 24 ms for the previous version (`git add -A`, no ignored listing, no config listing) in the
-same run; that version measured 20 / 28 / 30 / 4 ms on an idle machine. The extra cost is
-processes: the config listing (tools/git.py), `ls-files` of the index, the ignored listing.
+Cost. Each operation starts more git processes than a bare `git add -A` snapshot would: the
+config listing that keeps git from running anything (tools/git.py), `ls-files` of the private
+index and, in begin(), the ignored listing. Unchanged files are not re-hashed, so with few
+edits those process starts are most of the cost: the price of running nothing the repository
+names, of nested repositories that stay restorable and of ignored files that never look created.
 """
 from __future__ import annotations
 
@@ -64,16 +66,17 @@ import stat
 import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 from tools.git import git, safe_env
 from tools.snapshot import GitDir, GitError, names, under
 from tools.workspace import is_inside
 
-ABSENT, GITLINK = "000000", "160000"
+ABSENT, GITLINK, SYMLINK = "000000", "160000", "120000"
 
 
 class UndoError(Exception):
-    """A checkpoint operation was refused; the message names the problem and the fix."""
+    """A snapshot or undo operation was refused; the message names the problem and the fix."""
 
 
 @dataclass
@@ -123,7 +126,7 @@ def _find(root: str) -> tuple[str, str] | None:
     try:
         r = git(root, "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir")
     except OSError as e:
-        raise UndoError(f"git is not available ({e}); install git or run without checkpoints") from e
+        raise UndoError(f"git is not available ({e}); install git or run without undo snapshots") from e
     lines = os.fsdecode(r.stdout).splitlines()
     if r.returncode != 0 or len(lines) < 2:
         return None
@@ -131,7 +134,10 @@ def _find(root: str) -> tuple[str, str] | None:
     return (top, os.path.realpath(lines[1])) if is_inside(top, root) else None
 
 
-class Checkpoints:
+class Snapshots:
+    """The per-turn snapshots of the project at `root` and their undo (module docstring).
+    shadow_dir: where the shadow git dir goes when root is in no usable repository."""
+
     def __init__(self, root, *, shadow_dir=None):
         self.root = os.path.realpath(os.fspath(root))
         if not os.path.isdir(self.root):
@@ -249,7 +255,7 @@ class Checkpoints:
         for t in all_turns:
             if t.id == turn:
                 return t
-        raise UndoError(f"unknown turn {turn}; see Checkpoints.turns() for the recorded ids")
+        raise UndoError(f"unknown turn {turn}; see Snapshots.turns() for the recorded ids")
 
     # ------------------------------------------------------------------ turns
 
@@ -389,60 +395,78 @@ class Checkpoints:
                             "allow_committed=True to restore the files anyway")
         before_dirs = set(names(self._run("ls-tree", "-r", "-d", "-z", "--name-only", turn.before)))
         for path in sorted(plan.remove, reverse=True):  # deletions first, deepest first
-            self._remove(path, before_dirs)
+            _remove_path(self.top, path, before_dirs)
         modes = {e[0]: (e[3], e[4]) for e in entries}
         for path in sorted(plan.restore):
-            self._write(path, *modes[path], turn.before)
+            mode, sha = modes[path]
+            _write_path(self.top, path, mode, partial(self._content, turn.before, path, mode, sha))
         turn.undone = True
         self._store(turn)
         return plan.paths
 
-    def _remove(self, path, before_dirs):
-        full = os.path.join(self.top, path)
-        if os.path.islink(full) or os.path.lexists(full) and not os.path.isdir(full):
-            os.unlink(full)
-        parent = os.path.dirname(path)
-        while parent and parent not in before_dirs:
-            full = os.path.join(self.top, parent)
-            if not os.path.isdir(full) or os.path.islink(full) or os.listdir(full):
-                break
-            os.rmdir(full)
-            parent = os.path.dirname(parent)
+    def _content(self, before, path, mode, sha) -> bytes:
+        """What restoring `path` writes: a symlink's target, or the file as `git checkout` would
+        write it (smudge and eol filters applied)."""
+        if mode == SYMLINK:
+            return self._run("cat-file", "blob", sha)
+        return self._run("cat-file", "--filters", f"{before}:{path}")
 
-    def _write(self, path, mode, sha, before):
-        full = os.path.join(self.top, path)
-        parent = os.path.dirname(full)
-        os.makedirs(parent, exist_ok=True)  # _plan checked every existing parent already
-        if not self._inside(parent):
-            raise UndoError(f"refusing to write {path}: its directory resolves outside {self.top}")
-        if os.path.isdir(full) and not os.path.islink(full):
-            raise UndoError(f"cannot restore {path}: a directory is in the way; move it and retry")
-        if mode == "120000":
-            target = self._run("cat-file", "blob", sha)
-            tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{os.path.basename(full)}")
-            os.symlink(target, tmp)
-            os.replace(tmp, full)
-            return
-        data = self._run("cat-file", "--filters", f"{before}:{path}")
-        exe = mode == "100755"
-        try:
-            old = os.lstat(full)
-            perm = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else None
-        except FileNotFoundError:
-            perm = None
-        if perm is not None:  # an existing file keeps its other bits; only x follows the snapshot
-            perm = perm | (perm & 0o444) >> 2 if exe else perm & ~0o111
-        tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{threading.get_ident()}.tmp")
-        try:  # a new file gets 0o777/0o666 minus the umask, applied by the kernel (thread-safe)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if exe else 0o666)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            if perm is not None:
-                os.chmod(tmp, perm)
-            os.replace(tmp, full)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
 
-    # ------------------------------------------------------------------ auto-commit
+# ---------------------------------------------------------------------- writing a restore to disk
+# Filesystem only, no git: undo() has checked the plan (nothing moved on, no parent directory
+# leaves the project) and hands each path here with a way to read its "before" content.
+
+def _remove_path(top: str, path: str, before_dirs: set[str]) -> None:
+    """Delete `path` (a file or symlink the turn created), then its parent directories that are
+    now empty and were not in the "before" snapshot (`before_dirs`), deepest first."""
+    full = os.path.join(top, path)
+    if os.path.islink(full) or os.path.lexists(full) and not os.path.isdir(full):
+        os.unlink(full)
+    parent = os.path.dirname(path)
+    while parent and parent not in before_dirs:
+        full = os.path.join(top, parent)
+        if not os.path.isdir(full) or os.path.islink(full) or os.listdir(full):
+            break
+        os.rmdir(full)
+        parent = os.path.dirname(parent)
+
+
+def _write_path(top: str, path: str, mode: str, read) -> None:
+    """Put `path` back with git mode `mode` and the bytes read() returns (a symlink's target for
+    120000), through a temp file in its directory and os.replace. Refuses (UndoError) when the
+    directory resolves outside `top` or a directory is in the way. Only the exec bit follows the
+    snapshot: an existing file keeps its other permission bits, a new one gets 0o666/0o777 minus
+    the umask."""
+    full = os.path.join(top, path)
+    parent = os.path.dirname(full)
+    os.makedirs(parent, exist_ok=True)  # Snapshots._plan checked every existing parent already
+    if not is_inside(top, os.path.realpath(parent)):
+        raise UndoError(f"refusing to write {path}: its directory resolves outside {top}")
+    if os.path.isdir(full) and not os.path.islink(full):
+        raise UndoError(f"cannot restore {path}: a directory is in the way; move it and retry")
+    if mode == SYMLINK:
+        tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{os.path.basename(full)}")
+        os.symlink(read(), tmp)
+        os.replace(tmp, full)
+        return
+    data = read()
+    exe = mode == "100755"
+    try:
+        old = os.lstat(full)
+        perm = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else None
+    except FileNotFoundError:
+        perm = None
+    if perm is not None:  # an existing file keeps its other bits; only x follows the snapshot
+        perm = perm | (perm & 0o444) >> 2 if exe else perm & ~0o111
+    tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{threading.get_ident()}.tmp")
+    try:  # a new file gets 0o777/0o666 minus the umask, applied by the kernel (thread-safe)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if exe else 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if perm is not None:
+            os.chmod(tmp, perm)
+        os.replace(tmp, full)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -92,13 +92,17 @@ def default_compute_dtype() -> str:
     return "bfloat16" if jax.default_backend() in ("gpu", "tpu") else "float32"
 
 
-def model_config(args, vocab_size: int):
-    """The GPTConfig `train base` trains for these flags (also what bench/memory.py compiles)."""
-    overrides = {k: v for k, v in dict(depth=args.depth, sequence_len=args.seq_len,
-                                       compute_dtype=args.dtype or default_compute_dtype(),
-                                       attn_impl=args.attn, remat=args.remat,
-                                       window_pattern=args.window_pattern).items() if v is not None}
-    return preset(args.preset, vocab_size=vocab_size, **overrides)
+def model_config(preset_name: str, vocab_size: int, *, depth: int | None = None, seq_len: int | None = None,
+                 dtype: str | None = None, attn: str | None = None, remat: str | None = None,
+                 window_pattern: str | None = None):
+    """The GPTConfig `train base` trains for its --preset/--depth/--seq-len/--dtype/--attn/--remat/
+    --window-pattern (None: the preset's; dtype None: default_compute_dtype()); also what
+    bench/memory.py compiles."""
+    overrides = {k: v for k, v in dict(depth=depth, sequence_len=seq_len,
+                                       compute_dtype=dtype or default_compute_dtype(),
+                                       attn_impl=attn, remat=remat,
+                                       window_pattern=window_pattern).items() if v is not None}
+    return preset(preset_name, vocab_size=vocab_size, **overrides)
 
 
 def main(args) -> int:
@@ -122,7 +126,9 @@ def main(args) -> int:
             print(f"starting from {ckpt_dir} (its config; --preset/--depth/--window-pattern are ignored)")
         else:
             tokenizer = Tokenizer.load(Path(args.tokenizer or home / "tokenizer"))
-            cfg = model_config(args, tokenizer.vocab_size)
+            cfg = model_config(args.preset, tokenizer.vocab_size, depth=args.depth, seq_len=args.seq_len,
+                               dtype=args.dtype, attn=args.attn, remat=args.remat,
+                               window_pattern=args.window_pattern)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

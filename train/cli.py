@@ -1,4 +1,13 @@
-"""`train`: every stage from raw data to an agent-ready checkpoint. Heavy imports happen per command."""
+"""`train`: every stage from raw data to an agent-ready checkpoint. Heavy imports happen per command.
+
+Convention (the same in evals/cli.py): every `train` command's arguments are defined here, one
+add_<command>_args(p) per command, and nowhere else. A command's module (COMMANDS) has
+`main(args) -> int`, the only function of it that reads the argparse Namespace: it hands plain
+values to the library functions it calls (e.g. train.base.model_config,
+train.finetune.batch_geometry). This module stays light at import: `train --help` imports neither
+jax nor numpy; a constant an argument needs (speedrun presets, task families) comes from a light
+module, imported inside its add_*_args function.
+"""
 
 from __future__ import annotations
 
@@ -26,35 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_args(stages["data"])
     add_tokenizer_args(stages["tokenizer"])
     add_base_args(stages["base"])
-    from train.synth import add_synth_args  # light: no jax at import
-
     add_synth_args(stages["synth"])
     add_sft_args(stages["sft"])
-    from train.rollouts import add_rollouts_args  # light: no jax at import
-
     add_rollouts_args(stages["rollouts"])
     add_dpo_args(stages["dpo"])
-    from train.speedrun import add_speedrun_args  # light: no jax at import
-
     add_speedrun_args(stages["speedrun"])
-    imp = sub.add_parser(
+    add_import_nanochat_args(sub.add_parser(
         "import-nanochat",
         help="convert a nanochat (PyTorch) checkpoint into a nanocode checkpoint",
         description="Convert a nanochat (PyTorch) checkpoint into a nanocode checkpoint. "
         "Needs torch: pip install -e '.[nanochat]'.",
-    )
-    imp.add_argument("path", metavar="PATH", help="nanochat checkpoint directory")
-    imp.add_argument(
-        "--out", metavar="DIR", help="output checkpoint directory (default: under $NANOCODE_HOME/base/)"
-    )
-    imp.add_argument("--step", metavar="N", type=int, help="step to import (default: the latest)")
-    imp.add_argument(
-        "--dtype", choices=["float32", "bfloat16"], default="float32",
-        help="dtype of the imported parameters (default: float32)",
-    )
+    ))
     text = "the agent's saved sessions as SFT rows and preference pairs (good and bad turns)"
-    from train.export_sessions import add_export_args  # light: no jax at import
-    add_export_args(sub.add_parser("export-sessions", help=text, description=text))
+    add_export_sessions_args(sub.add_parser("export-sessions", help=text, description=text))
     return p
 
 
@@ -136,6 +129,29 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     a("--multihost", action="store_true", help="call jax.distributed.initialize() (TPU pods, multi-node GPU)")
 
 
+def add_synth_args(p: argparse.ArgumentParser) -> None:
+    import os
+
+    from nanocode.common import nanocode_home
+    from train.tasks import BASE, TRAIN_FAMILIES  # light: no jax at import
+
+    p.add_argument("--out", metavar="DIR", default=str(nanocode_home() / "synth"),
+                   help="output directory (default: $NANOCODE_HOME/synth)")
+    p.add_argument("--n", type=int, default=2000, help="conversations to generate (default: 2000)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--families", default=",".join(TRAIN_FAMILIES),
+                   help="comma-separated task families (default: all training families)")
+    p.add_argument("--code-ratio", type=float, default=0.15,
+                   help="share of tool-free code-writing conversations from the stdlib (default: 0.15)")
+    p.add_argument("--pref-ratio", type=float, default=0.5,
+                   help="share of task conversations that also get a rejected rollout (default: 0.5)")
+    p.add_argument("--val-fraction", type=float, default=0.05, help="validation share (default: 0.05)")
+    p.add_argument("--n-eval", type=int, default=100, help="held-out eval tasks to write (default: 100)")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                   help="worker processes (default: min(8, cpus))")
+    p.add_argument("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
+
+
 def _add_finetune_args(p: argparse.ArgumentParser, stage: str, lr_scale: float, batch_unit: str,
                        device_batch: int) -> None:
     """Flags sft and dpo share."""
@@ -188,6 +204,26 @@ def add_sft_args(p: argparse.ArgumentParser) -> None:
     a("--sample-tokens", type=int, default=64, help="tokens generated per sample (0 = no samples)")
 
 
+def add_rollouts_args(p: argparse.ArgumentParser) -> None:
+    import os
+
+    from train.tasks import BASE  # light: no jax at import
+
+    a = p.add_argument
+    a("--model", required=True, help="the model to roll out: checkpoint dir, run dir or run tag")
+    a("--out", required=True, metavar="DIR", help="output directory (rerun with the same one to resume)")
+    a("--n", type=int, default=200, help="tasks (default 200), the training families interleaved")
+    a("--seed", type=int, default=0, help="which draw of tasks: a new seed for each round (default 0)")
+    a("--samples", type=int, default=1, help="rollouts per task: the first greedy, the others at "
+      "--temperature (default 1)")
+    a("--temperature", type=float, default=0.8, help="temperature of rollouts 2.. (default 0.8)")
+    a("--max-steps", type=int, default=10, help="tool calls per user turn (default 10)")
+    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
+    a("--retries", type=int, default=2, help="resamples of a failed or repeated call (default 2)")
+    a("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default min(2, cpus))")
+    a("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
+
+
 def add_dpo_args(p: argparse.ArgumentParser) -> None:
     _add_finetune_args(p, "dpo", lr_scale=0.1, batch_unit="pairs", device_batch=4)
     a = p.add_argument
@@ -195,6 +231,44 @@ def add_dpo_args(p: argparse.ArgumentParser) -> None:
       help="IPO strength: the loss pulls the chosen-minus-rejected log-ratio to 1/(2 beta) (default: 0.1)")
     a("--val-pairs", type=int, default=200,
       help="pairs held out for val metrics when --val is not given (at most 5%% of the data)")
+
+
+def add_speedrun_args(p: argparse.ArgumentParser) -> None:
+    from train.speedrun import PRESETS, STAGES  # light: stdlib only at import
+
+    p.add_argument("--preset", required=True, choices=sorted(PRESETS),
+                   help="; ".join(f"{k}: {v['about']}" for k, v in PRESETS.items()))
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="where everything goes (default: $NANOCODE_HOME/speedrun/<preset>)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a run directory that already exists (done stages are skipped)")
+    p.add_argument("--only", metavar="STAGE[,STAGE]", help=f"run just these stages ({', '.join(STAGES)})")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    p.add_argument("--multihost", action="store_true",
+                   help="run the same command on every worker (run dir on shared storage): the training "
+                   "stages get --multihost and run on every process, the other stages on process 0 only")
+    p.add_argument("--wait-timeout", metavar="MIN", type=float, default=24 * 60,
+                   help="with --multihost: how long another process waits for process 0 to finish a "
+                   "stage it runs alone before giving up (minutes; default: 1440 = 24 h)")
+
+
+def add_import_nanochat_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH", help="nanochat checkpoint directory")
+    p.add_argument(
+        "--out", metavar="DIR", help="output checkpoint directory (default: under $NANOCODE_HOME/base/)"
+    )
+    p.add_argument("--step", metavar="N", type=int, help="step to import (default: the latest)")
+    p.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="float32",
+        help="dtype of the imported parameters (default: float32)",
+    )
+
+
+def add_export_sessions_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sessions", nargs="*", metavar="SESSION",
+                   help="session files or folders of them (default: ./.nanocode/sessions)")
+    p.add_argument("--out", metavar="DIR", required=True,
+                   help="folder for sft.jsonl and preference.jsonl")
 
 
 COMMANDS = {"data": "train.shards", "tokenizer": "train.tokenizer", "base": "train.base",

@@ -195,7 +195,8 @@ def main(args) -> int:
                                                   args.remat)
     T = args.seq_len or cfg.sequence_len
     n_dev, bos = jax.device_count(), tokenizer.bos_id
-    P, accum = batch_geometry(args, T, n_dev, unit="pairs")
+    P, accum = batch_geometry(T, n_dev, device_batch=args.device_batch, total_batch=args.total_batch,
+                              unit="pairs")
     local = check_batch(P, jax.process_count(), jax.local_device_count())
     run_dir = Path(args.run_dir) if args.run_dir else home / "runs" / (args.run or f"{run_name_of(args.from_)}-dpo")
 

@@ -26,13 +26,6 @@ from pathlib import Path
 GOOD_STOPS = ("done",)
 
 
-def add_export_args(p) -> None:
-    p.add_argument("sessions", nargs="*", metavar="SESSION",
-                   help="session files or folders of them (default: ./.nanocode/sessions)")
-    p.add_argument("--out", metavar="DIR", required=True,
-                   help="folder for sft.jsonl and preference.jsonl")
-
-
 def turn_spans(messages: list[dict], meta: dict) -> list[tuple[int, int, dict]]:
     """(start, end, record) per recorded turn: messages[start] is its request, messages[start:end]
     the turn (request, calls, results, answer)."""

@@ -123,13 +123,14 @@ def sft_optimizer(cfg, params, steps: int, batch_tokens: int, lr_scale: float,
                            warmup_steps=warmup_steps, warmdown_frac=1.0, final_lr_frac=0.0, **over)
 
 
-def batch_geometry(args, T: int, n_dev: int, unit: str = "tokens"):
-    """(rows per micro-batch, accum) from --device-batch and --total-batch (tokens for SFT)."""
-    rows = args.device_batch * n_dev
+def batch_geometry(T: int, n_dev: int, *, device_batch: int, total_batch: int = 0, unit: str = "tokens"):
+    """(rows per micro-batch, accum) from --device-batch (rows per device per micro-step) and
+    --total-batch (`unit` per optimizer step: tokens for SFT, pairs for DPO; 0 = one micro-step)."""
+    rows = device_batch * n_dev
     per_micro = rows * T if unit == "tokens" else rows
-    total = args.total_batch or per_micro
+    total = total_batch or per_micro
     if total % per_micro:
         raise ValueError(f"total batch {total:,} {unit} is not a multiple of device batch "
-                         f"{args.device_batch} x {n_dev} devices{' x seq ' + str(T) if unit == 'tokens' else ''}"
+                         f"{device_batch} x {n_dev} devices{' x seq ' + str(T) if unit == 'tokens' else ''}"
                          f" = {per_micro:,}; change --total-batch or --device-batch")
     return rows, total // per_micro

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from train.tasks import (
-    BASE, EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, Rollout, attempt_seeds, build_task, drive,
+    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, Rollout, attempt_seeds, build_task, drive,
     pattern_symbol, resolved, setup_env, task_agent)
 
 _engine = None  # per worker process
@@ -206,22 +206,6 @@ def run_task(job: tuple) -> dict:
 
 
 # ---- command -----------------------------------------------------------------------------------------
-
-def add_rollouts_args(p) -> None:
-    a = p.add_argument
-    a("--model", required=True, help="the model to roll out: checkpoint dir, run dir or run tag")
-    a("--out", required=True, metavar="DIR", help="output directory (rerun with the same one to resume)")
-    a("--n", type=int, default=200, help="tasks (default 200), the training families interleaved")
-    a("--seed", type=int, default=0, help="which draw of tasks: a new seed for each round (default 0)")
-    a("--samples", type=int, default=1, help="rollouts per task: the first greedy, the others at "
-      "--temperature (default 1)")
-    a("--temperature", type=float, default=0.8, help="temperature of rollouts 2.. (default 0.8)")
-    a("--max-steps", type=int, default=10, help="tool calls per user turn (default 10)")
-    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
-    a("--retries", type=int, default=2, help="resamples of a failed or repeated call (default 2)")
-    a("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default min(2, cpus))")
-    a("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
-
 
 def _write_jsonl(path: Path, rows) -> int:
     tmp = path.with_name(f".{path.name}.tmp")

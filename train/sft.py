@@ -134,7 +134,7 @@ def main(args) -> int:
                                                   args.remat)
     T = args.seq_len or cfg.sequence_len
     n_dev = jax.device_count()
-    rows, accum = batch_geometry(args, T, n_dev)
+    rows, accum = batch_geometry(T, n_dev, device_batch=args.device_batch, total_batch=args.total_batch)
     check_batch(rows, jax.process_count(), jax.local_device_count())
     run_dir = Path(args.run_dir) if args.run_dir else home / "runs" / (args.run or f"{run_name_of(args.from_)}-sft")
     print(f"sft from {ckpt_dir}; rows of {T} tokens, {accum} x {rows} rows per step; run dir {run_dir}")

@@ -136,23 +136,6 @@ for _depth, _shards, _hours in ((12, 24, "0.1"), (20, 96, "1.4"), (24, 160, "4.3
     )
 
 
-def add_speedrun_args(p) -> None:
-    p.add_argument("--preset", required=True, choices=sorted(PRESETS),
-                   help="; ".join(f"{k}: {v['about']}" for k, v in PRESETS.items()))
-    p.add_argument("--run-dir", metavar="DIR",
-                   help="where everything goes (default: $NANOCODE_HOME/speedrun/<preset>)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue a run directory that already exists (done stages are skipped)")
-    p.add_argument("--only", metavar="STAGE[,STAGE]", help=f"run just these stages ({', '.join(STAGES)})")
-    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
-    p.add_argument("--multihost", action="store_true",
-                   help="run the same command on every worker (run dir on shared storage): the training "
-                   "stages get --multihost and run on every process, the other stages on process 0 only")
-    p.add_argument("--wait-timeout", metavar="MIN", type=float, default=24 * 60,
-                   help="with --multihost: how long another process waits for process 0 to finish a "
-                   "stage it runs alone before giving up (minutes; default: 1440 = 24 h)")
-
-
 def _tool(name: str) -> list[str]:
     """`train ...` or `evals ...` through this interpreter (works without the scripts on PATH)."""
     return [sys.executable, "-m", f"{name}.cli"]

@@ -19,7 +19,6 @@ from train/oracle_audit.py).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -28,29 +27,10 @@ import shutil
 import time
 
 from train.tasks import (
-    BASE, EVAL_ONLY_FAMILIES, EVAL_SEED0, HELDOUT_WORDS, TRAIN_FAMILIES, attempt_seeds,
+    EVAL_ONLY_FAMILIES, EVAL_SEED0, HELDOUT_WORDS, TRAIN_FAMILIES, attempt_seeds,
     code_conversation, make_task, shows_flaw)
 
-__all__ = ["add_synth_args", "main", "generate_one", "is_val"]
-
-
-def add_synth_args(p: argparse.ArgumentParser) -> None:
-    from nanocode.common import nanocode_home
-    p.add_argument("--out", metavar="DIR", default=str(nanocode_home() / "synth"),
-                   help="output directory (default: $NANOCODE_HOME/synth)")
-    p.add_argument("--n", type=int, default=2000, help="conversations to generate (default: 2000)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--families", default=",".join(TRAIN_FAMILIES),
-                   help="comma-separated task families (default: all training families)")
-    p.add_argument("--code-ratio", type=float, default=0.15,
-                   help="share of tool-free code-writing conversations from the stdlib (default: 0.15)")
-    p.add_argument("--pref-ratio", type=float, default=0.5,
-                   help="share of task conversations that also get a rejected rollout (default: 0.5)")
-    p.add_argument("--val-fraction", type=float, default=0.05, help="validation share (default: 0.05)")
-    p.add_argument("--n-eval", type=int, default=100, help="held-out eval tasks to write (default: 100)")
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
-                   help="worker processes (default: min(8, cpus))")
-    p.add_argument("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
+__all__ = ["main", "generate_one", "is_val"]
 
 
 def is_val(cid: str, fraction: float) -> bool:
@@ -160,7 +140,8 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser(prog="train synth", description=__doc__.split("\n")[0])
-    add_synth_args(ap)
-    raise SystemExit(main(ap.parse_args()))
+if __name__ == "__main__":  # the arguments are train/cli.py's
+    import sys
+
+    from train.cli import main as cli_main
+    raise SystemExit(cli_main(["synth", *sys.argv[1:]]))

@@ -42,7 +42,7 @@ def task_agent(engine, task: Task, root: str, temperature: float, seed: int, max
     from tools.permissions import Policy
     mode = "ask" if task.followup is not None else "auto"
     return Agent(engine, root, policy=Policy(Path(os.path.realpath(root)), mode), temperature=temperature,
-                 seed=seed, max_tokens=max_tokens, max_steps=max_steps, checkpoints=False, **agent_opts)
+                 seed=seed, max_tokens=max_tokens, max_steps=max_steps, snapshots=False, **agent_opts)
 
 
 def drive(agent, task: Task) -> list:
