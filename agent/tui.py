@@ -26,16 +26,14 @@ import threading
 import time
 from pathlib import Path
 
-from rich.console import Group
-from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Input, Static
+from textual.widgets import Input, Static
 
-from agent.display import call_text, edit_diff, rule_words
-from agent.tui_widgets import ApprovalPanel, HistoryInput, Reply, ToolCard, code_view, plain
+from agent.display import edit_diff, rule_words
+from agent.tui_widgets import (ApprovalPanel, HistoryInput, Reply, ToolCard, Transcript, code_view, plain,
+                               status_line)
 
 PLACEHOLDER = "ask nanocode… (/help for commands, @path pins a file)"
 
@@ -67,6 +65,19 @@ class Loader:
                                self.store)
         except ModelError as e:
             raise LoadError(f"error: {e}", e.code) from None
+
+
+def load_in_background(loader, done) -> None:
+    """loader() (a Loader, or any callable returning an Agent) on a thread of its own; then
+    done(agent, None, 0) or done(None, the one-line error, its exit code)."""
+    def load():
+        try:
+            done(loader(), None, 0)
+        except LoadError as e:
+            done(None, str(e), e.code)
+        except Exception as e:  # noqa: BLE001 - shown in the transcript, not a traceback
+            done(None, f"error: cannot load the model: {e}", 1)
+    threading.Thread(target=load, daemon=True, name="nanocode-load").start()
 
 
 # ---- messages from the worker threads ---------------------------------------------------------
@@ -123,7 +134,7 @@ class NanocodeApp(App):
         self._typed_at = 0.0  # the last change to the prompt: an approval then waits for Tab
 
     def compose(self) -> ComposeResult:
-        yield VerticalScroll(id="transcript")
+        yield Transcript(id="transcript")
         yield ApprovalPanel(id="approval")
         yield Static(id="status")
         yield HistoryInput(root=self.root, id="prompt", placeholder=PLACEHOLDER)
@@ -134,7 +145,7 @@ class NanocodeApp(App):
                   "turn, twice quits")
         if self.agent is None and self.loader is not None:
             self.query_one(HistoryInput).placeholder = "loading model… (type away: prompts wait)"
-            threading.Thread(target=self._load, daemon=True, name="nanocode-load").start()
+            load_in_background(self.loader, lambda *done: self.later(self.loaded, *done))
         elif self.agent is not None:
             self._model_ready()
         self.query_one(HistoryInput).focus()
@@ -143,9 +154,7 @@ class NanocodeApp(App):
 
     # ---- transcript ---------------------------------------------------------------------------
     def add(self, widget) -> None:
-        t = self.query_one("#transcript", VerticalScroll)
-        t.mount(widget)
-        self.call_after_refresh(t.scroll_end, animate=False)
+        self.query_one(Transcript).add(widget)
 
     def note(self, text: str, style: str = "dim") -> None:
         self._last_note = text
@@ -153,36 +162,17 @@ class NanocodeApp(App):
 
     def transcript_text(self) -> str:
         """Plain text of the transcript (for tests and debugging)."""
-        out = []
-        for w in self.query_one("#transcript").query(Static):
-            if isinstance(w.content, (str, Text)):
-                out.append(str(w.content))
-        for c in self.query(ToolCard):
-            out.append(c.header + "\n" + (c.result_text or ""))
-        return "\n".join(out)
+        return self.query_one(Transcript).text()
 
     def refresh_status(self) -> None:
-        a, parts = self.agent, [self.model_name or "nanocode"]
-        if a is None:
-            parts.append(self.load_error and "model failed to load" or "loading model…")
-        else:
-            parts += [f"mode {a.mode}", "sandbox" if a.sandbox is not None else "NO SANDBOX",
-                      f"context {a.sampler.context_used(a.messages):,}/{a.sampler.max_len:,}",
-                      f"{self.tps:.1f} tok/s" if self.tps else "– tok/s"]
-            parts.append("waiting for your approval" if self.asking else
-                         "working… (Ctrl-C stops)" if self.running else "ready")
+        a = self.agent
+        state = ((self.load_error and "model failed to load" or "loading model…") if a is None else
+                 "waiting for your approval" if self.asking else
+                 "working… (Ctrl-C stops)" if self.running else "ready")
         for status in self.query("#status"):  # none left while the app shuts down
-            status.update(plain(" │ ".join(parts)))
+            status.update(plain(status_line(a, self.model_name, self.tps, state)))
 
     # ---- loading ------------------------------------------------------------------------------
-    def _load(self) -> None:
-        try:
-            self.later(self.loaded, self.loader(), None, 0)
-        except LoadError as e:
-            self.later(self.loaded, None, str(e), e.code)
-        except Exception as e:  # noqa: BLE001 - shown in the transcript, not a traceback
-            self.later(self.loaded, None, f"error: cannot load the model: {e}", 1)
-
     def loaded(self, agent, error, code) -> None:
         if error:
             self.load_error, self.exit_code = error, code
@@ -202,26 +192,8 @@ class NanocodeApp(App):
         if a.messages:
             self.note(f"continuing session {a.meta.get('id')} "
                       f"({sum(m['role'] == 'user' for m in a.messages)} earlier requests)")
-            self.replay(a.messages)
+            self.query_one(Transcript).replay(a.messages)
         self._next()
-
-    def replay(self, messages) -> None:
-        """Show a resumed conversation as it looked: requests, replies, cards with results."""
-        card = None
-        for m in messages:
-            if m["role"] == "user":
-                self.add(Static(plain("> " + m["content"]), classes="user"))
-            elif m["role"] == "assistant":
-                if m["content"]:
-                    reply = Reply()
-                    reply.add(m["content"])
-                    self.add(reply)
-                if m.get("tool_call"):
-                    card = ToolCard(m["tool_call"]["name"], m["tool_call"]["args"])
-                    self.add(card)
-            elif m["role"] == "tool_result" and card is not None:
-                card.set_result(m["content"])
-                card = None
 
     # ---- input ------------------------------------------------------------------------------
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -323,22 +295,8 @@ class NanocodeApp(App):
             box.done.set()
             self.asking = None
             return
-        head = Text.assemble(plain(f"{box.name} ", "bold"), "needs approval: ",
-                             plain(box.reason, "italic"))
-        if box.name == "Edit":
-            body = Group(head, plain(f"file: {box.args.get('file_path')}"),
-                         code_view(edit_diff(box.args, self.root)))
-        elif box.name == "Bash":
-            body = Group(head, code_view(str(box.args.get("command", "")), "bash"))
-        else:
-            body = Group(head, plain(call_text(box.args)))
-        self.query_one("#approval-text", Static).update(body)
-        button = self.query_one("#always", Button)  # says what "always" stores, or is gone
-        button.label = Text(f"[a]lways this session: {rule_words(box.always)}")
-        button.display = bool(box.always)
-        self.query_one("#approval-scroll").scroll_home(animate=False)
         panel = self.query_one(ApprovalPanel)
-        panel.add_class("show")
+        panel.show(box, self.root)
         prompt = self.query_one(HistoryInput)
         if prompt.value or time.monotonic() - self._typed_at < 1.0:  # mid-typing: keys stay there
             self.note("[approval waiting: press Tab to answer it; your draft is kept]")
@@ -354,13 +312,10 @@ class NanocodeApp(App):
         self.query_one(HistoryInput).focus()
 
     def action_page_transcript(self, pages: int) -> None:
-        t = self.query_one("#transcript", VerticalScroll)
-        t.scroll_relative(y=pages * max(1, t.size.height - 2), animate=False)
+        self.query_one(Transcript).page(pages)
 
     def on_resize(self, event) -> None:
-        t = self.query_one("#transcript", VerticalScroll)
-        if t.scroll_y >= t.max_scroll_y - 1:  # it followed the end: keep it there
-            self.call_after_refresh(t.scroll_end, animate=False)
+        self.query_one(Transcript).keep_end()
 
     def answer_approval(self, answer: str) -> None:
         if answer == "always" and self.asking is not None and not self.asking.always:

@@ -1,5 +1,5 @@
-"""The widgets of the Textual face (agent/tui.py): the streamed reply, a tool call's card, the
-prompt input (history, pasted blocks) and the approval panel. Everything untrusted they show is
+"""The widgets of the Textual face (agent/tui.py): the transcript, the streamed reply, a tool
+call's card, the prompt input (history, pasted blocks) and the approval panel. Everything untrusted they show is
 escaped (agent/display.py) and never parsed as markup."""
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import Suggester
 from textual.widgets import Button, Collapsible, Input, Static
 
-from agent.display import call_title, edit_diff, printable, summarize
+from rich.console import Group
+
+from agent.display import call_text, call_title, edit_diff, printable, rule_words, summarize
 from nanocode.protocol import REJECTED
 
 
@@ -27,7 +29,58 @@ def code_view(code: str, lexer: str = "diff") -> Syntax:
                   word_wrap=True)
 
 
+def status_line(agent, model_name: str, tps: float | None, state: str) -> str:
+    """The status bar: model, mode, sandbox, context used of the model's, tokens/s, state."""
+    parts = [model_name or "nanocode"]
+    if agent is not None:
+        m = agent.sampler
+        parts += [f"mode {agent.mode}", "sandbox" if agent.sandbox is not None else "NO SANDBOX",
+                  f"context {m.context_used(agent.messages):,}/{m.max_len:,}",
+                  f"{tps:.1f} tok/s" if tps else "– tok/s"]
+    return " │ ".join(parts + [state])
+
+
 # ---- widgets ----------------------------------------------------------------------------------
+class Transcript(VerticalScroll):
+    """The conversation as it happens; it follows its end unless the user scrolled up (the app
+    calls `keep_end` when the terminal is resized)."""
+
+    def add(self, widget) -> None:
+        self.mount(widget)
+        self.call_after_refresh(self.scroll_end, animate=False)
+
+    def page(self, pages: int) -> None:
+        self.scroll_relative(y=pages * max(1, self.size.height - 2), animate=False)
+
+    def keep_end(self) -> None:
+        if self.scroll_y >= self.max_scroll_y - 1:  # it followed the end: keep it there
+            self.call_after_refresh(self.scroll_end, animate=False)
+
+    def text(self) -> str:
+        """Plain text of what it shows (for tests and debugging)."""
+        out = [str(w.content) for w in self.query(Static) if isinstance(w.content, (str, Text))]
+        out += [c.header + "\n" + (c.result_text or "") for c in self.query(ToolCard)]
+        return "\n".join(out)
+
+    def replay(self, messages) -> None:
+        """A resumed conversation as it looked: requests, replies, cards with their results."""
+        card = None
+        for m in messages:
+            if m["role"] == "user":
+                self.add(Static(plain("> " + m["content"]), classes="user"))
+            elif m["role"] == "assistant":
+                if m["content"]:
+                    reply = Reply()
+                    reply.add(m["content"])
+                    self.add(reply)
+                if m.get("tool_call"):
+                    card = ToolCard(m["tool_call"]["name"], m["tool_call"]["args"])
+                    self.add(card)
+            elif m["role"] == "tool_result" and card is not None:
+                card.set_result(m["content"])
+                card = None
+
+
 class Reply(Static):
     """The assistant's prose, grown piece by piece."""
 
@@ -156,6 +209,26 @@ class ApprovalPanel(Vertical, can_focus=True):
             yield Button(Text("[y]es"), id="yes", variant="success", compact=True)
             yield Button(Text("[n]o"), id="no", variant="error", compact=True)
             yield Button(Text("[a]lways for this session"), id="always", compact=True)
+
+    def show(self, box, root) -> None:
+        """Ask about `box` (tui.Approval): the call in full (an Edit as its diff, numbered where
+        old_string sits in the file now), and an "always" button only where a rule can be made,
+        saying what it would store."""
+        head = Text.assemble(plain(f"{box.name} ", "bold"), "needs approval: ",
+                             plain(box.reason, "italic"))
+        if box.name == "Edit":
+            body = Group(head, plain(f"file: {box.args.get('file_path')}"),
+                         code_view(edit_diff(box.args, root)))
+        elif box.name == "Bash":
+            body = Group(head, code_view(str(box.args.get("command", "")), "bash"))
+        else:
+            body = Group(head, plain(call_text(box.args)))
+        self.query_one("#approval-text", Static).update(body)
+        button = self.query_one("#always", Button)
+        button.label = Text(f"[a]lways this session: {rule_words(box.always)}")
+        button.display = bool(box.always)
+        self.query_one("#approval-scroll").scroll_home(animate=False)
+        self.add_class("show")
 
     def action_answer(self, answer: str) -> None:
         self.app.answer_approval(answer)

@@ -25,75 +25,48 @@ What is compiled is exactly what `train speedrun --preset NAME` would run on the
   the base model's config (seq len raised if sft asks for more; bf16), its optimizer
   (train.finetune.sft_optimizer) and batch geometry (train.finetune.batch_geometry), on the sft args' mesh.
 
-Accelerator code paths on a CPU: gpt.py and optim.py pick their accelerator paths by
-`jax.default_backend()` (the attention implementation, Muon's bf16 Newton-Schulz; before the
-chunked loss also the head + loss). While building the
-optimizer and tracing the step, `accelerator_backend(platform)` makes `jax.default_backend()` answer
-the chip's platform ("tpu" or "gpu"), so the program analysed is the one the chip would run, not the
-CPU one. (Nothing inside jax or optax calls `jax.default_backend()`; XLA still compiles for the
-CPU.) Chips of the same platform and device count share one compile; a TPU and a GPU program that
-lower to the same text share one too.
+Accelerator code paths on a CPU: gpt.py and optim.py choose by `jax.default_backend()`; while
+the optimizer is built and the step traced, `accelerator_backend(platform)` makes it answer the
+chip's platform ("tpu" or "gpu"), so the program analysed is the chip's (XLA still compiles for
+the CPU). Chips of one platform and device count share a compile.
 
-Attention: the CPU cannot compile the TPU splash or GPU cuDNN kernels, and the CPU einsum path saves
-the (B, H, T, S) probabilities for its backward (far more than a fused kernel). So by default
-`flash_standin_attention()` patches `nanocode.gpt.attend` (inside a context manager, restored after)
-with `flash_standin`: a jax.custom_vjp with attend's signature whose forward is cheap elementwise
-work that still depends on q, k and v, and which saves exactly what a fused flash kernel keeps for
-its backward: q, k, v, the output, and the per-row logsumexp (B, H, T) fp32; its backward returns
-q/k/v-shaped gradients computed from all five. An optimization_barrier makes those residuals real
-buffers (without it XLA would fuse the cheap forward into the backward and keep nothing, which no
-kernel does). This is an analysis of everything but the kernel, with the kernel's HBM residual
-footprint carried by the stand-in; a kernel's own scratch (its q/k/v tiles, running max and sum)
-lives in VMEM/SMEM on a TPU (shared memory/registers on a GPU), not in HBM. `--attn real` compiles
-the real CPU einsum attention instead (cfg.attn_impl = "einsum") for comparison (with --compiler
-tpu, `real` is the default and means the splash kernel itself).
+Attention: the CPU cannot compile the splash or cuDNN kernels, and its einsum path keeps the
+(B, H, T, S) probabilities for the backward. So by default `flash_standin_attention()` patches
+`nanocode.gpt.attend` (restored after) with a custom_vjp of attend's signature whose cheap forward
+saves exactly what a fused flash kernel keeps for its backward (q, k, v, the output, the per-row
+logsumexp in fp32), made real buffers by an optimization_barrier; a kernel's own scratch lives in
+on-chip memory, not HBM. `--attn real` compiles the real attention instead (with --compiler tpu,
+the default: the splash kernel itself).
 
 Peak per device = argument + output + temp - alias, all from memory_analysis(), all printed:
-- argument: the inputs' buffers (params and optimizer state shards, the batch shard), live all step;
-- output: the results' buffers (new params and state, the loss);
-- alias: the part of the output that reuses donated argument buffers (donate_argnums=0: the state is
-  updated in place), counted in both argument and output, so it is subtracted once;
-- temp: XLA's single preallocated block for every intermediate (activations kept for the backward,
-  gradient accumulators, all-gathered weights, optimizer temporaries), already sized by the heap
-  simulator at the peak of simultaneously live intermediates.
-Not counted: generated code (0 on CPU), the runtime's reserved HBM, fragmentation, the next batch
-being prefetched (int32, small) and a checkpoint save's copies; a TPU also pads layouts to its tiles
-(e.g. a (m, 1) array to (m, 128); --compiler tpu counts that). Hence a 10% headroom for "fits":
-the usable HBM is a few % under the nominal size (XLA:TPU says 31.25 GiB of a v6e's 32), and on
-GPU jax preallocates only 75% of the memory unless XLA_PYTHON_CLIENT_MEM_FRACTION says more.
+argument (params and optimizer state shards, the batch shard, live all step), output (new params
+and state, the loss), alias (the output reusing donated arguments, counted in both, subtracted
+once), temp (XLA's one preallocated block for every intermediate, sized by its heap simulator at
+the peak). Not counted: the runtime's reserved memory, fragmentation, the next batch, a
+checkpoint save's copies, a TPU's tile padding (--compiler tpu counts it): hence the 10% headroom
+for "fits" (XLA:TPU itself reports a v6e's usable HBM a little under 32 GiB; jax preallocates 75%
+of a GPU unless XLA_PYTHON_CLIENT_MEM_FRACTION says more).
 
-How far to trust XLA:CPU: it has no bf16 matmul, so it converts a bf16 dot's operands and result
-to fp32, and what the backward keeps is then often the fp32 product (a d24 dump showed the MLP's
-(B, T, 4C) activations as f32[6,8,4096,6144]); it also has no TPU rematerialisation pass. So this
-default analysis OVERestimates: d12 (2026-12-01 working tree) 34.24 GiB per device on XLA:CPU
-against 23.49 GiB from the real XLA:TPU compiler with the real splash kernel (23.31 with the
-stand-in, which is how close the stand-in is to the kernel). Read a CPU "fits" as safe and a CPU
-"does not fit" as "ask the TPU compiler":
-
-`--compiler tpu` compiles the same step with the real XLA:TPU compiler, ahead of time, for the
-chip's topology (v6e:2x4, v5e:2x4; libtpu describes a topology without the hardware), with the
-model's own splash kernel by default: the number to believe for the TPU chips. It needs libtpu, in
-the version jax[tpu] pins for the installed jax (0.0.42.* for jax 0.10.2), and ~5 min of 2 CPU
-cores per d12 compile; one libtpu process at a time (it holds /tmp/libtpu_lockfile). Install it in
-a venv of its own, never the project's (an importable libtpu makes jax probe for a TPU at every
-start-up and train/speedrun.py pick its TPU flags), e.g. from the project's venv:
+How far to trust XLA:CPU: it has no bf16 matmul (a bf16 dot's backward often keeps the fp32
+product) and no TPU rematerialisation pass, so it OVERestimates (docs/BENCHMARKS.md compares it
+with XLA:TPU): read a CPU "fits" as safe and a CPU "does not fit" as "ask the TPU compiler".
+`--compiler tpu` compiles the same step with the real XLA:TPU compiler ahead of time for the
+chip's topology (v6e:2x4, v5e:2x4: libtpu describes a topology without the hardware), with the
+model's splash kernel by default. It needs libtpu in the version jax[tpu] pins for the installed
+jax, in a venv of its own (an importable libtpu in the project's venv makes jax probe for a TPU at
+every start-up), one libtpu process at a time:
     SP=$(python -c "import site; print(site.getsitepackages()[0])")  # the project's packages
     python -m venv /tmp/tpuvenv && echo "$SP" > /tmp/tpuvenv/lib/python3.11/site-packages/project.pth
     /tmp/tpuvenv/bin/pip install --no-deps "libtpu==0.0.42.*"
     /tmp/tpuvenv/bin/python bench/memory.py --preset d12 --chip v6e --compiler tpu
 
-Chips (8 devices each): v6e 32 GiB, v5e 16 GiB (2^30-byte GiB, HBM per chip), h100 80 GB (80e9
-bytes, 74.5 GiB). Preset batch sizes are per device, so every chip is analysed at the preset's device
-batch and mesh (not re-sized for the chip's memory). The preset's own chip: its `chip` key (default
-v6e), devices: its `devices` key (default 8).
-
-XLA_FLAGS=--xla_force_host_platform_device_count=N (N = the most devices any requested analysis needs)
-and JAX_PLATFORMS=cpu must be set before jax is imported: this script sets them in os.environ after
-parsing its arguments and before its first jax import (imported as a module into a process that
-already started jax, it checks that enough devices exist instead). It also adds FAST_CODEGEN (LLVM
-code-generation flags, which cannot change buffer assignment) unless XLA_FLAGS sets them. Compile
-time is measured per compile: trace + lower, then XLA compile (wall and this process's CPU seconds;
-on a busy machine the CPU seconds are the comparable number).
+Chips (8 devices each): v6e 32 GiB, v5e 16 GiB, h100 80 GB; every chip is analysed at the
+preset's device batch and mesh; the preset's own chip and device count are its `chip` and
+`devices` keys (default v6e, 8). XLA_FLAGS=--xla_force_host_platform_device_count=N and
+JAX_PLATFORMS=cpu are set in os.environ before the first jax import (imported into a process that
+already started jax, it checks that enough devices exist instead), plus FAST_CODEGEN (LLVM flags
+that cannot change buffer assignment). Compile time is measured per compile (trace + lower, then
+XLA compile; wall and CPU seconds, the comparable number on a busy machine).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from nanocode.protocol import system_prompt
 from agent.sessions import SessionStore, find_session, load_session
 from agent.tui import ApprovalPanel, HistoryInput, NanocodeApp, Reply, ToolCard
 from nanocode.engine import Engine
+from test_agent_driver import call, reply  # scripted replies: the same token sequences
 from tiny_models import commit_all, random_params, tiny, tiny_tokenizer
 
 TEXTS = [system_prompt("{cwd}")] * 3 + ["def main():\n    return 1\n" * 20,
@@ -63,14 +64,6 @@ class Script:
         m = np.zeros(self.V, bool)
         m[seq[len(out)]] = True
         return m
-
-
-def call(tok, text, name, **args):
-    return tok.encode(text) + tok.encode_tool_call({"name": name, "args": args})
-
-
-def reply(tok, text):
-    return tok.encode(text) + [tok.encode_special("<|assistant_end|>")]
 
 
 def make(engine, repo, replies, hold=None, **kw):
