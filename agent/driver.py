@@ -108,6 +108,8 @@ class Agent:
         self.result_budget = result_budget(model.max_len, model.reserve)  # agent/context.py
         self.read_limit = read_limit(self.result_budget)
         self.conv = Conversation(self.root, messages, meta, store)
+        # a continued conversation goes on with its seeds: reply n uses seed + n
+        model.n_replies = sum(m["role"] == "assistant" for m in self.conv.messages)
         self.undo_log = TurnUndo(self.root, snapshots)  # agent/turn_undo.py
         self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
         self._said_no_snapshot = False  # the "could not snapshot" note is said once

@@ -23,6 +23,7 @@ Key: $NANOCODE_API_KEY, else $OPENAI_API_KEY, sent as a Bearer token when set.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -121,7 +122,8 @@ class RemoteSampler:
         known = (found or {}).get("context_length") or (found or {}).get("max_model_len")
         self.max_len = int(known or context or DEFAULT_CONTEXT)
         self.reserve = min(max_tokens, self.max_len // 4)
-        self.n_replies, self._listing = 0, listing
+        self._listing = listing
+        self.reset()
         self.count = count_tokens
 
     def fork(self, root, temperature: float, seed: int) -> "RemoteSampler":
@@ -132,7 +134,7 @@ class RemoteSampler:
 
     # ---- the interface: nothing is cached here, so most of it is trivial -------------------------
     def reset(self) -> None:
-        pass
+        self.n_replies = 0  # replies asked for in this conversation (the seed offset)
 
     def invalidate(self) -> None:
         pass
@@ -207,20 +209,10 @@ class RemoteSampler:
         t0 = time.perf_counter()
         text, calls, finish, stop, used = [], {}, None, "stop", None
         with self._request("/chat/completions", body) as r:
-            for raw in r:
+            for chunk in self._chunks(r):
                 if cancel.is_set():
                     stop = "cancelled"
                     break
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError:
-                    raise SamplerError(f"the model server sent a line that is not JSON: {data[:80]}") from None
                 if isinstance(chunk.get("error"), dict):
                     raise SamplerError(f"the model server failed: {chunk['error'].get('message')}")
                 used = chunk.get("usage") or used
@@ -256,6 +248,25 @@ class RemoteSampler:
                 stop = "stop"
         conv.messages.append(msg)
         return Reply(msg, call, error, stop)
+
+    def _chunks(self, response):
+        """The JSON objects of a server-sent event stream, up to `data: [DONE]`; a line that is not
+        JSON, or a connection that drops or stalls past the timeout, is a SamplerError."""
+        try:
+            for raw in response:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return
+                try:
+                    yield json.loads(data)
+                except json.JSONDecodeError:
+                    raise SamplerError(f"the model server sent a line that is not JSON: {data[:80]}") from None
+        except (OSError, http.client.HTTPException) as e:
+            raise SamplerError(f"the model server at {self.base_url} broke off its reply: "
+                               f"{type(e).__name__}: {e}") from None
 
     def _fit(self, conv, emit, extra: int) -> None:
         """Drop old outputs, then old turns, while the estimate exceeds max_len - extra."""

@@ -6,7 +6,7 @@ The interface both samplers keep (the driver uses nothing else):
     reply(conv, tools, emit, cancel, usage, retry) -> Reply   appends the assistant message
     sync(conv, emit, usage)      bring the model up to a closed conversation (ContextFull)
     invalidate()                 messages changed other than by appending: rebuild before use
-    reset()                      a new conversation
+    reset()                      a new conversation (n_replies, the seed offset, back to 0)
     tree_changed()               the project changed on disk (grounding lists it again)
     fork(root, temperature, seed)    a sampler like this one for a rollout in another folder
     count(text) -> int, max_len, reserve, max_tokens, temperature, seed, context_used(messages),
@@ -92,7 +92,6 @@ class EngineSampler:
         self._a_start, self._a_end = s["<|assistant_start|>"], s["<|assistant_end|>"]
         self._call_start, self._call_end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
         self._stops = (self._a_end, self._call_end)
-        self.n_replies = 0  # replies sampled in this conversation (the seed offset)
         self.reset()
 
     def fork(self, root, temperature: float, seed: int) -> "EngineSampler":
@@ -108,6 +107,7 @@ class EngineSampler:
         self._k = 0  # messages[:_k] are in the cache
         self._dirty = True  # the cache must be rebuilt from a full render
         self._grounded = 0
+        self.n_replies = 0  # replies sampled in this conversation (the seed offset)
 
     def invalidate(self) -> None:
         self._dirty = True

@@ -119,8 +119,8 @@ def test_cli_says_when_the_server_cannot_be_reached(tmp_path):
 
 # ---- other vendors' shapes, from a scripted server ------------------------------------------------
 class Scripted(BaseHTTPRequestHandler):
-    """Answers /v1/models and, per POST, the next scripted reply: (status, body) or a list of SSE
-    chunks. Every request body is kept in `requests`."""
+    """Answers /v1/models and, per POST, the next scripted reply: (status, body), a list of SSE
+    chunks, or "broken". Every request body is kept in `requests`."""
     script: list = []
     requests: list = []
 
@@ -136,6 +136,14 @@ class Scripted(BaseHTTPRequestHandler):
         step = Scripted.script.pop(0)
         if isinstance(step, tuple):
             return self._send(*step)
+        if step == "broken":  # a chunked reply whose connection drops mid-chunk
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"40\r\ndata: {")
+            self.close_connection = True
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -237,10 +245,13 @@ def test_a_context_400_drops_old_output_and_resends(scripted, tmp_path):
 
 
 def test_a_failing_server_ends_the_turn_and_a_missing_model_is_named(scripted, tmp_path):
-    Scripted.script = [(500, {"error": {"message": "out of memory"}})]
+    Scripted.script = [(500, {"error": {"message": "out of memory"}}), "broken"]
     agent = remote_agent(scripted, tmp_path)
-    res = agent.run_turn("hi")
-    assert res.stop_reason == "model_error"
+    events = []
+    assert agent.run_turn("hi", on_event=events.append).stop_reason == "model_error"
+    assert agent.run_turn("again", on_event=events.append).stop_reason == "model_error"
+    notes = [e.text for e in events if e.kind == "status"]
+    assert "answered 500: out of memory" in notes[0] and "broke off its reply" in notes[1]
     from agent.headless import EXIT_CODES
     assert EXIT_CODES["model_error"] == 6
     with pytest.raises(SamplerError, match="no model 'gpt-9'.*vendor-model"):
@@ -294,3 +305,17 @@ def test_the_tui_runs_on_a_remote_model(scripted, tmp_path, monkeypatch):
     saved, = list_sessions(tmp_path)
     meta = json.loads(saved.read_text())["meta"]
     assert meta["model"] == f"{scripted} vendor-model" and meta["turns"][0]["stop_reason"] == "done"
+
+
+def test_a_continued_conversation_goes_on_with_its_seeds(scripted, tmp_path):
+    """Reply n of a conversation samples with seed + n, also after a resume; /clear starts over."""
+    said = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
+            {"role": "assistant", "content": "d"}]
+    Scripted.script = [[delta(content="e"), finish("stop")], [delta(content="f"), finish("stop")]]
+    from agent.driver import Agent
+    agent = Agent(RemoteSampler(scripted, seed=100), tmp_path, messages=said, snapshots=False)
+    agent.run_turn("go on")
+    agent.clear()
+    agent.run_turn("new")
+    assert [r["seed"] for r in Scripted.requests] == [102, 100]
