@@ -26,17 +26,21 @@ the verifier runs anything in the copy, so a test run that writes files cannot l
 applied. Commits or staging done inside a copy are not carried over, only work-tree files.
 
 Verifier (never a hidden check):
+- Tests as they were (tools/test_guard.py): a rollout that changed tests, conftest.py, pytest
+  config or interpreter hooks unasked is tampered: not tested, never picked, named in the status
+  line; if all did, nothing is applied (pick None). A new unasked test file is left out of the
+  test run (pytest --ignore via PYTEST_ADDOPTS; a test command without pytest still runs it).
 - Code change: when any rollout changed files, the project's tests run in each changed copy:
   `test_command` (a shell line), else `python -m pytest -q -p no:cacheprovider` when the project
   has a tests/ directory or test_*.py / *_test.py files, within `test_timeout` seconds (past it:
   failed). Score = (verdict, agreement, finished, -steps). Verdict: 3 changed and the tests pass,
   2 changed with no verdict (no test command, or pytest collected nothing), 1 changed nothing, 0
-  changed and the tests fail: a change the tests reject never beats leaving the tree alone (a
-  first version ranked any change above none and, on a real run of the shipped model where no
-  rollout fixed the bug, applied a junk new file). Agreement: how many other rollouts made the
-  identical change (same paths, same resulting files), self-consistency for when tests cannot
-  tell. Finished: the turn ended "done" (not at the step limit, a repeat, a cut reply). Then
-  fewer tool calls.
+  changed and the tests fail, -1 tampered: a change the tests reject never beats leaving the tree
+  alone (a first version ranked any change above none and, on a real run of the shipped model
+  where no rollout fixed the bug, applied a junk new file). Agreement: how many other rollouts
+  made the identical change (same paths, same resulting files), self-consistency for when tests
+  cannot tell. Finished: the turn ended "done" (not at the step limit, a repeat, a cut reply).
+  Then fewer tool calls.
 - Question: when no rollout changed files, agreement decides. From each answer (the copy's path
   stripped) the cited `path:line`s, the `backticked` spans and the numbers are extracted; each
   citation gets one vote per rollout whose answer has it, and only agreement (2+ votes) counts.
@@ -60,9 +64,7 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -70,6 +72,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from nanocode.protocol import Status, TurnResult
+from tools import test_guard
 from tools.git import git as safe_git
 from tools.workspace import is_inside
 
@@ -103,6 +106,7 @@ class Rollout:
     seconds: float = 0.0
     changes: dict = field(default_factory=dict, repr=False)  # path -> (before, after) digests
     stash: str = ""                # the after-state of the changed files, saved before verifying
+    tampered: list[str] = field(default_factory=list)  # guarded files it changed unasked
 
     @property
     def result(self) -> TurnResult:
@@ -116,15 +120,16 @@ class Rollout:
         return {"index": self.index, "seed": self.seed, "temperature": self.temperature,
                 "stop_reason": self.result.stop_reason, "stop_reasons": [t.stop_reason for t in self.turns],
                 "steps": self.steps, "changed": self.changed, "tests_passed": self.tests_passed,
-                "tests_output": self.tests_output, "score": list(self.score), "seconds": self.seconds}
+                "tests_output": self.tests_output, "tampered": self.tampered, "score": list(self.score),
+                "seconds": self.seconds}
 
 
 @dataclass
 class BestOf:
-    """best_of's answer: the pick (None when cancelled), the winner's last turn (answer and calls
-    relocated to the user's root, files_changed = what was applied), its conversation and every
-    rollout. pass@1 is rollout 0's outcome, reported beside the pick."""
-    kind: str                      # "change" | "question" | "cancelled"
+    """best_of's answer: the pick (None when cancelled or every rollout tampered), the winner's last
+    turn (answer and calls relocated to the user's root, files_changed = what was applied), its
+    conversation and every rollout. pass@1 is rollout 0's outcome, reported beside the pick."""
+    kind: str                      # "change" | "question" | "cancelled" | "tampered" (nothing picked)
     pick: int | None
     result: TurnResult
     messages: list[dict]
@@ -260,35 +265,6 @@ def detect_tests(files: list[str]) -> str | None:
     return None
 
 
-def run_tests(command: str, cwd: str, timeout: float, sandbox=None) -> tuple[bool | None, str]:
-    """(passed, last output line). pytest's "no tests collected" (exit 5) is None: no verdict.
-    The command runs with bash in its own process group, killed whole at the timeout, and in the
-    rollout's OS sandbox (tools/sandbox.py) when it has one: the tests run model-written code."""
-    from tools import sandbox as sbx
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    argv, guarded, groups = ["bash", "-c", command], {}, []
-    try:
-        if sandbox is not None:
-            argv, guarded, groups = sbx.prepare(cwd, argv, sandbox)
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return False, f"timed out after {timeout:g} s"
-    finally:
-        for d in groups:
-            sbx.remove_cgroup(d)
-        sbx.restore(guarded)
-    lines = [x for x in out.decode(errors="replace").splitlines() if x.strip()]
-    last = lines[-1].strip()[:200] if lines else ""
-    if proc.returncode == 5 and "pytest" in command:
-        return None, last
-    return proc.returncode == 0, last
-
-
 def citations(answer: str) -> tuple[set, set, set]:
     """(path:line citations, backticked spans, numbers) in an answer; paths lose a leading ./"""
     cites = {f"{os.path.normpath(m.group(1))}:{m.group(2)}" for m in _CITE.finditer(answer)}
@@ -307,7 +283,7 @@ def change_scores(rollouts: list[Rollout]) -> list[tuple]:
     same = Counter(keys)
     scores = []
     for r, key in zip(rollouts, keys):
-        verdict = {True: 3, None: 2, False: 0}[r.tests_passed] if r.changed else 1
+        verdict = -1 if r.tampered else ({True: 3, None: 2, False: 0}[r.tests_passed] if r.changed else 1)
         scores.append((verdict, same[key] - 1 if r.changed else 0, _finished(r), -r.steps))
     return scores
 
@@ -327,7 +303,7 @@ def agreement_scores(answers: list[str]) -> list[tuple]:
 
 def choose(rollouts: list[Rollout]) -> tuple[str, int]:
     """Score every rollout (sets .score) and return (kind, index of the pick)."""
-    if any(r.changed for r in rollouts):
+    if any(r.changed or r.tampered for r in rollouts):
         kind, scores = "change", change_scores(rollouts)
     else:
         answers = [relocate(r.result.answer, r.root + os.sep, "") for r in rollouts]
@@ -406,7 +382,7 @@ def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
 def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature: float = 0.0,
             sample_temperature: float = SAMPLE_TEMPERATURE, test_command: str | None = None,
             test_timeout: float = TEST_TIMEOUT, drive=None, on_event=None, cancel=None,
-            apply: bool = True, workdir: str | None = None) -> BestOf:
+            apply: bool = True, workdir: str | None = None, tests_allowed=None, tests_view=None) -> BestOf:
     """Run `prompt` n times, pick one, apply it (module docstring).
 
     make_agent(root, temperature, seed) -> a fresh Agent working in `root` (no undo snapshots
@@ -414,7 +390,8 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
     one headless turn, events to on_event, honouring cancel). on_event(event) also gets a Status
     before and after each rollout and for the pick. apply=False leaves the user's tree alone (the
     eval scores copies). workdir: where the copies go, left for the caller to remove (default: a
-    temp dir removed on return, so Rollout.root is gone by then)."""
+    temp dir removed on return, so Rollout.root is gone by then). tests_allowed, tests_view: as in
+    test_guard.tampered (default: ("*",) when test_guard.asks_for_test_changes(prompt), else ())."""
     if n < 1:
         raise ValueError(f"best_of needs n >= 1, got {n}")
     emit = on_event or (lambda event: None)
@@ -426,6 +403,8 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
     rel = os.path.relpath(root, top)
     files = _list(top, git is not None)
     command = test_command or detect_tests(files)
+    allowed = ("*",) if tests_allowed is None and test_guard.asks_for_test_changes(prompt) else tests_allowed
+    guard = (test_guard.capture(top, files), tuple(allowed or ()), tests_view)
     base = os.path.realpath(workdir or tempfile.mkdtemp(prefix="nanocode-best-of-"))
     name = os.path.basename(top) or "project"
     try:
@@ -438,14 +417,14 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
                 break
             rollouts.append(_rollout(i, t, rel, git is not None, make_agent, drive, prompt, emit,
                                      seed, temperature if i == 0 else sample_temperature,
-                                     command, test_timeout, n))
+                                     command, test_timeout, n, guard))
         return _finish(rollouts, root, top, prompt, command, apply, cancel, emit)
     finally:
         if workdir is None:
             shutil.rmtree(base, ignore_errors=True)
 
 
-def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, command, timeout, n):
+def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, command, timeout, n, guard):
     how = "greedy" if temp == 0 else f"temperature {temp:g}"
     emit(Status(f"rollout {i + 1}/{n}: seed {seed + i}, {how}"))
     t0 = time.perf_counter()
@@ -465,13 +444,16 @@ def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, comm
     for p, (_, d) in changes.items():
         if d is not None:
             _copy_file(os.path.join(top, p), os.path.join(stash, p))
+    guarded, allowed, view = guard
     r = Rollout(i, seed + i, temp, root, top, turns, messages, meta, sorted(changes),
-                changes=changes, stash=stash)
-    if changes and command:
-        r.tests_passed, r.tests_output = run_tests(command, root, timeout, sandbox)
+                changes=changes, stash=stash, tampered=test_guard.tampered(top, guarded, allowed, view))
+    if changes and command and not r.tampered:
+        unasked = [os.path.join(top, p) for p in test_guard.unasked_tests(top, guarded, allowed)]
+        r.tests_passed, r.tests_output = test_guard.run_tests(command, root, timeout, sandbox, unasked)
     r.seconds = round(time.perf_counter() - t0, 2)
     tests = {True: "; tests pass", False: "; tests fail", None: ""}[r.tests_passed]
     what = f"changed {', '.join(r.changed)}" if r.changed else "changed nothing"
+    what += f"; rollout {i + 1} edited {', '.join(r.tampered)} unasked: never picked" if r.tampered else ""
     emit(Status(f"rollout {i + 1}/{n}: {r.result.stop_reason}, {r.steps} steps, {what}{tests}"))
     return r
 
@@ -485,13 +467,19 @@ def _finish(rollouts, root, top, prompt, command, apply, cancel, emit) -> BestOf
                       [], {}, rollouts, [], None, command)
     kind, pick = choose(rollouts)
     win = rollouts[pick]
+    edited = "; ".join(f"rollout {r.index + 1} edited {', '.join(r.tampered)}" for r in rollouts if r.tampered)
+    if win.tampered:  # every rollout did: none is picked
+        emit(Status(f"best of {len(rollouts)}: nothing applied: every rollout changed the tests unasked ({edited})"))
+        return BestOf("tampered", None, replace(relocate(win.result, win.top, top), files_changed=[]),
+                      [], {}, rollouts, [], None, command)
     applied, ck_id = [], None
     if apply and win.changes:
         applied, ck_id = apply_changes(root, top, win, prompt, emit)
     why = ({3: "tests pass", 2: "changed, no test verdict", 1: "changed nothing", 0: "tests fail"}
            [win.score[0]] if kind == "change" else f"agreement {list(win.score[:3])}")
     emit(Status(f"best of {len(rollouts)}: rollout {pick + 1} ({why}, {win.steps} steps)"
-                + (f"; applied {', '.join(applied)} (/undo restores)" if applied else "")))
+                + (f"; applied {', '.join(applied)} (/undo restores)" if applied else "")
+                + (f"; {edited}: not picked" if edited else "")))
     result = replace(relocate(win.result, win.top, top), files_changed=applied)
     return BestOf(kind, pick, result, relocate(win.messages, win.top, top),
                   relocate(win.meta, win.top, top), rollouts, applied, ck_id, command)

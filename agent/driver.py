@@ -15,7 +15,8 @@ args, decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the t
 Ctrl-D at the prompt -> `cancelled by user`, recorded as "cancelled", not a rejection), run it
 (tools.dispatch.run_tool), append the result, ask for the next reply; a plain reply ends the turn.
 Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`), a
-reply cut by `max_tokens`, a request that does not fit the context, a model server that fails.
+reply cut by `max_tokens` or for repeating itself (stop_reason "loop"), a request that does not
+fit the context, a model server that fails.
 
 Retries. A reply whose call is malformed, repeats a call made since the turn's last Edit or
 Bash, or fails with an `error:` from Read, Grep or Edit (which change nothing on disk) is taken
@@ -33,6 +34,11 @@ its changes and says which paths it could not snapshot. When the snapshot fails 
 refused (an `error:` result and a status: no change without undo; snapshots=False opts out).
 `undo()` / `diff()` / `undo_plan()` act on the last recorded turn of this conversation; what undo
 restored is said to the model at the start of the next user message.
+
+Questions. A turn whose request is a question (agent/request_kind.is_question) sets
+`policy.question`: an Edit that only the mode would allow asks, and headless (no `approve`) it is
+an `error:` result, resampled like other failed Edits, so the model answers instead.
+`question_guard = False` turns this off.
 
 Mode. The system prompt lists the tools the mode offers (plan: Read and Grep) and the sampler
 offers only those; a switch between modes with different tools mid-conversation is said in the
@@ -54,6 +60,7 @@ from agent.approval import ask
 from agent.context import ContextFull, compact, fit_memory, fit_result, memory_budget, read_limit, result_budget
 from agent.conversation import Conversation
 from agent.mentions import mentioned
+from agent.request_kind import is_question
 from agent.sampler import EngineSampler, SamplerError
 from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
@@ -61,10 +68,12 @@ from nanocode.protocol import (
     TurnResult, check_call, mode_note, system_prompt)
 from tools.dispatch import run_tool
 from tools.files import read_memory
+from tools.permissions import QUESTION_EDIT
 from tools.sandbox import for_commands
 
 STOP_NOTES = {"repeat": "the same call three times in a row: stopped; your turn",
-              "cancelled": "cancelled", "rejected": "call rejected; your turn"}
+              "cancelled": "cancelled", "rejected": "call rejected; your turn",
+              "loop": "reply stopped: it was repeating itself"}
 
 
 class Agent:
@@ -76,11 +85,13 @@ class Agent:
     tools.permissions Policy (settings files are read when only a mode is given). messages /
     meta / store: a conversation to continue and where to save it (agent/conversation.py).
     Sampling (engines only; see agent/sampler.py): temperature, top_k, top_p, seed, max_tokens,
-    reserve, extra_mask, constrain, ground, retry_temperature, copy_bias. max_steps: tool calls
+    reserve, extra_mask, constrain, ground, retry_temperature, copy_bias, loop_guard (replies that
+    never loop: agent/loop_guard.py), names (grounding's names option). max_steps: tool calls
     per user turn. retries: how many times a failed or repeated call is resampled before it
     stands. snapshots: False disables undo (no snapshot before a change). sandbox: run every
     Bash call in the OS sandbox (tools/sandbox.py; network: let it reach the network); where none
     can be had, or with sandbox=False, every Bash call asks, auto mode included.
+    question_guard: in a turn whose request is a question, an Edit asks (module docstring).
     `sandbox_status` says which.
     """
 
@@ -90,13 +101,15 @@ class Agent:
                  tool_timeout: float | None = 30.0, extra_mask=None, constrain: bool = True,
                  memory: bool = True, store=None, snapshots: bool = True, ground: bool = True,
                  retries: int = 2, retry_temperature: float = 0.7, copy_bias: float = 0.0,
-                 sandbox: bool = True, network: bool = False):
+                 sandbox: bool = True, network: bool = False, question_guard: bool = True,
+                 loop_guard: bool = True, names: bool = True):
         self.root = os.path.realpath(os.fspath(root))
         if not hasattr(model, "reply"):  # an engine
             model = EngineSampler(model, self.root, temperature=temperature, top_k=top_k,
                                   top_p=top_p, seed=seed, max_tokens=max_tokens, reserve=reserve,
                                   extra_mask=extra_mask, constrain=constrain, ground=ground,
-                                  retry_temperature=retry_temperature, copy_bias=copy_bias)
+                                  retry_temperature=retry_temperature, copy_bias=copy_bias,
+                                  loop_guard=loop_guard, names=names)
         self.sampler = model
         if policy is None:
             from tools.permissions import Policy
@@ -105,6 +118,7 @@ class Agent:
         self.sandbox, self.sandbox_status = for_commands(sandbox, network)
         policy.sandboxed = self.sandbox is not None  # no sandbox: every Bash asks
         self.max_steps, self.tool_timeout, self.memory, self.retries = max_steps, tool_timeout, memory, retries
+        self.question_guard = question_guard  # a question's Edit asks (Policy.question)
         self.result_budget = result_budget(model.max_len, model.reserve)  # agent/context.py
         self.read_limit = read_limit(self.result_budget)
         self.conv = Conversation(self.root, messages, meta, store)
@@ -218,6 +232,7 @@ class Agent:
         cancel = cancel or threading.Event()
         res = TurnResult()
         started = time.perf_counter()
+        raw_text = user_text  # the request as the user wrote it (agent/request_kind.py)
         for note in self._startup_notes:
             emit(Status(note))
         self._startup_notes = []
@@ -230,6 +245,7 @@ class Agent:
         if self.undo_log.notes:
             user_text = "\n".join(self.undo_log.notes + [user_text])
             self.undo_log.notes = []
+        self.policy.question = self.question_guard and is_question(raw_text)
         self.messages.append({"role": "user", "content": user_text})
         self.conv.turn_start = len(self.messages) - 1
         last_calls: list[str] = []
@@ -252,9 +268,12 @@ class Agent:
                 call, error, stop = reply.call, reply.error, reply.stop
                 if call is None and error is None:
                     res.answer = reply.message["content"]
-                    res.stop_reason = {"stop": "done", "cancelled": "cancelled"}.get(stop, "max_tokens")
+                    res.stop_reason = {"stop": "done", "cancelled": "cancelled", "loop": "loop"}.get(
+                        stop, "max_tokens")
                     if res.stop_reason == "max_tokens":
                         emit(Status(f"reply cut at {self.sampler.max_tokens} tokens"))
+                    elif res.stop_reason == "loop":
+                        emit(Status(STOP_NOTES["loop"]))
                     break
                 name, args = (call["name"], call["args"]) if call else ("?", {})
                 key = json.dumps([name, args], sort_keys=True)
@@ -339,6 +358,8 @@ class Agent:
         d = self.policy.check(name, args)
         if d.action == "deny":
             return f"error: {d.reason}", None
+        if d.reason == QUESTION_EDIT and approve is None:  # headless: nobody to ask, so the model answers
+            return "error: the request is a question: answer it; edit only when the user asks for a change", None
         if d.action == "ask":
             answer, rule = ask(self.policy, d, name, args, approve, cancel)  # agent/approval.py
             self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,

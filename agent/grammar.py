@@ -1,9 +1,11 @@
 """The tool-call grammar as a logits mask: what the model may write next, given what it wrote.
 
 Phases, driven one generated token at a time:
-  content  prose: every ordinary token, `<|tool_call_start|>` (when some tool is offered),
+  content  prose: ordinary tokens, `<|tool_call_start|>` (when some tool is offered),
            `<|assistant_end|>` (never another special: a stray `<|user_start|>` in prose would
-           decode to text that re-encodes as plain tokens, breaking the train/inference identity)
+           decode to text that re-encodes as plain tokens, breaking the train/inference identity).
+           Grounded with names on, backticked spans and `path:line` citations come from the
+           context (agent/prose.py) and the reply stops only outside a span; else it is free
   name     tokens extending the name so far towards an offered tool (any split); once whole,
            `<|tool_arg|>`
   key      the next argument in TOOLS[name].args order: optional ones may be skipped, required
@@ -17,8 +19,9 @@ Values: INT_ARGS are digits (at least one; limit not all zeros), Bash.command fr
 non-blank byte, new_string free text. Without grounding the rest is free text too. With a
 Grounding (agent/grounding.py): Read.file_path, Grep.path and Edit.file_path are admissible
 paths, Edit.old_string a unique substring of the file's current bytes, Grep.pattern at most
-PATTERN_BYTES whose identifier runs lie inside known words (a backslash and the byte after it
-are regex syntax, so `\\b`, `\\w`, `\\(` are not identifiers).
+PATTERN_BYTES whose identifier runs are prefixes of known words while written and close (a
+non-identifier byte or the end) only at a whole word (names off: lie inside known words; a
+backslash and the byte after it are regex syntax, so `\\b`, `\\w`, `\\(` are not identifiers).
 
 Everything is byte-level: the ordinary tokens form a trie (agent/vocab_trie.py) walked with the
 value's automaton, so every split of an admissible value is admissible and nothing else is.
@@ -31,15 +34,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.grounding import NAME_CHARS, SortedStrings
-from agent.vocab_trie import BYTE, VocabTrie
+from agent.grounding import NAME_CHARS
+from agent.spans import IDENT, IDENT_BYTES
+from agent.vocab_trie import BYTE, SortedStrings, VocabTrie
 from nanocode.protocol import INT_ARGS, TOOLS
 
 PATTERN_BYTES = 256
 MEMO_MASKS = 128
 VALUES_KEPT = 16
-IDENT = [chr(c).isascii() and (chr(c).isalnum() or c == 95) for c in range(256)]
-IDENT_BYTES = bytes(c for c in range(256) if IDENT[c])
 CONTENT, NAME, KEY, VALUE, DONE = range(5)
 
 
@@ -165,23 +167,32 @@ class AnchorValue(Value):
 
 
 class PatternValue(Value):
-    """Grep.pattern: state (in an escape, the identifier run so far, bytes so far).
+    """Grep.pattern: state (in an escape, the identifier run so far, bytes so far); the words
+    (grounding.Words) say which runs may be written (has_prefix) and where one may end (closes).
 
-    A token is its leading identifier bytes (which must extend the run inside some word) then,
-    if it has more, a remainder read from a fresh run: whether that remainder is admissible
-    depends only on the words, so it is decided once per word set for every token (the
-    remainders of all tokens that share a leading part hang off that part's trie node)."""
+    A token is its leading identifier bytes (which must extend the run towards some word, and
+    close it if more follows) then, if it has more, a remainder read from a fresh run: whether
+    that remainder is admissible depends only on the words, so it is decided once per word set
+    for every token (the remainders of all tokens that share a leading part hang off that
+    part's trie node)."""
 
     def __init__(self, g, words):
         super().__init__(g, words)
-        lead, runs, runs_escaped, self.ends_escaped = g.pattern_lexicon()
-        inside = {r: words.has_prefix(r) for rs in (*runs.values(), *runs_escaped.values()) for r in rs}
+        lead, self.lead_bytes, runs, runs_escaped, self.ends_escaped = g.pattern_lexicon()
+        ok: dict = {}
+
+        def fine(rs, open_end):  # every run a prefix; all but an open last one closed
+            k = (rs, open_end)
+            if k not in ok:
+                ok[k] = (all(words.has_prefix(r) for r in rs)
+                         and all(words.closes(r) for r in rs[:len(rs) - open_end]))
+            return ok[k]
         groups: dict[int, list[int]] = {}
-        for t, rs in runs.items():
-            if all(inside[r] for r in rs):
+        for t, (rs, open_end) in runs.items():
+            if fine(rs, open_end):
                 groups.setdefault(lead[t], []).append(t)
         self.groups = {n: np.array(ts, np.int64) for n, ts in groups.items()}
-        self.escaped = np.array([t for t, rs in runs_escaped.items() if all(inside[r] for r in rs)], np.int64)
+        self.escaped = np.array([t for t, r in runs_escaped.items() if fine(*r)], np.int64)
         self.options: dict = {}
 
     def start(self):
@@ -207,7 +218,7 @@ class PatternValue(Value):
     def fill(self, state, m):
         escaped, run, n = state
         m[self.tokens(escaped, run, PATTERN_BYTES - n)] = True
-        return n > 0 and not escaped
+        return n > 0 and not escaped and (not run or self.auto.closes(run))
 
     def tokens(self, escaped: bool, run: bytes, room: int) -> np.ndarray:
         """The admissible tokens, memoised apart from the masks: an empty pattern and one
@@ -221,8 +232,9 @@ class PatternValue(Value):
         else:
             nodes = g.trie.walk_sorted(self.auto, run, IDENT)
             whole = [g.trie.tid[u] for u in nodes if u and g.trie.tid[u] >= 0]
-            ids = np.concatenate([np.array(whole, np.int64), self.groups.get(0, np.zeros(0, np.int64))]
-                                 + [self.groups[u] for u in nodes if u and u in self.groups])
+            closing = [self.groups[u] for u in nodes | {0} if u in self.groups
+                       and (self.auto.closes(run + self.lead_bytes[u]) if run or u else True)]
+            ids = np.concatenate([np.array(whole, np.int64), *closing])
             ends = self.ends_escaped[0]
         if room < g.trie.max_len:  # near the cap: no token past it, none that ends it escaped
             lens = g.lens[ids]
@@ -324,26 +336,43 @@ class Grammar:
             v = self._values[automaton] = cls(self, automaton)
         return v
 
+    def cached(self, key, make):
+        """make(), once per key for this grammar: tables other modules derive from the vocabulary."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def prose_value(self, ground):
+        """The content phase's automaton (agent/prose.py) over ground's context, or None: free
+        prose (no grounding, names off, a project that could not be listed)."""
+        text = ground.spans(self.trie.max_len + 1) if ground is not None else None
+        if text is None:
+            return None
+        from agent.prose import Prose  # prose.py builds on this module's Value
+        return self._grounded(Prose, text)
+
     def pattern_lexicon(self):
-        """Per token, for Grep patterns: the trie node of its leading identifier bytes, the
-        identifier runs after them (for tokens that do not end there), the runs when the token
-        starts escaped, and whether it ends in an escape (read normally, read escaped)."""
+        """Per token, for Grep patterns: the trie node of its leading identifier bytes and those
+        bytes by node, the identifier runs after them (for tokens that do not end there) and the
+        runs when the token starts escaped (each with whether the last run is still open at the
+        token's end), and whether it ends in an escape (read normally, read escaped)."""
         if self._lexicon is None:
-            lead, runs, runs_escaped = {}, {}, {}
+            lead, lead_bytes, runs, runs_escaped = {}, {}, {}, {}
             ends = np.zeros((2, self.n_vocab), bool)
             for t, b in self.pieces.items():
                 k = len(b) - len(b.lstrip(IDENT_BYTES))
                 if k < len(b):
                     lead[t] = self.trie.node(b[:k])
-                    runs[t], ends[0, t] = _runs(b[k:], False)
-                runs_escaped[t], ends[1, t] = _runs(b, True)
-            self._lexicon = lead, runs, runs_escaped, ends
+                    lead_bytes[lead[t]] = b[:k]
+                    *runs[t], ends[0, t] = _runs(b[k:], False)
+                *runs_escaped[t], ends[1, t] = _runs(b, True)
+            self._lexicon = lead, lead_bytes, runs, runs_escaped, ends
         return self._lexicon
 
 
-def _runs(b: bytes, escaped: bool) -> tuple[tuple, bool]:
+def _runs(b: bytes, escaped: bool) -> tuple[tuple, bool, bool]:
     """The identifier runs of b read from a fresh run (`escaped`: its first byte is escaped),
-    and whether it ends in an escape."""
+    whether the last one is still open at b's end, and whether b ends in an escape."""
     runs, start = [], None
     for i, c in enumerate(b):
         if not escaped and IDENT[c]:
@@ -355,7 +384,7 @@ def _runs(b: bytes, escaped: bool) -> tuple[tuple, bool]:
         escaped = not escaped and c == 92
     if start is not None:
         runs.append(b[start:])
-    return tuple(runs), escaped
+    return tuple(runs), start is not None, escaped
 
 
 class GrammarState:
@@ -367,6 +396,7 @@ class GrammarState:
         self.tool, self.last, self.existing = "", -1, None  # last: index of the last argument given
         self.value, self.vstate, self.stops, self.file_path = None, None, (), b""
         self.in_path = False  # the value being written is a file_path (kept for old_string)
+        self.prose, self.pstate = False, None  # prose: agent/prose.Prose, None (free), False (not asked yet)
 
     def next_keys(self) -> tuple:
         """The arguments that may come next, in wire order, up to the first required one."""
@@ -387,6 +417,8 @@ class GrammarState:
                 self.phase, self.buf = NAME, b""
             elif t == g.a_end:
                 self.phase = DONE
+            elif t in g.pieces and self._prose() is not None:
+                self.pstate = self.prose.feed(self.pstate, g.pieces[t])
         elif phase == NAME:
             if t == g.arg:
                 self.tool, self.phase, self.buf = self.buf.decode(), KEY, b""
@@ -416,12 +448,21 @@ class GrammarState:
         self.stops = ((g.arg,) if rest else ()) + (
             () if any(a in TOOLS[self.tool].required for a in rest) else (g.call_end,))
 
+    def _prose(self):
+        """The content phase's automaton, asked for at the first prose token (it syncs the context)."""
+        if self.prose is False:
+            self.prose = self.g.prose_value(self.ground)
+            self.pstate = self.prose.start() if self.prose is not None else None
+        return self.prose
+
     def allowed(self, out) -> np.ndarray:
         while self.seen < len(out):
             self.feed(int(out[self.seen]))
             self.seen += 1
         g, phase = self.g, self.phase
         if phase == CONTENT:
+            if self._prose() is not None:
+                return self.prose.mask(self.pstate, (g.call_start, g.a_end) if self.tools else (g.a_end,))
             return g.content if self.tools else g.prose
         if phase == NAME:
             return g.words_mask("name", self.tools, self.buf)

@@ -1,6 +1,7 @@
 """The project as the grammar sees it: which paths exist, what an Edit's old_string may be, which
-words a Grep pattern may name. agent/grammar.py walks these automata with the vocabulary, so an
-argument the project cannot back is never sampled, whatever the tokenizer split.
+words a Grep pattern may name, what a backticked span in prose may say. agent/grammar.py and
+agent/prose.py walk these automata with the vocabulary, so an argument or a name the project
+cannot back is never sampled, whatever the tokenizer split.
 
 Paths. The files `git ls-files --cached --others --exclude-standard` lists for the root (less
 those gone from disk or outside a sparse checkout) or, outside a work tree, a walk that skips
@@ -22,13 +23,20 @@ complete and cached by (path, inode, mtime, ctime, size): a file changed between
 is followed. Files over ANCHOR_BYTES or not UTF-8 leave old_string free (with a note).
 
 Grep. Words are identifier runs (`[A-Za-z0-9_]+`, at most WORD_LEN bytes) of the listed text
-files (at most WORD_FILES files and WORD_BYTES read, scanned on the first Grep, rescanned only
-where a file changed) and of the conversation, kept as the sorted suffixes of every word. Words
-only accumulate (a stale one costs a `no matches found`); one inside a known word adds nothing,
-a new one costs one merge of the suffix list.
+files (at most WORD_FILES files and WORD_BYTES read, scanned on the first Grep or prose mask,
+rescanned only where a file changed) and of the conversation. With `names` (the default) they
+are kept whole and a pattern's identifier run may close only at a whole word (`def p il\\(` is
+never written); with names off, as the sorted suffixes of every word, and a run need only lie
+inside one (one inside a known word adds nothing). Words only accumulate (a stale one costs a
+`no matches found`); new ones cost one merge of the sorted list.
 
-Everything is lazy: the constructor touches nothing; the listing runs when a path argument is
-first grounded, the word scan on the first grounded pattern. `refresh()` marks the tree changed;
+Prose (names only). `spans()`: the texts the word scan reads (UTF-8 ones), the listing and every
+add_text, as an agent/spans.py SpanText, with the Citations of the listed files; agent/prose.py masks
+backticked spans with it. None (free prose) with names off or when the project is not listed.
+
+Everything is lazy: the constructor touches nothing; the listing runs when a path argument or
+(names on) a prose mask is first grounded, the word scan on the first grounded pattern or prose
+mask. `refresh()` marks the tree changed;
 the next use lists again and keeps the same index objects (and so the grammar's memoised masks)
 when the listing is unchanged; checks that read the disk are redone.
 """
@@ -38,11 +46,12 @@ import os
 import re
 import subprocess
 import time
-from bisect import bisect_left
 from collections import OrderedDict
 
 import numpy as np
 
+from agent.spans import BOM, SPAN_TEXT_BYTES, AnchorText, Citations, SpanText, anchor_bytes
+from agent.vocab_trie import SortedStrings
 from tools.files import MAX_EDIT_BYTES, SNIFF_BYTES, is_binary_bytes
 from tools.git import git
 from tools.grep import SKIP_DIRS
@@ -63,39 +72,18 @@ TEXT_BYTES = 256 * 1024   # of one add_text call
 TALK_CANDIDATES = 2000    # path-like strings waiting to be checked, at most
 WORD = re.compile(rb"[A-Za-z0-9_]+")
 PATH_LIKE = re.compile(r"[^\s\"'`<>|,;:()\[\]{}*?=]+")
-BOM = b"\xef\xbb\xbf"
 
 
-class SortedStrings:
-    """Distinct byte strings, sorted, answering "does some string start with q" by bisection.
-    No string holds the byte 0xff (UTF-8 never does), so `q + b"\\xff"` bounds those starting
-    with q."""
+class Words(SortedStrings):
+    """Grep's known words: whole (`whole`, names on) or every word's suffixes (names off)."""
 
-    def __init__(self, strings):
-        self.items = sorted(set(strings))
+    def __init__(self, strings, whole: bool):
+        super().__init__(strings)
+        self.whole = whole
 
-    def span(self, q: bytes, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
-        """[lo, hi) of the strings that start with q (within the given range)."""
-        hi = len(self.items) if hi is None else hi
-        lo = bisect_left(self.items, q, lo, hi)
-        if lo == hi or not self.items[lo].startswith(q):
-            return lo, lo
-        return lo, bisect_left(self.items, q + b"\xff", lo, hi)
-
-    def has_prefix(self, q: bytes) -> bool:
-        i = bisect_left(self.items, q)
-        return i < len(self.items) and self.items[i].startswith(q)
-
-    def grown(self, strings) -> "SortedStrings":
-        """These strings and `strings`, in one merge (cheap when few are new)."""
-        out = SortedStrings(())
-        new = sorted(s for s in strings if not self._holds(s))
-        out.items = sorted(self.items + new)  # two sorted runs: timsort merges them
-        return out
-
-    def _holds(self, s: bytes) -> bool:
-        i = bisect_left(self.items, s)
-        return i < len(self.items) and self.items[i] == s
+    def closes(self, run: bytes) -> bool:
+        """Whether an identifier run may end here (it is already known to be a prefix)."""
+        return not self.whole or self.holds(run)
 
 
 class PathSet:
@@ -191,66 +179,22 @@ def _text_file(root: str, path: str, edit: bool) -> bool:
     return not edit or (size <= MAX_EDIT_BYTES and bool(head.removeprefix(BOM)))
 
 
-class AnchorText:
-    """The bytes an Edit's old_string must come from, as an automaton of occurrence sets.
-
-    A state is the array P of the start positions where the bytes written so far (L of them)
-    occur: what a suffix automaton state stands for (its end positions), kept explicitly since
-    building a suffix automaton in Python costs hundreds of bytes per file byte. Advancing by a
-    token filters P (vectorised while it is large); the count of occurrences is len(P), and
-    old_string may stop only where it is 1 and at a character boundary. Starts are character
-    starts, so old_string is always whole UTF-8."""
-
-    def __init__(self, data: bytes, pad: int):
-        self.data, self.n = data, len(data)
-        self.arr = np.full(self.n + pad + 1, 256, np.int32)  # 256: past the end, matches no byte
-        self.arr[:self.n] = np.frombuffer(data, np.uint8)
-        self.starts = np.flatnonzero((self.arr[:self.n] & 0xC0) != 0x80).astype(np.int32)
-
-    def step(self, P: np.ndarray, L: int, piece: bytes) -> np.ndarray:
-        if len(P) == 1:
-            p = int(P[0]) + L
-            return P if self.data[p:p + len(piece)] == piece else P[:0]
-        for k, b in enumerate(piece):
-            P = P[self.arr[P + (L + k)] == b]
-        return P
-
-    def closable(self, P: np.ndarray, L: int) -> bool:
-        if len(P) != 1 or L == 0:
-            return False
-        e = int(P[0]) + L
-        return e == self.n or (self.data[e] & 0xC0) != 0x80
-
-
-def anchor_bytes(data: bytes) -> bytes | None:
-    """What Edit matches old_string against (BOM cut, CRLF as LF when every newline is CRLF),
-    or None when it cannot be grounded (binary, not UTF-8, empty)."""
-    if is_binary_bytes(data):
-        return None
-    data = data.removeprefix(BOM)
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if b"\r\n" in data and data.count(b"\r\n") == data.count(b"\n"):
-        data = data.replace(b"\r\n", b"\n")
-    return data or None
-
-
 class Grounding:
     """The project at `root` for the grammar. The loop calls `add_text` with every message's
     text before a reply, `refresh()` after a call that may change the tree, and shows `notes`
     (human-readable fallbacks, each said once). The grammar asks `read_paths()`,
-    `grep_paths()`, `edit_paths()`, `anchor(file_path, pad)` and `words()`; None means free text."""
+    `grep_paths()`, `edit_paths()`, `anchor(file_path, pad)`, `words()` and `spans(pad)`; None
+    means free text. names=False: Grep words as substrings and free prose (the lever to measure
+    whole names against)."""
 
-    def __init__(self, root):
-        self.root = os.path.realpath(os.fspath(root))
+    def __init__(self, root, names: bool = True):
+        self.root, self.names = os.path.realpath(os.fspath(root)), names
         self.notes: list[str] = []
         self._stale = True
         self._listed: list[bytes] | None = None  # the files the last listing gave, sorted
         self._known: set[bytes] = set()  # the same, as a set
         self._sets: tuple | None = None  # see _build_sets
-        self._checked: list = [None, None]  # TextPaths, EditPaths made since the last refresh
+        self._checked: list = [None, None, None]  # TextPaths, EditPaths, Citations since the last refresh
         self._pending: set[str] = set()   # path-like strings from the conversation, unchecked
         self._talk_files: set[bytes] = set()
         self._talk_dirs: set[bytes] = set()
@@ -258,7 +202,8 @@ class Grounding:
         self._anchors: OrderedDict = OrderedDict()
         self._new_words: set[bytes] = set()  # seen, not yet in self._words
         self._scanned: dict[bytes, tuple] = {}
-        self._words: SortedStrings | None = None
+        self._words: Words | None = None
+        self._span_text = SpanText()
         self._worded: set[bytes] = set()  # the words self._words holds
         self._words_stale = True
 
@@ -269,9 +214,16 @@ class Grounding:
     def refresh(self) -> None:
         self._stale = self._words_stale = True
 
+    def add_message(self, message: dict) -> None:
+        """A conversation message: its content and its tool call's argument values."""
+        args = (message.get("tool_call") or {}).get("args", {})
+        self.add_text("\n".join([message["content"], *map(str, args.values())]))
+
     def add_text(self, text: str) -> None:
         raw = text.encode("utf-8", "replace")[:TEXT_BYTES]
         self._add_words(WORD.findall(raw))
+        if self.names:
+            self._span_text.add(raw)
         for m in PATH_LIKE.finditer(raw.decode("utf-8", "ignore")):
             s = m.group().rstrip(".")  # a sentence's full stop is not part of a path
             if len(self._pending) >= TALK_CANDIDATES:
@@ -304,11 +256,11 @@ class Grounding:
             listed = self._list()
             changed |= listed != self._listed
             self._listed, self._known, self._stale = listed, set(listed or ()), False
-            self._checked = [None, None]
+            self._checked = [None, None, None]
         if self._pending and self._listed is not None:
             changed |= self._check_talk_paths()
         if changed:
-            self._sets, self._checked = self._build_sets(), [None, None]
+            self._sets, self._checked = self._build_sets(), [None, None, None]
         return self._sets
 
     def _build_sets(self) -> tuple:
@@ -423,28 +375,52 @@ class Grounding:
         return a
 
     # ---- Grep's words -------------------------------------------------------------------------
-    def words(self) -> SortedStrings | None:
-        """Every suffix of every known word (so "some suffix starts with q" = "q is inside a
-        word"), or None (free patterns) when the project could not be listed."""
-        self._paths()
-        if self._listed is None:
+    def words(self) -> Words | None:
+        """The known words (whole, or every word's suffixes with names off), or None (free
+        patterns) when the project could not be listed."""
+        if not self._scan():
             self.note("project files not indexed: Grep patterns are free text")
             return None
-        if self._words_stale:
-            self._scan_words()
-            self._words_stale = False
         if self._words is None or self._new_words:
-            new = [w for w in self._new_words if self._words is None or not self._words.has_prefix(w)]
-            suffixes = {w[i:] for w in new for i in range(len(w))}  # a word inside a known one adds none
+            new = self._new_words if self.names else {  # a word inside a known one adds no suffix
+                w[i:] for w in self._new_words if self._words is None or not self._words.has_prefix(w)
+                for i in range(len(w))}
             if self._words is None:
-                self._words = SortedStrings(suffixes)
-            elif len(self._words.items) + len(suffixes) > WORD_SUFFIXES:
-                self.note(f"over {WORD_SUFFIXES} word suffixes: later words are not admissible in Grep patterns")
-            elif suffixes:
-                self._words = self._words.grown(suffixes)
+                self._words = Words(new, self.names)
+            elif len(self._words.items) + len(new) > WORD_SUFFIXES:
+                self.note(f"over {WORD_SUFFIXES} word strings: later words are not admissible in Grep patterns")
+            elif new:
+                self._words = self._words.grown(new)
             self._worded |= self._new_words
             self._new_words.clear()
         return self._words
+
+    def spans(self, pad: int) -> SpanText | None:
+        """The context of backticked spans and `path:line` citations, synced (`pad`: how far
+        past the end a walk may look), or None (free prose): names off, or the project could
+        not be listed."""
+        if not self.names:
+            return None
+        if not self._scan():
+            self.note("project files not indexed: prose is free text")
+            return None
+        if self._checked[2] is None:
+            read = self._sets[1]
+            self._checked[2] = Citations(self.root, read[1] if read else ())
+            self._span_text.add(b"\n".join(sorted(self._checked[2].files)))  # paths are names too
+        if not self._span_text.sync(pad, self._checked[2]):
+            self.note(f"over {SPAN_TEXT_BYTES >> 20} MiB of context: later text is not admissible in backticks")
+        return self._span_text
+
+    def _scan(self) -> bool:
+        """List the project and scan it when stale; False when it could not be listed."""
+        self._paths()
+        if self._listed is None:
+            return False
+        if self._words_stale:
+            self._scan_words()
+            self._words_stale = False
+        return True
 
     def _add_words(self, words) -> None:
         self._new_words.update(w for w in words if len(w) <= WORD_LEN and w not in self._worded)
@@ -475,6 +451,8 @@ class Grounding:
                 continue
             if not is_binary_bytes(data):
                 self._add_words(WORD.findall(data))
+                if self.names and _utf8(data):
+                    self._span_text.add(data)
 
 
 def _utf8(b: bytes) -> bool:

@@ -20,8 +20,9 @@ are still rejected), and `--mode plan` denies Edit and Bash outright. Ctrl-C can
 
 Exit status (EXIT_CODES, by stop_reason): 0 the model answered; 3 a call needed an approval
 nobody could give; 4 stopped before an answer (step limit, a repeated call, a reply cut at
---max-tokens); 5 the request did not fit the context; 6 the model server failed (--base-url);
-130 cancelled; 1 a crash or a --best-of pick that could not be applied; 2 bad usage.
+--max-tokens or for repeating itself: "loop"); 5 the request did not fit the context; 6 the model
+server failed (--base-url); 130 cancelled; 1 a crash or a --best-of pick that could not be
+applied; 2 bad usage.
 
 `--best-of N` (run_best_of): N rollouts in copies of the project, the verifier's pick applied as
 one undoable turn (agent/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
@@ -42,7 +43,7 @@ import dataclasses
 from agent.display import format_call, printable, printable_json, summarize
 from nanocode.protocol import REJECTED
 
-EXIT_CODES = {"done": 0, "rejected": 3, "step_limit": 4, "repeat": 4, "max_tokens": 4,
+EXIT_CODES = {"done": 0, "rejected": 3, "step_limit": 4, "repeat": 4, "max_tokens": 4, "loop": 4,
               "context": 5, "model_error": 6, "cancelled": 130}
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 

@@ -18,7 +18,10 @@ on the high side for code): tool results and the memory file get their shares of
 conversation estimated over max_len - reserve has old outputs, then old turns, dropped before it
 is sent (agent/context.drop_oldest), and a 400 that names the context drops one more and resends.
 No grammar mask here: a remote model's calls are checked after the fact (`nanocode serve` masks
-on its side). An unreachable or failing server ends the turn with stop_reason "model_error".
+on its side), and so are loops (agent/loop_guard.py's detector on the streamed text): prose that
+completes a loop is cut there (the text up to it kept, the reply's stop "loop"), and a call whose
+argument value holds one is malformed (an `error:` result, resampled). An unreachable or failing
+server ends the turn with stop_reason "model_error".
 Key: $NANOCODE_API_KEY, else $OPENAI_API_KEY, sent as a Bearer token when set.
 """
 from __future__ import annotations
@@ -31,6 +34,7 @@ import urllib.error
 import urllib.request
 
 from agent.context import ContextFull, drop_oldest, dropped_note
+from agent.loop_guard import Tail, first_loop
 from agent.sampler import Reply, SamplerError
 from nanocode.protocol import INT_ARGS, TOOLS, Status, Text, canonical_args, check_shape
 
@@ -74,7 +78,8 @@ def to_openai(messages: list[dict]) -> list[dict]:
 
 
 def schema_args(name: str, text: str) -> tuple[dict | None, str | None]:
-    """A call's JSON arguments in the conversation schema, or (None, `error: ...`)."""
+    """A call's JSON arguments in the conversation schema, or (None, `error: ...`): also when a
+    value holds a loop (agent/loop_guard.py)."""
     try:
         args = json.loads(text or "{}")
     except json.JSONDecodeError as e:
@@ -92,6 +97,9 @@ def schema_args(name: str, text: str) -> tuple[dict | None, str | None]:
         check_shape({"name": name, "args": fixed}, name)
     except ValueError as e:
         return None, f"error: {e}"
+    for key, value in fixed.items():
+        if isinstance(value, str) and first_loop(value.encode("utf-8", "replace")) is not None:
+            return None, f"error: the {name} call's {key} repeats itself; write it once"
     return canonical_args(name, fixed), None
 
 
@@ -205,22 +213,31 @@ class RemoteSampler:
                                    "OpenAI-compatible API root (…/v1)?") from None
 
     def _stream(self, body: dict, conv, emit, cancel, usage) -> Reply:
-        """POST the request and read its server-sent events into one Reply."""
+        """POST the request and read its server-sent events into one Reply; prose that completes
+        a loop ends it there (stop "loop")."""
         t0 = time.perf_counter()
         text, calls, finish, stop, used = [], {}, None, "stop", None
+        tail = Tail()  # the prose so far, for loops
         with self._request("/chat/completions", body) as r:
             for chunk in self._chunks(r):
                 if cancel.is_set():
                     stop = "cancelled"
+                if stop != "stop":
                     break
                 if isinstance(chunk.get("error"), dict):
                     raise SamplerError(f"the model server failed: {chunk['error'].get('message')}")
                 used = chunk.get("usage") or used
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
-                    if delta.get("content"):
-                        text.append(delta["content"])
-                        emit(Text(delta["content"]))
+                    if delta.get("content") and stop == "stop":
+                        piece = delta["content"].encode("utf-8", "replace")
+                        cut = tail.push(piece)
+                        if cut is not None:  # kept: the text before the byte completing the loop
+                            piece, stop = piece[:cut], "loop"
+                        piece = piece.decode("utf-8", "ignore")
+                        if piece:
+                            text.append(piece)
+                            emit(Text(piece))
                     for c in delta.get("tool_calls") or []:
                         slot = calls.setdefault(c.get("index", 0), {"name": "", "arguments": ""})
                         fn = c.get("function") or {}
@@ -231,11 +248,11 @@ class RemoteSampler:
         if used:
             usage["prompt_tokens"] += used.get("prompt_tokens") or 0
             usage["completion_tokens"] += used.get("completion_tokens") or 0
-        if stop != "cancelled" and finish == "length":
+        if stop == "stop" and finish == "length":
             stop = "length"
         msg = {"role": "assistant", "content": "".join(text)}
         call, error = None, None
-        if calls and stop != "cancelled":
+        if calls and stop in ("stop", "length"):
             if len(calls) > 1:
                 emit(Status(f"the model made {len(calls)} calls in one reply; nanocode runs one "
                             "per reply: the first"))

@@ -27,8 +27,10 @@ cache is rebuilt and a status event says what was dropped.
 
 Masks. Every sampled token goes through the grammar (agent/grammar.py: only well-formed calls to
 the mode's tools; with `ground`, paths, edit anchors and grep names that exist in the project),
-ANDed with `extra_mask(out)` when given (tests script the model with it); `copy_bias` adds +beta
-to tokens that continue a copy of the context, in prose only (agent/copy_bias.py).
+ANDed with the loop guard's (agent/loop_guard.py: no token that would complete a loop in the
+prose or an argument value; after repeated near loops the prose may only end, and the reply's stop
+is "loop") and with `extra_mask(out)` when given (tests script the model with it); `copy_bias`
+adds +beta to tokens that continue a copy of the context, in prose only (agent/copy_bias.py).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from agent.context import ContextFull, dropped_note, fit
 from agent.copy_bias import CopyBias
 from agent.grammar import CONTENT, Grammar
 from agent.grounding import Grounding
+from agent.loop_guard import LoopGuard
 from nanocode.protocol import Status, Text
 
 
@@ -54,7 +57,7 @@ class SamplerError(Exception):
 class Reply:
     """One model reply: the message appended to the conversation, its tool call (or None), an
     `error: ...` result when the call was malformed, and why sampling stopped ("stop" | "length"
-    | "cancelled")."""
+    | "cancelled" | "loop": the reply was repeating itself and was cut)."""
     message: dict
     call: dict | None
     error: str | None
@@ -65,12 +68,14 @@ class EngineSampler:
     """Our engine as the agent's model. Sampling: temperature, top_k, top_p, seed (reply n of the
     conversation uses seed + n; a retry samples at retry_temperature when greedy), max_tokens per
     reply; reserve: context slots kept free for a reply (default min(max_tokens, max_len // 4)).
-    constrain=False turns the grammar off; ground=True grounds it in the project at `root`."""
+    constrain=False turns the grammar off; ground=True grounds it in the project at `root`
+    (names: Grounding's names option); loop_guard=False turns the loop guard off (for A/B runs)."""
 
     def __init__(self, engine, root=None, *, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int = 0, max_tokens: int = 1024, reserve: int | None = None,
                  extra_mask=None, constrain: bool = True, ground: bool = True,
-                 retry_temperature: float = 0.7, copy_bias: float = 0.0):
+                 retry_temperature: float = 0.7, copy_bias: float = 0.0, loop_guard: bool = True,
+                 names: bool = True):
         if engine.tokenizer is None:
             raise ValueError("the engine has no tokenizer (the checkpoint was saved without one)")
         self.engine, self.tok, self.root = engine, engine.tokenizer, root
@@ -80,8 +85,11 @@ class EngineSampler:
         self.reserve = reserve if reserve is not None else min(max_tokens, engine.max_len // 4)
         self.extra_mask, self.constrain = extra_mask, constrain
         self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
-        self.grounding = Grounding(root) if ground and constrain and root is not None else None
-        self._grounded = 0  # messages[:_grounded] were given to grounding.add_text
+        self.names = names
+        grounded = ground and constrain and root is not None
+        self.grounding = Grounding(root, names=names) if grounded else None
+        self.loops = LoopGuard.shared(self.grammar) if loop_guard else None  # agent/loop_guard.py
+        self._grounded = 0  # messages[:_grounded] were given to grounding.add_message
         self._notes = 0  # grounding.notes[:_notes] were shown
         self._copy, self._copy_cache, self._copy_seen = None, None, 0  # agent/copy_bias.py
         self._full = np.ones(engine.cfg.vocab_size, bool)
@@ -99,7 +107,8 @@ class EngineSampler:
                              top_p=self.top_p, seed=seed, max_tokens=self.max_tokens,
                              reserve=self.reserve, extra_mask=self.extra_mask,
                              constrain=self.constrain, ground=self.grounding is not None,
-                             retry_temperature=self.retry_temperature, copy_bias=self.copy_bias)
+                             retry_temperature=self.retry_temperature, copy_bias=self.copy_bias,
+                             loop_guard=self.loops is not None, names=self.names)
 
     # ---- the interface -------------------------------------------------------------------------
     def reset(self) -> None:
@@ -141,7 +150,8 @@ class EngineSampler:
         return self._finish(conv.messages, out, stop, usage)
 
     # ---- generation ------------------------------------------------------------------------------
-    def _hook(self, tools):
+    def _hook(self, tools, loops):
+        """The engine's mask hook for one reply; `loops`: its ReplyLoops, or None."""
         import jax
         state = self.grammar.state(tools=tools, ground=self.grounding) if self.constrain else None
         extra, full, dev, copy = self.extra_mask, self._full, self._device_masks, self._copy
@@ -149,6 +159,8 @@ class EngineSampler:
         def allowed(out):
             t0 = time.perf_counter()
             m = state.allowed(out) if state is not None else full
+            if loops is not None:
+                m = loops.mask(out, m, prose=state is None or state.phase == CONTENT)
             e = extra(out) if extra is not None else None
             row = None
             if e is not None:
@@ -158,7 +170,8 @@ class EngineSampler:
                 row = copy.bias(out, m)  # prose and answers: a float row, mask included
             if row is not None:
                 m = row
-            elif e is None:  # a grammar mask seen before: hand the engine its device copy
+            elif e is None:  # hand the engine a device copy, memoised by identity (the grammar's
+                # and the loop guard's masks are memoised arrays; a fresh ban is rare)
                 d = dev.get(id(m))
                 if d is None:
                     if len(dev) >= 1024:  # anchors make a mask per token: bounded
@@ -171,11 +184,11 @@ class EngineSampler:
         return allowed
 
     def _generate(self, conv, tools, emit, cancel, usage, retry: bool):
-        """Returns (generated ids, "stop" | "length" | "cancelled")."""
+        """Returns (generated ids, "stop" | "length" | "cancelled" | "loop")."""
         self._flush(conv, emit, usage, open_reply=True)
         if self.grounding is not None:
             for m in conv.messages[min(self._grounded, len(conv.messages)):]:
-                self.grounding.add_text(m["content"])
+                self.grounding.add_message(m)
             self._grounded = len(conv.messages)
         budget = min(self.max_tokens, self.cache.room() - 1)  # one slot for <|assistant_end|>
         if budget < 1:
@@ -191,9 +204,10 @@ class EngineSampler:
             self._copy.extend(self.cache.ids[self._copy_seen:])
             self._copy_seen = len(self.cache.ids)
         temperature = self.temperature or (self.retry_temperature if retry else 0.0)
+        loops = self.loops.reply() if self.loops is not None else None
         t0 = time.perf_counter()
         for t in self.cache.generate(max_tokens=budget, temperature=temperature, top_k=self.top_k,
-                                     top_p=self.top_p, seed=seed, allowed=self._hook(tools)):
+                                     top_p=self.top_p, seed=seed, allowed=self._hook(tools, loops)):
             out.append(t)
             if t == self._call_start:
                 in_call = True
@@ -218,7 +232,7 @@ class EngineSampler:
                 emit(Status(note))
             self._notes = len(self.grounding.notes)
         if out and out[-1] in self._stops:
-            return out, "stop"
+            return out, "loop" if loops is not None and loops.ended else "stop"
         return out, "cancelled" if cancelled else "length"
 
     def _finish(self, messages, out, stop, usage) -> Reply:

@@ -6,7 +6,8 @@
 Endpoints: GET /v1/models (with the model's context_length); POST /v1/chat/completions with messages (system, user, assistant
 with `tool_calls`, tool), `tools` (function tools; only nanocode's own, Read/Edit/Grep/Bash,
 can be called: the grammar mask of agent/grammar.py offers just those the request lists, no call
-at all when it lists none), temperature, top_p, max_tokens (or max_completion_tokens), seed and
+at all when it lists none; agent/loop_guard.py keeps a reply from extending a loop, ungrounded:
+the server has no project), temperature, top_p, max_tokens (or max_completion_tokens), seed and
 `stream` (server-sent events: a role chunk, content deltas, a tool-call chunk, a finish chunk
 with usage, then `data: [DONE]`). The reply is one message: prose, and at most one tool call (the
 model makes one call per reply), finish_reason "tool_calls", "stop" or "length".
@@ -117,7 +118,14 @@ class Server:
         "finish_reason", "usage"}. on_text(piece) streams the prose as it is sampled."""
         import codecs
         ids = job["ids"]
+        from agent.grammar import CONTENT
+        from agent.loop_guard import LoopGuard
         state = self.grammar.state(tools=job["tools"])
+        loops = LoopGuard.shared(self.grammar).reply()  # no reply extends a loop (agent/loop_guard.py)
+
+        def allowed(out):
+            m = state.allowed(out)
+            return loops.mask(out, m, prose=state.phase == CONTENT)
         dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         out, in_call = [], False
         with self.lock:
@@ -125,7 +133,7 @@ class Server:
             decoder = self.engine.decoder()
             decoder.append(ids)
             for t in decoder.generate(max_tokens=job["max_tokens"], temperature=job["temperature"],
-                                      top_p=job["top_p"], seed=job["seed"], allowed=state.allowed):
+                                      top_p=job["top_p"], seed=job["seed"], allowed=allowed):
                 out.append(t)
                 in_call = in_call or t == self.call_start
                 if on_text is not None and not in_call and not self.tok.is_special(t):

@@ -3,11 +3,13 @@
 A mask over V tokens is the set of tokens whose bytes the value's automaton accepts from its
 current state. Walking the trie depth first alongside the automaton visits only the prefixes the
 automaton can read, so a mask costs about the size of that intersection, not V times a token's
-length; sorted-string sets (paths, word suffixes) are walked by bisecting spans, occurrence sets
-(an Edit's old_string) by vectorised edge lookups. Used by agent/grammar.py.
+length; sorted-string sets (SortedStrings: paths, words, program names) are walked by bisecting
+spans, occurrence sets (an Edit's old_string, the context of a backticked span) by vectorised edge
+lookups. Used by agent/grammar.py and agent/prose.py.
 """
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left
 
 import numpy as np
@@ -127,3 +129,36 @@ class VocabTrie:
             seen[node] = True
         ids = self.tids[seen]
         return ids[ids >= 0]
+
+
+class SortedStrings:
+    """Distinct byte strings, sorted, answering "does some string start with q" by bisection.
+    No string holds the byte 0xff (UTF-8 never does), so `q + b"\\xff"` bounds those starting
+    with q."""
+
+    def __init__(self, strings):
+        self.items = sorted(set(strings))
+
+    def span(self, q: bytes, lo: int = 0, hi: int | None = None) -> tuple[int, int]:
+        """[lo, hi) of the strings that start with q (within the given range)."""
+        hi = len(self.items) if hi is None else hi
+        lo = bisect_left(self.items, q, lo, hi)
+        if lo == hi or not self.items[lo].startswith(q):
+            return lo, lo
+        return lo, bisect_left(self.items, q + b"\xff", lo, hi)
+
+    def has_prefix(self, q: bytes) -> bool:
+        i = bisect_left(self.items, q)
+        return i < len(self.items) and self.items[i].startswith(q)
+
+    def grown(self, strings) -> "SortedStrings":
+        """These strings and `strings`, in one merge (cheap when few are new); a copy of this
+        object otherwise (its class and attributes kept)."""
+        out = copy.copy(self)
+        new = sorted(s for s in strings if not self.holds(s))
+        out.items = sorted(self.items + new)  # two sorted runs: timsort merges them
+        return out
+
+    def holds(self, s: bytes) -> bool:
+        i = bisect_left(self.items, s)
+        return i < len(self.items) and self.items[i] == s

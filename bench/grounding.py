@@ -8,7 +8,8 @@ weights and a 32k tokenizer trained on the standard library's sources):
                and with a constant device mask (the engine's masked path): median of --repeats
   mask work    the agent's hook along the oracle's replies of --tasks synth tasks (one per family,
                replayed on their projects: Grounding refreshed after Edit/Bash, as the loop does):
-               GrammarState.allowed plus a device copy of every mask not seen before, per token.
+               GrammarState.allowed (whole names and backticked spans included), the loop
+               guard (agent/loop_guard.py) and a device copy of every mask not seen before.
                The grammar (one per tokenizer per process: Grammar.shared) is warmed first; each
                conversation gets a fresh Grounding, so a project's listing, anchors and word
                scan are counted every time, as in a new session
@@ -53,7 +54,9 @@ def conversations(n: int, base: str) -> list[tuple[list[dict], str]]:
 def mask_work(tok, grammar, convs, ground: bool) -> tuple[float, int]:
     """Seconds of hook work per token over every assistant reply of `convs`, and the token count."""
     import jax
+    from agent.grammar import CONTENT
     from agent.grounding import Grounding
+    from agent.loop_guard import LoopGuard
     from nanocode.protocol import MODE_TOOLS, REJECTED
     from tools.dispatch import run_tool
     from train.tasks import make_task
@@ -67,11 +70,14 @@ def mask_work(tok, grammar, convs, ground: bool) -> tuple[float, int]:
             t0 = time.perf_counter()
             if g is not None:
                 for m in messages[fed:k]:
-                    g.add_text(m["content"])
+                    g.add_message(m)
             fed = k
             state, out = grammar.state(tools=MODE_TOOLS["auto"], ground=g), []
+            loops = LoopGuard.shared(grammar).reply() if ground else None
             for t in tok.render_message(msg)[0][1:]:
                 m = state.allowed(out)
+                if loops is not None:
+                    m = loops.mask(out, m, prose=state.phase == CONTENT)
                 if id(m) not in dev:
                     dev[id(m)] = (m, jax.device_put(m))
                 out.append(t)

@@ -20,6 +20,9 @@ Trade-offs and numbers:
 - Scoring: resolved = task.check(root, final answer) on the final state; a check that raises (a
   model's edit made pytest hang past its timeout) is a failure. user_rejects also needs the
   refusal to have happened: its check alone passes any non-empty answer that changed nothing.
+  A run that changed the project's tests, conftest.py, pytest config or interpreter hooks beyond
+  what the task asks (train.tasks.harness.resolved, tools/test_guard.py) is never resolved: the
+  record's `tampered` lists those files, and each group counts such tasks (`tamper` column).
   Each run asserts that the agent's system prompt equals task.system (train/inference identity).
 - Metrics beside the resolve rate (per family; trained, eval-only and all):
   valid-tool-call rate = valid calls / tool-call attempts, where an attempt is every call the loop
@@ -43,13 +46,19 @@ Trade-offs and numbers:
 - --best-of N (agent/best_of.py): N rollouts per task, each in its own copy of the task's project
   (rollout 0 at --temperature with the task seed, the others at --best-of-temperature with seed +
   i), the verifier picks one (the project's tests for a change, agreement for a question; never
-  the hidden check), and the hidden check scores the pick in its copy. The record's usual keys
+  the hidden check; a rollout that tampered with the tests is never picked), and the hidden check
+  scores the pick in its copy (rollout 0 when every rollout tampered, so nothing was picked). The record's usual keys
   describe the pick; `at_1` holds the same metrics for rollout 0 (pass@1) and `best_of` every
   rollout's summary. Summary groups then add resolved_at_1 and pass_at_1_rate beside resolve_rate
   (best-of-N). Each check runs pytest again in the copy, so a task costs N rollouts + N verifier
   runs + 2 checks. The system prompt check compares with task.system at the copy's path.
-- --no-ground, --retries, --copy-bias pass through to the Agent (grounded grammar, resampling of
-  failed calls, copy bias) and are recorded in the summary, so paired runs are one flag apart.
+- --no-ground, --retries, --copy-bias, --no-whole-names, --no-loop-guard, --no-question-guard
+  pass through to the Agent (grounded grammar, resampling of failed calls, copy bias, whole names
+  in Grep patterns and backticked prose, the loop mask, a question's Edit asking) and are recorded
+  in the summary, so paired runs are one flag apart.
+- Audits of a model's run (`audit`, evals/reply_audit.py), counted per group beside the verdict:
+  looping_replies, invented_spans (answer spans found nowhere the model could read them),
+  question_edits (Edits that ran in a task whose request is a question), and the stop reasons.
 
 Outputs (under $NANOCODE_HOME/evals/<model tag>/, `reference/` for the baselines, or --out):
 agent_step<N>.json (or agent_oracle.json / agent_nothing.json) summary, the .jsonl of per-task
@@ -67,15 +76,16 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from nanocode.protocol import REJECTED
 from train.tasks import (
     EVAL_ONLY_FAMILIES, EVAL_SEED0, TRAIN_FAMILIES, build_task, drive, oracle_first_call,
-    pattern_symbol, resolved, setup_env, task_agent)
+    pattern_symbol, resolved, setup_env, snapshot, task_agent)
 
 POLICIES = ("model", "oracle", "nothing")
-AGENT_OPTS = ("ground", "retries", "copy_bias")  # Agent kwargs passed through when opts has them
+AGENT_OPTS = ("ground", "retries", "copy_bias", "names", "loop_guard", "question_guard")  # to Agent when in opts
 
 _engine = None  # the worker's engine, loaded once per process by _init
 _load_error = None  # or why it could not be loaded: raised by run_task, so the parent says it
@@ -146,7 +156,7 @@ def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | No
     """Resolution and the dense metrics of one finished task, its project at `root` (default:
     task.root; a best-of rollout's copy otherwise)."""
     root = root or task.root
-    ok, check_error = resolved(task, answer, calls, root)
+    ok, check_error, tampered = resolved(task, answer, calls, root)
     edits = [c for c in calls if c["name"] == "Edit" and c["result"] != REJECTED]
     applied = [c for c in edits if not str(c["result"]).startswith("error")]
     first = calls[0] if calls else None
@@ -154,8 +164,20 @@ def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | No
             "edit_calls": len(edits), "edits_applied": len(applied),
             "first_call": first and {"name": first["name"], "args": first["args"]},
             "oracle_first_call": ref,
-            "first_call_correct": bool(first and ref and same_target(first, ref, root)),
+            "first_call_correct": bool(first and ref and same_target(first, ref, root)), "tampered": tampered,
             **({"check_error": check_error} if check_error else {})}
+
+
+def audit(task, messages: list[dict], calls: list[dict], root: str) -> dict:
+    """What the transcript shows beyond the verdict (evals/reply_audit.py): replies that loop,
+    answer spans found nowhere the model could read them, and Edits that ran although the
+    request was a question (agent/request_kind.py)."""
+    from agent.request_kind import is_question
+    from evals.reply_audit import invented_spans, looping_replies
+    edits = [c for c in calls if c["name"] == "Edit" and not str(c["result"]).startswith(("error", REJECTED))]
+    return {"looping_replies": looping_replies(messages),
+            "invented_spans": invented_spans(messages, snapshot(root)),
+            "question_edits": len(edits) if is_question(task.prompt) else 0}
 
 
 # ---- running one task ------------------------------------------------------------------------------
@@ -199,8 +221,10 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
     res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt,
                   opts["best_of"], seed=task.seed, temperature=opts["temperature"],
                   sample_temperature=opts["best_of_temperature"],
-                  drive=lambda agent, _: drive(agent, task), apply=False, workdir=workdir)
-    r0, pick = res.rollouts[0], res.rollouts[res.pick]
+                  drive=lambda agent, _: drive(agent, task), apply=False, workdir=workdir,
+                  tests_allowed=task.tests_allowed, tests_view=task.tests_view)
+    r0 = res.rollouts[0]
+    pick = res.rollouts[res.pick] if res.pick is not None else r0  # every rollout tampered
     calls = lambda r: [c for t in r.turns for c in t.tool_calls]  # noqa: E731
     at_1 = score(task, r0.result.answer, calls(r0), ref, r0.root)
     del at_1["oracle_first_call"]
@@ -237,6 +261,8 @@ def run_task(job: tuple) -> dict:
                 task, opts, ref, os.path.join(base, "best_of"))
         else:
             messages, meta, answer, calls, stops = run_model(task, opts)
+        if policy == "model":
+            rec.update(audit(task, messages, calls, root))
         rec.update(score(task, answer, calls, ref, root), answer=answer, stop_reasons=stops,
                    system_prompt_ok=messages[0]["content"] == system.replace(task.root, root), **extra)
         with open(Path(transcripts) / f"{tid}.jsonl", "w", encoding="utf-8") as f:
@@ -244,7 +270,7 @@ def run_task(job: tuple) -> dict:
                                ensure_ascii=False) + "\n")
     except Exception as e:  # noqa: BLE001 - one broken task must not end the run; it is reported
         rec.update(resolved=False, steps=0, valid_calls=0, edit_calls=0, edits_applied=0,
-                   first_call_correct=False, error=f"{type(e).__name__}: {e}".splitlines()[0])
+                   first_call_correct=False, tampered=[], error=f"{type(e).__name__}: {e}".splitlines()[0])
     finally:
         shutil.rmtree(base, ignore_errors=True)
     rec["seconds"] = round(time.perf_counter() - t0, 2)
@@ -287,7 +313,12 @@ def metrics(records: list[dict], at_1: bool = False) -> dict:
            "first_call_correct_rate": _ratio(total("first_call_correct"), n),
            "mean_steps": _ratio(total("steps"), n),
            "edits_applied_rate": _ratio(total("edits_applied"), total("edit_calls")),
-           "tool_calls": total("steps"), "edit_calls": total("edit_calls")}
+           "tool_calls": total("steps"), "edit_calls": total("edit_calls"),
+           "tampered": sum(bool(r.get("tampered")) for r in records),
+           "looping_replies": sum(r.get("looping_replies", 0) for r in records),
+           "invented_spans": sum(len(r.get("invented_spans", [])) for r in records),
+           "question_edits": sum(r.get("question_edits", 0) for r in records),
+           "stop_reasons": dict(Counter(s for r in records for s in r.get("stop_reasons", [])))}
     if at_1:  # a task that did not run resolved neither
         first = sum(bool(r.get("at_1", {}).get("resolved")) for r in records)
         out.update(resolved_at_1=first, pass_at_1_rate=_ratio(first, n))
@@ -315,13 +346,13 @@ def print_table(summary: dict) -> None:
     trained, eval_only = all_families()
     at_1 = "pass_at_1_rate" in summary["overall"]
     print(f"{'family':<18} {'tasks':>5} {'resolved':>9} {'rate':>7} " + (f"{'@1':>7} " if at_1 else "")
-          + f"{'valid':>7} {'1st ok':>7} {'steps':>6} {'edits':>7}")
+          + f"{'valid':>7} {'1st ok':>7} {'steps':>6} {'edits':>7} {'tamper':>6}")
 
     def row(name, m):
         print(f"{name:<18} {m['tasks']:>5} {m['resolved']:>9} {_fmt(m['resolve_rate']):>7} "
               + (f"{_fmt(m.get('pass_at_1_rate')):>7} " if at_1 else "")
               + f"{_fmt(m['valid_tool_call_rate']):>7} {_fmt(m['first_call_correct_rate']):>7} "
-              f"{_fmt(m['mean_steps'], False):>6} {_fmt(m['edits_applied_rate']):>7}")
+              f"{_fmt(m['mean_steps'], False):>6} {_fmt(m['edits_applied_rate']):>7} {m['tampered']:>6}")
     for title, names, key in (("trained families", trained, "trained_families"),
                               ("eval-only families", eval_only, "eval_only_families")):
         shown = [f for f in names if f in summary["families"]]
@@ -378,7 +409,9 @@ def main(args) -> int:
         model = str(ckpt)
         info.update(model=tag, checkpoint=model, step=int(step), temperature=args.temperature,
                     max_tokens=args.max_tokens, max_steps=args.max_steps, ground=not args.no_ground,
-                    retries=args.retries, copy_bias=args.copy_bias, best_of=args.best_of)
+                    retries=args.retries, copy_bias=args.copy_bias, best_of=args.best_of,
+                    names=not args.no_whole_names, loop_guard=not args.no_loop_guard,
+                    question_guard=not args.no_question_guard)
         if args.best_of > 1:
             info["best_of_temperature"] = args.best_of_temperature
         dest, name = out_dir(args.out, tag), f"agent_step{step}"
@@ -390,7 +423,8 @@ def main(args) -> int:
     transcripts.mkdir(parents=True, exist_ok=True)
     opts = {"temperature": args.temperature, "max_tokens": args.max_tokens, "max_steps": args.max_steps,
             "ground": not args.no_ground, "retries": args.retries, "copy_bias": args.copy_bias,
-            "best_of": args.best_of, "best_of_temperature": args.best_of_temperature,
+            "names": not args.no_whole_names, "loop_guard": not args.no_loop_guard,
+            "question_guard": not args.no_question_guard, "best_of": args.best_of, "best_of_temperature": args.best_of_temperature,
             "split": args.split}
     workers = max(1, min(args.workers or min(2, os.cpu_count() or 1), len(jobs)))
     bar = tqdm(total=len(jobs), desc=f"agent {args.policy}", unit="task", disable=args.quiet,

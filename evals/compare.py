@@ -3,10 +3,11 @@
 A and B are result files (`<dir>/agent_stepN.json`, with its records `.jsonl` and its
 `_transcripts/` beside it). Reported per family and overall: resolved A -> B, edits applied,
 calls to nonexistent paths (Read / Edit / Grep whose result says the path is not there, counted
-from the transcripts), stop reasons, and McNemar's exact test on the tasks whose outcome differs
-(b = resolved only in A, c = only in B; two-sided binomial p at 1/2). Paired tasks are matched by
-id; a task in only one run is left out and counted. Trade-off: the exact test is conservative at
-small b + c, which is the honest choice for 20 tasks per family.
+from the transcripts), tasks whose run edited the tests unasked (`tampered`), stop reasons, and
+McNemar's exact test on the tasks whose outcome differs (b = resolved only in A, c = only in B;
+two-sided binomial p at 1/2). Paired tasks are matched by id; a task in only one run is left out
+and counted. Trade-off: the exact test is conservative at small b + c, which is the honest choice
+for 20 tasks per family.
 """
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ def paired(a: dict[str, dict], b: dict[str, dict], families: list[str] | None = 
             "edits_a": _edits(a, sel), "edits_b": _edits(b, sel),
             "missing_a": _sum(a, sel, "missing_path_calls"), "missing_b": _sum(b, sel, "missing_path_calls"),
             "steps_a": _sum(a, sel, "steps"), "steps_b": _sum(b, sel, "steps"),
+            "tampered_a": _tampered(a, sel), "tampered_b": _tampered(b, sel),
         }
     stops = {k: Counter(s for i in ids for s in run[i].get("stop_reasons", [])) for k, run in (("a", a), ("b", b))}
     return {"rows": rows, "unpaired": len(set(a) ^ set(b)), "stop_reasons": {k: dict(v) for k, v in stops.items()}}
@@ -91,6 +93,11 @@ def paired(a: dict[str, dict], b: dict[str, dict], families: list[str] | None = 
 
 def _sum(run: dict, ids: list[str], key: str) -> int:
     return sum(run[i].get(key) or 0 for i in ids)
+
+
+def _tampered(run: dict, ids: list[str]) -> int:
+    """Tasks whose run edited the tests unasked (records before the test guard have no field)."""
+    return sum(bool(run[i].get("tampered")) for i in ids)
 
 
 def _edits(run: dict, ids: list[str]) -> str:
@@ -101,11 +108,12 @@ def _edits(run: dict, ids: list[str]) -> str:
 def print_table(result: dict, name_a: str, name_b: str) -> None:
     print(f"A = {name_a}\nB = {name_b}")
     print(f"{'family':<16} {'tasks':>5} {'resolved A -> B':>16} {'only A/B':>9} {'p':>7} "
-          f"{'edits applied A -> B':>21} {'missing paths':>14} {'steps':>10}")
+          f"{'edits applied A -> B':>21} {'missing paths':>14} {'steps':>10} {'tampered':>9}")
     for fam, r in result["rows"].items():
         print(f"{fam:<16} {r['tasks']:>5} {r['resolved_a']:>7} -> {r['resolved_b']:<6} "
               f"{r['only_a']:>4}/{r['only_b']:<4} {r['p']:>7.3f} {r['edits_a']:>10} -> {r['edits_b']:<8} "
-              f"{r['missing_a']:>5} -> {r['missing_b']:<5} {r['steps_a']:>4}->{r['steps_b']:<4}")
+              f"{r['missing_a']:>5} -> {r['missing_b']:<5} {r['steps_a']:>4}->{r['steps_b']:<4} "
+              f"{r['tampered_a']:>3} -> {r['tampered_b']:<3}")
     for k in ("a", "b"):
         print(f"stop reasons {k.upper()}: {result['stop_reasons'][k]}")
     if result["unpaired"]:

@@ -75,8 +75,8 @@ CANCELLED = "cancelled by user: the call was not run"
 DROPPED = "[output dropped to save context]"
 REPEATED = "error: the same call three times in a row; stopped so the user can step in"
 PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
-STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "context",
-                "model_error")
+STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "loop",
+                "context", "model_error")
 
 
 def tools_prompt(mode: str = "ask") -> str:

@@ -6,6 +6,7 @@ removed; a question picks the agreed citation. Plus the verifier's rules, the co
 (subdirectory root, no git, a conflicting user edit) with a stub agent, and flag validation."""
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agent.best_of import BestOfError, agreement_scores, best_of, choose, citations, run_tests
+from agent.best_of import BestOfError, agreement_scores, best_of, choose, citations
 from agent.driver import Agent
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
@@ -22,6 +23,7 @@ from nanocode.protocol import TurnResult, system_prompt
 from test_agent_driver import Script, call, reply
 from tiny_models import commit_all, tiny, tiny_tokenizer
 from tools.permissions import Policy
+from tools.test_guard import run_tests
 from tools.undo import Snapshots
 
 TEXTS = [system_prompt("{cwd}")] * 3 + ["def f():\n    return 1\n" * 20,
@@ -149,8 +151,9 @@ def test_verifier_rules():
     assert agreement_scores(["a.py:3"]) == [(0, 0, 0)]  # one answer agrees with nobody
 
     class R:
-        def __init__(self, index, change, passed, steps, answer="", stop="done"):
+        def __init__(self, index, change, passed, steps, answer="", stop="done", tampered=()):
             self.index, self.tests_passed, self.root, self.steps = index, passed, "/c", steps
+            self.tampered = list(tampered)
             self.changes = {p: ("f:old", after) for p, after in change.items()}
             self.changed, self.result = sorted(change), TurnResult(answer=answer, stop_reason=stop)
     a, b = {"a.py": "f:1"}, {"a.py": "f:2"}
@@ -158,6 +161,8 @@ def test_verifier_rules():
     assert choose([R(0, a, False, 1), R(1, {}, None, 1), R(2, a, True, 5)]) == ("change", 2)
     assert choose([R(0, {}, None, 1), R(1, a, False, 1)]) == ("change", 0)
     assert choose([R(0, {}, None, 1), R(1, a, None, 9)]) == ("change", 1)
+    # tampered: below every other verdict, even a failing change
+    assert choose([R(0, a, None, 1, tampered=["t.py"]), R(1, b, False, 9)]) == ("change", 1)
     # then the same change as others, then finished, then fewer steps, then the lowest index
     assert choose([R(0, a, True, 1), R(1, b, True, 3), R(2, b, True, 4)]) == ("change", 1)
     assert choose([R(0, a, True, 1, stop="step_limit"), R(1, b, True, 3)]) == ("change", 1)
@@ -266,3 +271,71 @@ def test_cli_flag_validation(capsys):
     assert evals_cli.main(["agent", "--policy", "oracle", "--best-of", "2", "--quiet"]) == 2
     assert evals_cli.main(["agent", "--policy", "oracle", "--best-of", "0", "--quiet"]) == 2
     assert "--best-of" in capsys.readouterr().err
+
+
+def per_rollout(*edits):
+    """drive for best_of: rollout i writes edits[i] ({path: text}, None: delete)."""
+    done = []
+
+    def drive(agent, prompt):
+        for path, text in edits[len(done)].items():
+            full = Path(agent.root) / path
+            full.parent.mkdir(parents=True, exist_ok=True)
+            full.unlink() if text is None else full.write_text(text)
+        done.append(1)
+        return [TurnResult(answer="done", steps=1, stop_reason="done")]
+    return drive
+
+
+CHEAT = {"tests/test_a.py": "from a import f\n\n\ndef test_f():\n    return f() == 2\n"}
+FIX = {"a.py": "def f():\n    return 2\n"}
+DESELECT = {"conftest.py": "def pytest_collection_modifyitems(config, items):\n    items.clear()\n"}
+
+
+def test_a_rollout_that_edits_the_tests_never_wins(user):
+    """Rollout 1 rewrites the assert into a return: pytest passes, so unguarded it would tie with
+    the real fix and win on index; it is tampered, the fixer wins, the status line says why."""
+    said = []
+    res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, FIX),
+                  on_event=lambda ev: said.append(getattr(ev, "text", "")))
+    assert res.pick == 1 and res.applied == ["a.py"]
+    assert (user / "a.py").read_text() == FIX["a.py"] and "assert f() == 2" in (user / "tests" / "test_a.py").read_text()
+    assert [r.tampered for r in res.rollouts] == [["tests/test_a.py"], []]
+    assert res.rollouts[0].score[0] == -1 and res.rollouts[0].tests_passed is None
+    assert res.to_dict()["rollouts"][0]["tampered"] == ["tests/test_a.py"]
+    assert any("rollout 1 edited tests/test_a.py" in s for s in said)
+    assert "rollout 1 edited tests/test_a.py: not picked" in said[-1]
+
+
+def test_when_every_change_tampers_nothing_is_applied(user):
+    before, said = tree(user), []
+    res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, DESELECT),
+                  on_event=lambda ev: said.append(getattr(ev, "text", "")))
+    assert (res.kind, res.pick, res.applied, res.checkpoint) == ("tampered", None, [], None)
+    assert [r.tampered for r in res.rollouts] == [["tests/test_a.py"], ["conftest.py"]]
+    assert tree(user) == before
+    assert "nothing applied" in said[-1] and "rollout 2 edited conftest.py" in said[-1]
+    # a rollout that changed nothing beats one that tampered: nothing to apply either way
+    res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, {}))
+    assert (res.kind, res.pick, res.applied) == ("change", 1, []) and tree(user) == before
+
+
+def test_asked_test_changes_are_no_tampering(user):
+    update = {"tests/test_a.py": "from a import f\n\n\ndef test_f():\n    assert f() == 1\n"}
+    res = best_of(Stub, user, "the test is outdated: update it to expect 1", 1, drive=per_rollout(update))
+    assert res.pick == 0 and res.applied == ["tests/test_a.py"] and res.rollouts[0].tests_passed
+    update = {"tests/test_a.py": update["tests/test_a.py"].replace("== 1", "in (1, 2)")}
+    res = best_of(Stub, user, "make the test pass", 1, drive=per_rollout(update), tests_allowed=("tests/*",))
+    assert res.rollouts[0].tampered == [] and res.applied == ["tests/test_a.py"]
+
+
+def test_a_new_unasked_test_file_is_left_out_of_the_verdict(user, tmp_path):
+    """tests/test_0.py is collected first and patches a.f at import: plain pytest passes; the
+    verifier leaves it out, so the pristine test fails on the unfixed code. No tampering."""
+    patch = {"tests/test_0.py": "import a\n\na.f = lambda: 2\n"}
+    res = best_of(Stub, user, "make the test pass", 1, drive=per_rollout(patch), workdir=str(tmp_path / "w"))
+    r = res.rollouts[0]
+    assert r.tampered == [] and r.tests_passed is False
+    cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider"
+    assert run_tests(cmd, r.root, 60)[0] is True  # the attack is real
+    assert run_tests(cmd, r.root, 60, ignore=[os.path.join(r.top, "tests/test_0.py")])[0] is False

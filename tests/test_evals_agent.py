@@ -272,3 +272,17 @@ def test_tiny_random_model_best_of_and_agent_flags(tiny_run, tmp_path, capsys):
         assert r["best_of"]["n"] == 2 and len(r["best_of"]["rollouts"]) == 2
         assert set(r["at_1"]) >= {"resolved", "steps", "valid_calls", "first_call_correct"}
     assert " @1 " in out.splitlines()[0] + " "
+
+
+def test_a_tampered_run_is_unresolved_counted_and_shown(tmp_path, capsys):
+    task = make_task("fix_bug", ea.task_jobs(["fix_bug"], 1)[0][1], heldout=True, base=str(tmp_path))
+    test = task.project.test_files[0]
+    with open(f"{task.root}/{test}", "w"):
+        pass  # emptied
+    rec = {"id": "t", "family": "fix_bug", **ea.score(task, "", [], None)}
+    assert rec["tampered"] == [test] and not rec["resolved"]
+    s = ea.summarize([rec])
+    assert s["overall"]["tampered"] == s["families"]["fix_bug"]["tampered"] == 1
+    ea.print_table(s)
+    out = capsys.readouterr().out
+    assert "tamper" in out.splitlines()[0] and out.splitlines()[-1].split()[-1] == "1"

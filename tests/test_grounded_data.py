@@ -40,7 +40,7 @@ def replay(messages: list[dict], root: str, tok, grammar) -> Counter:
         if msg["role"] != "assistant":
             continue
         for m in messages[fed:k]:
-            ground.add_text(m["content"])
+            ground.add_message(m)
         fed = k
         state = grammar.state(tools=MODE_TOOLS["auto"], ground=ground)
         ids = tok.render_message(msg)[0][1:]  # after <|assistant_start|>, up to <|assistant_end|>

@@ -244,6 +244,32 @@ def test_a_context_400_drops_old_output_and_resends(scripted, tmp_path):
     assert [m["content"] for m in resent if m["role"] == "tool"] == [DROPPED]
 
 
+def test_a_looping_answer_is_cut_and_a_looping_argument_is_resampled(scripted, tmp_path):
+    """No mask on a remote model: the loop detector reads the stream. Prose that completes a loop
+    ends the reply there (stop "loop", the text before it kept); a call whose argument loops is
+    malformed, taken back and resampled."""
+    from agent.headless import EXIT_CODES
+    from agent.loop_guard import first_loop
+    Scripted.script = [
+        [*call_pieces(0, "Bash", '{"command": "ls ' + "tests/" * 8 + '"}'), finish("tool_calls")],
+        [*call_pieces(0, "Bash", '{"command": "ls tests/"}'), finish("tool_calls")],
+        [delta(content="the tests are in ")] + [delta(content="tests/") for _ in range(200)]
+        + [finish("length")],
+    ]
+    events = []
+    agent = remote_agent(scripted, tmp_path, max_steps=2)
+    res = agent.run_turn("where are the tests?", on_event=events.append)
+    assert res.retries == 1 and [c["args"]["command"] for c in res.tool_calls] == ["ls tests/"]
+    assert res.stop_reason == "loop" and EXIT_CODES["loop"] == 4
+    assert res.answer.startswith("the tests are in tests/tests/tests/") and first_loop(res.answer.encode()) is None
+    assert first_loop((res.answer + "/").encode()) is not None  # cut right before the loop completes
+    notes = [e.text for e in events if e.kind == "status"]
+    assert "reply stopped: it was repeating itself" in notes and any("malformed call" in n for n in notes)
+    assert "".join(e.text for e in events if e.kind == "text") == res.answer
+    assert schema_args("Read", '{"file_path": "' + "ab" * 20 + '"}')[1] == \
+        "error: the Read call's file_path repeats itself; write it once"
+
+
 def test_a_failing_server_ends_the_turn_and_a_missing_model_is_named(scripted, tmp_path):
     Scripted.script = [(500, {"error": {"message": "out of memory"}}), "broken"]
     agent = remote_agent(scripted, tmp_path)

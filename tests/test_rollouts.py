@@ -117,3 +117,39 @@ def test_a_missing_model_is_a_clear_error(tmp_path, capsys):
     args = build_parser().parse_args(["rollouts", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert rollouts.main(args) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_a_tampered_rollout_that_passes_the_check_is_no_sft_row(tmp_path, monkeypatch):
+    """A fake agent on a real fix_bug task turns every assert of the tests into a return: the
+    task's own check passes, but the rollout is tampered, so no SFT row; the oracle's fix is one."""
+    from nanocode.protocol import TurnResult
+    from train.tasks.projects import run_tests
+    checks = []
+
+    class Fake:
+        def __init__(self, task):
+            self.task, self.messages = task, []
+
+    def cheat(agent, task):
+        for rel in task.project.test_files:
+            path = f"{task.root}/{rel}"
+            text = open(path).read()
+            open(path, "w").write(text.replace("    assert ", "    return "))
+        checks.append(task.check(task.root) and run_tests(task.root))
+        agent.messages = [{"role": "system", "content": task.system}, {"role": "user", "content": task.prompt},
+                          {"role": "assistant", "content": "done: the tests pass now."}]
+        return [TurnResult(answer=agent.messages[-1]["content"], stop_reason="done")]
+
+    def honest(agent, task):
+        agent.messages = task.rollout()["messages"]
+        return [TurnResult(answer=agent.messages[-1]["content"], stop_reason="done")]
+    monkeypatch.setattr(rollouts, "task_agent", lambda engine, task, *a, **k: Fake(task))
+    opts = {"samples": 1, "temperature": 0.0, "max_steps": 6, "max_tokens": 64, "retries": 0,
+            "workdir": str(tmp_path)}
+    monkeypatch.setattr(rollouts, "drive", cheat)
+    rec = rollouts.run_task(("fix_bug", 5, opts))
+    assert checks == [True] and "error" not in rec, rec
+    assert rec["rows"] == [] and not rec["resolved"] and rec["samples"][0]["tampered"]
+    monkeypatch.setattr(rollouts, "drive", honest)
+    rec = rollouts.run_task(("fix_bug", 5, opts))
+    assert len(rec["rows"]) == 1 and rec["samples"][0]["tampered"] == [], rec

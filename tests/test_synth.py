@@ -78,9 +78,12 @@ def test_families_split():
 
 
 def test_check_fails_before_and_passes_after_oracle(oracle_runs):
+    from tools.test_guard import tampered
     for family, (task, before, conv, after) in oracle_runs.items():
         assert not before, family
         assert after, (family, conv["messages"][-1]["content"])
+        # no oracle edits the tests beyond what its request asks (harness.resolved's guard)
+        assert tampered(task.root, task.guarded, task.tests_allowed, task.tests_view) == [], family
 
 
 def test_schema_and_style(main_out, oracle_runs):

@@ -18,7 +18,8 @@ Design trade-offs (read these first):
 * Precedence: hard denies (unknown tool, malformed args, plan mode for Edit/Bash, Edit outside
   the project) > deny rules > destructive command, unparsable text, hidden commands under a
   deny rule, protected Edit (all ask in every mode, whatever allow or session rule matches) >
-  ask rules > allow and session rules > the mode's default.
+  ask rules > allow and session rules > the mode's default. In a turn whose request is a
+  question (`question`, set by the driver), the mode's default allows no Edit: it asks.
 * Settings: user file + project `.nanocode/settings.json` + `settings.local.json`; lists
   concatenate, the last file naming a mode wins, an explicit mode wins over all. A project file
   ships with the repository, so a hostile repo can grant itself `auto`: the agent should show
@@ -56,6 +57,7 @@ from tools.workspace import is_inside, protected, real_root, resolve, user_setti
 
 _KINDS = ("allow", "ask", "deny")
 NO_SANDBOX = "no OS sandbox is in effect, so every command asks"
+QUESTION_EDIT = "the request is a question: an edit asks, whatever the mode (agent/request_kind.py)"
 _ALLOWED = {"allow": "allowed by rule", "session": "allowed for this session"}
 
 
@@ -243,6 +245,7 @@ class Policy:
     home: Path = field(default_factory=Path.home)
     sandboxed: bool = True  # Bash runs in tools/sandbox.py; False: every Bash call asks
     sources: list = field(default_factory=list)  # the settings files that were read (/settings)
+    question: bool = False  # this turn's request is a question: the mode alone allows no Edit
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -338,6 +341,8 @@ class Policy:
         if name != "Edit":
             return Decision("allow", "reads inside the project") if inside else \
                 Decision("ask", f"reads outside the project: {shown}")
+        if self.mode in ("accept-edits", "auto") and self.question:
+            return Decision("ask", QUESTION_EDIT)
         if self.mode in ("accept-edits", "auto"):
             return Decision("allow", f"{self.mode} mode allows edits")
         return Decision("ask", f"edits {shown}")

@@ -5,7 +5,9 @@ task's hidden check, which is legitimate on training tasks and never done on eva
 What comes out, in --out:
 - sft.jsonl: the resolved rollouts as SFT rows (rejection-sampling fine-tuning: the model's own
   successful behaviour, in its own words, as training targets), those that end on the model's own
-  answer (not the step limit) with no tool output compacted away.
+  answer (not the step limit) with no tool output compacted away. A rollout that edited the
+  project's tests (or conftest, pytest config, interpreter hooks) unasked is never resolved
+  (harness.resolved), so it never becomes a row; it may be a pair's rejected side, never chosen.
 - preference.jsonl: for each task whose rollouts all failed, a pair at the first step where the
   model departs from the oracle: both sides share the model's own context up to that step; chosen
   is the oracle's step (its tool call, or its answer), rejected the model's. A departure is an
@@ -180,8 +182,10 @@ def run_task(job: tuple) -> dict:
                                opts["max_steps"], retries=opts["retries"])
             turns = drive(agent, task)
             calls = [c for t in turns for c in t.tool_calls]
-            ok = resolved(task, turns[-1].answer, calls)[0] and agent.messages[0]["content"] == task.system
-            rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns]})
+            ok, _, tampered = resolved(task, turns[-1].answer, calls)
+            ok = ok and agent.messages[0]["content"] == task.system
+            rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns],
+                                   "tampered": tampered})
             messages = clean(agent.messages)
             # a row must read as a whole turn: ended by the model's own answer, nothing compacted
             whole = turns[-1].stop_reason == "done" and not any(m["content"].startswith(DROPPED) for m in messages)
@@ -274,11 +278,13 @@ def main(args) -> int:
         fam["pairs"] += "pair" in rec
     summary = {"model": args.model, "tasks": len(records), "resolved": sum(r["resolved"] for r in records),
                "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
+               "tampered_samples": sum(bool(x.get("tampered")) for r in records for x in r["samples"]),
                "samples": args.samples, "seed": args.seed, "families": by_family,
                "seconds": round(time.perf_counter() - t0, 1)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"{summary['resolved']}/{len(records)} tasks resolved: {n_rows} sft rows, {n_pairs} preference "
-          f"pairs ({summary['errors']} errors) in {summary['seconds']} s -> {out}")
+          f"pairs ({summary['errors']} errors, {summary['tampered_samples']} samples edited the tests) "
+          f"in {summary['seconds']} s -> {out}")
     for rec in records:
         if "error" in rec:
             print(f"warning: {rec['id']} did not run: {rec['error']}", file=sys.stderr)

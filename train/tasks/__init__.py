@@ -19,7 +19,7 @@ from train.tasks.harness import build_task, drive, pattern_symbol, resolved, tas
 from train.tasks.names import HELDOUT_WORDS
 from train.tasks.oracle import Rollout, Task, oracle_first_call, shows_flaw
 from train.tasks.phrasing import code_conversation
-from train.tasks.projects import BASE, setup_env
+from train.tasks.projects import BASE, setup_env, snapshot
 from train.tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, attempt_seeds
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Task",                # a task: project, prompt, hidden check, oracle policy, flaws, follow-up
     "BASE",                # default parent directory of task projects
     "setup_env",           # the process environment the tools expect (PATH, no git config)
+    "snapshot",            # path -> text of a project's files (what a run left on disk)
     # seed ranges
     "EVAL_SEED0",          # eval task seeds start here; training never reaches it
     "ROLLOUT_SEED0",       # `train rollouts` task seeds start here (above synth's, below evals')
@@ -45,7 +46,7 @@ __all__ = [
     "build_task",          # make_task, moving on to the next project seed when a family cannot apply
     "task_agent",          # the headless Agent for a task (mode, policy, no undo snapshots)
     "drive",               # run the task's turns (prompt, then user_rejects' follow-up)
-    "resolved",            # the hidden check's verdict (and why it raised) on the final state
+    "resolved",            # the hidden check's verdict, why it raised, and the test files tampered with
     "pattern_symbol",      # a Grep pattern's symbol, to compare patterns by what they look for
     # training-data extras
     "HELDOUT_WORDS",       # held-out names: never in training data

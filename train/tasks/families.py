@@ -7,7 +7,11 @@ tool_result is byte-for-byte what the agent will see, and the hidden `check(root
 verifies the work the same way an eval would. A policy is replayed with a `flaw` to get the
 rejected side of a preference pair (same task, same prose choices, one deliberate defect, real
 tool output again). Families are a plain dict FAMILIES of name -> function(project, rng, ph) ->
-dict(prompt, check, desc, policy, flaws[, followup]); `make_task` turns one into a Task.
+dict(prompt, check, desc, policy, flaws[, followup, tests_allowed, tests_view]); `make_task` turns
+one into a Task. A check that runs the tests runs the project's own test files (Project.test_files),
+so a test file the model added is never part of a verdict; that the tests themselves are the ones
+built here is harness.resolved's job (tools/test_guard.py): create_test allows its new file, and
+rename_symbol compares the tests modulo the rename.
 TRAIN_FAMILIES are the ones training data may use; EVAL_ONLY_FAMILIES are never trained on.
 
 Contracts: `make_task(family, seed, heldout, base)` is a pure function of (family, seed, heldout)
@@ -24,6 +28,7 @@ import os
 import random
 import re
 
+from tools.test_guard import capture
 from train.tasks.names import MODULE_WORDS, pick_word
 from train.tasks.oracle import Rollout, Task
 from train.tasks.phrasing import phrase
@@ -167,8 +172,8 @@ def fix_bug(p: Project, rng, ph) -> dict:
         r.call(thought, "Edit", {"file_path": f.file, "old_string": bad, "new_string": good})
         r.call(r.pick("rerunning the tests.", "checking the tests again."), "Bash", {"command": cmd})
         r.done(f"done: fixed `{f.name}` in `{f.file}`: it {desc}. the tests pass now.")
-    return dict(prompt=prompt, check=lambda root, answer="": run_tests(root), desc="the test suite passes",
-                policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"])
+    return dict(prompt=prompt, check=lambda root, answer="": run_tests(root, *p.test_files),
+                desc="the test suite passes", policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"])
 
 
 def stub_out(p: Project, f: Func, rng) -> tuple[str, str]:
@@ -197,7 +202,7 @@ def implement_stub(p: Project, rng, ph) -> dict:
         r.done(f"done: implemented `{f.name}` in `{f.file}`; it {f.spec['explain']} the tests pass.")
 
     def check(root, answer=""):
-        return "NotImplementedError" not in open(os.path.join(root, f.file)).read() and run_tests(root)
+        return "NotImplementedError" not in open(os.path.join(root, f.file)).read() and run_tests(root, *p.test_files)
     return dict(prompt=prompt, check=check, desc="no NotImplementedError left and the tests pass",
                 policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"])
 
@@ -228,9 +233,11 @@ def rename_symbol(p: Project, rng, ph) -> dict:
     def check(root, answer=""):
         files = snapshot(root)
         return (not any(word.search(t) for t in files.values()) and f"def {new}(" in files.get(f.file, "")
-                and run_tests(root))
+                and run_tests(root, *p.test_files))
+    either = re.compile("|".join(re.escape(n) for n in sorted((f.name, new), key=len, reverse=True)).encode())
     return dict(prompt=prompt, check=check, desc=f"no `{f.name}` left, `def {new}(` exists, tests pass",
-                policy=policy, flaws=["repeat", "off_style", "asks_more"])
+                policy=policy, flaws=["repeat", "off_style", "asks_more"],
+                tests_view=lambda data: either.sub(b"\0", data))  # tests may change by the rename only
 
 
 def add_parameter(p: Project, rng, ph) -> dict:
@@ -244,7 +251,7 @@ def add_parameter(p: Project, rng, ph) -> dict:
     def policy(r: Rollout):
         r.call(f"let me read `{f.name}` first.", "Grep", {"pattern": f"def {f.name}\\(", "-A": 6})
         r.call("reading the whole function.", "Read", read_args(f, r, True))
-        r.call(f"adding `{pname}={default}` to the signature.", "Edit",
+        r.call(f"adding `{pname}` (default {default}) to the signature.", "Edit",
                {"file_path": f.file, "old_string": f"def {f.signature}:",
                 "new_string": f"def {f.name}({f.spec['params']}, {pname}={default}):"})
         old_s = unique_line(open(os.path.join(r.root, f.file)).read(), body_line)
@@ -263,7 +270,7 @@ def add_parameter(p: Project, rng, ph) -> dict:
         if fn is None or pname not in [a.arg for a in fn.args.args]:
             return False
         code = f"from {dotted} import {f.name}\nassert " + hidden.format(name=f.name)
-        return run_python(root, code) and run_tests(root)
+        return run_python(root, code) and run_tests(root, *p.test_files)
     return dict(prompt=prompt, check=check, desc=f"{f.name} has {pname}={default}; {hidden.format(name=f.name)}; tests pass",
                 policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"])
 
@@ -286,9 +293,9 @@ def create_file(p: Project, rng, ph) -> dict:
 
         def check(root, answer=""):
             path = os.path.join(root, test)
-            return os.path.isfile(path) and f.name in open(path).read() and run_tests(root, test)
-        return dict(prompt=prompt, check=check, desc=f"{test} exists, uses {f.name}, and passes",
-                    policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"])
+            return os.path.isfile(path) and f.name in open(path).read() and run_tests(root, test, *p.test_files)
+        return dict(prompt=prompt, check=check, desc=f"{test} exists, uses {f.name}, and passes with the other tests",
+                    policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"], tests_allowed=(test,))
     used = {f.template for f in p.functions.values()}
     t = rng.choice(sorted(set(TEMPLATES) - used) or sorted(TEMPLATES))
     spec = TEMPLATES[t]
@@ -449,10 +456,11 @@ TRAIN_FAMILIES = [f for f in FAMILIES if f not in EVAL_ONLY_FAMILIES]
 
 def make_task(family: str, seed: int, heldout: bool = False, base: str = BASE) -> Task:
     """Build `family`'s project for `seed` at base/<seed>/<name> (wiped first) and its task.
-    The check fails on the state left here; `task.rollout()` runs the oracle."""
+    The check fails on the state left here; `task.rollout()` runs the oracle. task.guarded is the
+    tests as built here (tools.test_guard.capture), what harness.resolved judges a change with."""
     setup_env()
     rng = random.Random(f"{family}:{seed}:{heldout}")
     p = generate_project(rng, os.path.join(base, str(seed)), heldout)
     d = FAMILIES[family](p, rng, lambda key, **kw: phrase(key, rng, heldout, **kw))
     return Task(family, seed, heldout, p, d["prompt"], d["check"], d["desc"], d["policy"], d["flaws"],
-                d.get("followup"))
+                d.get("followup"), capture(p.root), d.get("tests_allowed", ()), d.get("tests_view"))

@@ -9,7 +9,11 @@ refuses), a Policy with no settings files (the user's own settings never change 
 undo snapshots; its system prompt must equal task.system (the train/inference identity; callers
 check it). drive sends the prompt and, when user_rejects' turn ends refused, the follow-up.
 resolved is the hidden check's verdict on the final state; a check that raises (an edit made
-pytest hang past its timeout) is a failure, reported, never raised.
+pytest hang past its timeout) is a failure, reported, never raised. A final state whose tests,
+conftest.py, pytest configuration or interpreter hooks differ from the ones the task was built with
+(tools/test_guard.py, beyond what the request asked for) is tampered: not resolved, whatever the
+check would say, and the files are named; the check is not even run, so the tree is left as the
+agent left it.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import os
 import re
 from pathlib import Path
 
+from tools import test_guard
 from train.tasks.families import make_task
 from train.tasks.oracle import Task
 from train.tasks.seeds import ATTEMPTS, attempt_seeds
@@ -53,17 +58,23 @@ def drive(agent, task: Task) -> list:
     return turns
 
 
-def resolved(task: Task, answer: str, calls: list[dict], root: str | None = None) -> tuple[bool, str | None]:
-    """(resolved, why the check raised or None): the hidden check on the final state in `root`
-    (default task.root) given the final `answer`; user_rejects also needs the refusal to have
-    happened (a call in `calls`, {"name", "args", "result"}, answered REJECTED): its check alone
-    passes any non-empty answer that changed nothing."""
+def resolved(task: Task, answer: str, calls: list[dict], root: str | None = None
+             ) -> tuple[bool, str | None, list[str]]:
+    """(resolved, why the check raised or None, tampered paths): the hidden check on the final state
+    in `root` (default task.root) given the final `answer`, unless the agent changed guarded files
+    (tampered: sorted relative paths, then never resolved); user_rejects also needs the refusal to
+    have happened (a call in `calls`, {"name", "args", "result"}, answered REJECTED): its check
+    alone passes any non-empty answer that changed nothing."""
     from nanocode.protocol import REJECTED
+    root = root or task.root
+    tampered = test_guard.tampered(root, task.guarded, task.tests_allowed, task.tests_view)
+    if tampered:
+        return False, None, tampered
     try:
-        ok, error = bool(task.check(root or task.root, answer)), None
+        ok, error = bool(task.check(root, answer)), None
     except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout after a broken edit
         ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0]
-    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls)), error
+    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls)), error, []
 
 
 def pattern_symbol(pattern: str) -> str:

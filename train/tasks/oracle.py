@@ -14,7 +14,7 @@ them); it needs the untouched project, so build the task again before replaying.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from nanocode.protocol import REJECTED, system_prompt
@@ -88,6 +88,9 @@ class Task:
     policy: Callable[[Rollout], None]
     flaws: list[str]
     followup: str | None = None    # user_rejects: the user's message after the rejected call
+    guarded: dict = field(default_factory=dict, repr=False)  # the tests as built (tools.test_guard.capture)
+    tests_allowed: tuple = ()      # fnmatch patterns of guarded paths the request asks to change
+    tests_view: Callable[[bytes], bytes] | None = None  # rewrite the request implies (a rename)
 
     @property
     def root(self) -> str:

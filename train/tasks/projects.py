@@ -258,6 +258,11 @@ class Project:
     test_cmd: str = "python -m pytest -q"
     heldout: bool = False
 
+    @property
+    def test_files(self) -> list[str]:
+        """The test files the project was generated with (relative paths), what checks run."""
+        return sorted(set(self.tests.values()))
+
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
 
@@ -396,11 +401,13 @@ def snapshot(root: str) -> dict[str, str]:
     return out
 
 
-def run_tests(root: str, target: str = "") -> bool:
-    """True when pytest passes in root (used by hidden checks, not shown to the model)."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + ([target] if target else [])
+def run_tests(root: str, *targets: str) -> bool:
+    """True when pytest passes in root on `targets` (default: whatever pytest collects there); used
+    by hidden checks, not shown to the model. Installed pytest plugins are not loaded: generated
+    projects use none, and loading them (pytest-benchmark, ...) costs more than the tests."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *targets]
     r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+                       env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
     return r.returncode == 0
 
 

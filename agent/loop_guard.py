@@ -1,0 +1,261 @@
+"""Replies that never loop: a byte-level repetition detector, and the mask that keeps a reply from
+extending a loop.
+
+A small model falls into loops (`/s/s/s/s...`, `:::::...`, `tests/tests/tests/...`, a name again
+and again until max_tokens), in prose and in tool-call argument values alike. The detector (Tail)
+reads one segment of a reply (the sampler starts a new one at every special token, so the prose
+and each argument value are separate segments) and keeps, for every period p = 1..PERIODS, the
+periodic run at its end: how many trailing bytes b[i] equal b[i - p]; the tail of period p then
+covers run + p bytes. A loop is a period whose tail covers need(p) = max(REPEATS * p, MIN_BYTES)
+bytes with a unit (its last p bytes) that is not whitespace only (indentation and blank lines are
+not loops); a unit of rule and table bytes (DRAWING: `# -----`, `|---|---|`, `+====+`) needs
+RULE_BYTES, a line's width (`:::` is no drawing: a unit of colons and blanks is an ordinary one).
+
+The mask (ReplyLoops.mask, ANDed into the grammar's) bans exactly the tokens whose bytes would
+complete a loop: for each period whose tail covers c < need(p) bytes, every token that starts with
+the first need(p) - c bytes of the periodic continuation (a prefix range of the sorted token
+bytes: every token split of the loop's extension), and, checked byte by byte, the few tokens that
+could complete a loop inside themselves. So no segment the model writes holds a loop, unless the
+grammar left nothing else: a row is never made all False (the grammar's mask stands then).
+
+Masking alone can leave a model circling: it writes the unit until it is turned away, then starts
+over. A near loop is a tail one unit short of a loop (covering need(p) - p bytes); every entry into
+one is a hit, and after HITS hits in a reply the prose is cut: the content phase admits only
+`<|assistant_end|>` and the sampler reports the reply's stop as "loop".
+
+Thresholds were chosen on the training split only: the oracle conversations of 360 training tasks
+(`build_task(family, seed, heldout=False)`, seeds 0-39 of every train family; every assistant
+message: thoughts, answers and argument values, Edit new_string included). Their most repetitive
+tails are a docstring's three quotes (3 repeats of a 1-byte unit) and `karkark` (2.3 of a 3-byte
+one); the closest any comes to a loop is 5 bytes short (7 of the 12 bytes a 3-byte unit needs),
+none is ever a near loop, and so every one passes untouched, token by token
+(tests/test_loop_guard.py). Within that margin REPEATS and MIN_BYTES are as low as the shipped
+model's loops ask: a unit of 3 bytes or more is stopped at its 4th repeat, `/s` at its 6th, `:` at
+its 12th. The price is paid by text that repeats on purpose: a literal like `0, 0, 0, 0, 0` or
+five `False, ` in an Edit cannot be written out (the model must write `[0] * 5`).
+
+Trade-off: exact bans for a small per-token cost: a (token bytes x PERIODS) compare to update the
+runs, then a bisect per period that one token could still carry into a loop (usually none);
+periods longer than PERIODS (a paragraph repeated) are not seen, and tokens that hold a loop by
+themselves (`────`, 12 bytes of a 3-byte unit) are never written.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+import numpy as np
+
+PERIODS = 128      # the longest unit looked for: a long line of code and its newline
+REPEATS = 4        # a loop repeats its unit this many times ...
+MIN_BYTES = 12     # ... and covers at least this many bytes (short units: `::::`, `isis`)
+RULE_BYTES = 120   # a drawing is a loop from this long (a rule wider than a line)
+HITS = 3           # near loops entered in one reply before its prose is cut
+WHITESPACE = b" \t\n\r\x0b\x0c"
+DRAWING = b"-=_~#*|+: \t"  # the bytes of rules and table borders
+
+_P = np.arange(1, PERIODS + 1)                    # (P,) the periods
+_NEED = np.maximum(REPEATS * _P, MIN_BYTES)       # (P,) bytes a loop covers
+_RULE_NEED = np.maximum(_NEED, RULE_BYTES)        # (P,) the same for a run of one rule byte
+_J = np.arange(64)[:, None]                       # (64, 1) byte offsets in a push (longer: made)
+_BACK = PERIODS - _P                              # (P,) where in hist + data the byte p before is
+_FAR = 1 << 30                                    # the slack of a blank unit: never a loop
+_SHORTEST_INSIDE = int((_NEED - _P + 1).min())   # bytes of a token that completes a loop inside it
+_CLASSES = np.zeros((3, 256), bool)  # (3, 256): blank, drawing, light (blank or a colon) bytes
+for _row, _bytes in enumerate((WHITESPACE, DRAWING, WHITESPACE + b":")):
+    _CLASSES[_row, list(_bytes)] = True
+
+
+def slack(runs: np.ndarray) -> np.ndarray:
+    """(..., P + 3) runs -> (..., P): how many more bytes of its periodic continuation make each
+    period's tail a loop (_FAR where the unit is blank)."""
+    drawing = (_P <= runs[..., PERIODS + 1:PERIODS + 2]) & (_P > runs[..., PERIODS + 2:])
+    need = np.where(drawing, _RULE_NEED, _NEED)  # (..., P)
+    return np.where(_P > runs[..., PERIODS:PERIODS + 1], need - runs[..., :PERIODS] - _P, _FAR)
+
+
+class Tail:
+    """The detector over one segment: push(data) appends bytes and says where a loop completes;
+    reset() starts a new segment. After a push: runs (P + 3,: each period's run, then how many
+    trailing bytes are blank, drawing and light ones), slack (P,: how many more bytes of its
+    continuation make each period's tail a loop, _FAR for a blank unit), n (segment bytes), near
+    (a tail one unit short of a loop)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.hist = np.full(PERIODS, -1, np.int16)  # (P,) the last P bytes, oldest first; -1: none
+        self.runs = np.zeros(PERIODS + 3, np.int64)  # (P + 3,) the runs, then the trailing classes
+        self.slack = _NEED - _P  # (P,) bytes period p's tail lacks for a loop (_FAR: a blank unit)
+        self.n, self.near = 0, False
+
+    def copy(self) -> "Tail":
+        t = Tail.__new__(Tail)
+        t.__dict__.update(self.__dict__)  # arrays are replaced by push, never written in place
+        return t
+
+    def scan(self, data: bytes):
+        """What pushing `data` would make of the tail, byte by byte, the tail unchanged: the
+        last P + k bytes and runs (k, P + 3)."""
+        k = len(data)
+        new = np.frombuffer(data, np.uint8).astype(np.int16)  # (k,)
+        full = np.concatenate([self.hist, new])  # (P + k,)
+        j = _J[:k] if k <= len(_J) else np.arange(k)[:, None]  # (k, 1)
+        same = np.concatenate([new[:, None] == full[j + _BACK],  # (k, P): the byte p before it
+                               _CLASSES[:, new].T], axis=1)  # (k, P + 3)
+        # the last mismatch at or before byte j; without one, the tail's run reaches back further
+        last = np.maximum.accumulate(np.where(same, -1 - self.runs, j), axis=0)  # (k, P + 3)
+        return full, j - last
+
+    def push(self, data: bytes) -> int | None:
+        """Append `data`; the offset in it of the byte at which a loop first completes, or None."""
+        if not data:
+            return None
+        full, runs = self.scan(data)
+        self.hist, self.runs, self.slack = full[-PERIODS:], runs[-1], slack(runs[-1])
+        self.n += len(data)
+        self.near = bool((self.slack <= _P).any())
+        rows = np.flatnonzero((runs[:, :PERIODS] >= _NEED - _P).any(axis=1))  # may end a loop
+        loop = (slack(runs[rows]) <= 0).any(axis=1) if len(rows) else rows
+        return int(rows[np.argmax(loop)]) if loop.any() else None
+
+    def unit(self, p: int) -> bytes:
+        """The last p bytes (p <= n)."""
+        return self.hist[PERIODS - p:].astype(np.uint8).tobytes()
+
+
+def first_loop(text: bytes) -> int | None:
+    """The offset of the byte at which a loop first completes in `text` (one segment), or None."""
+    return Tail().push(text)
+
+
+_SHARED: dict = {}
+
+
+class LoopGuard:
+    """Precomputed pieces for one vocabulary: pieces (id -> bytes, the ordinary tokens), n_vocab
+    logits, end_id (`<|assistant_end|>`). reply() follows one reply."""
+
+    def __init__(self, pieces: dict[int, bytes], n_vocab: int, end_id: int):
+        self.pieces = pieces
+        order = sorted(pieces, key=pieces.__getitem__)
+        self.sorted = [pieces[i] for i in order]  # token bytes, ascending: a prefix is a range
+        self.ids = np.array(order, np.int64)  # (T,) their ids
+        self.max_len = max(len(b) for b in self.sorted)
+        self.end = np.zeros(n_vocab, bool)
+        self.end[end_id] = True
+        self.reach = self._reach()
+        inside = [(t, b) for t, b in pieces.items() if self._may_loop_inside(b)]
+        self.looping = np.array([t for t, b in inside if first_loop(b) is not None], np.int64)
+        self.self_looping = [(t, b) for t, b in inside if first_loop(b) is None]  # tail-dependent
+        self._static: dict = {}  # id(mask) -> (mask, mask less the looping tokens)
+
+    @classmethod
+    def shared(cls, grammar) -> "LoopGuard":
+        """One LoopGuard per Grammar (agent/grammar.py) in this process."""
+        hit = _SHARED.get(id(grammar))
+        if hit is None or hit[0] is not grammar:
+            guard = cls(grammar.pieces, grammar.n_vocab, grammar.a_end)
+            hit = _SHARED[id(grammar)] = (grammar, guard)  # holds grammar: its id stays its own
+        return hit[1]
+
+    def _reach(self) -> np.ndarray:
+        """(257, P): reach[c, p - 1] bounds how far one token starting with byte c can carry a
+        continuation of period p: its longest prefix with period p, less than p when that
+        prefix starts with p blank bytes (a blank unit is never a loop); row 256 (no byte
+        yet: hist's -1) is 0."""
+        L, T = self.max_len, len(self.sorted)
+        arr = np.full((T, L), -1, np.int64) - np.arange(L)  # (T, L) token bytes; pads never match
+        for i, b in enumerate(self.sorted):
+            arr[i, :len(b)] = list(b)
+        lens = np.array([len(b) for b in self.sorted])  # (T,)
+        blank = np.cumprod(_CLASSES[0, arr.clip(0, 255)] & (arr >= 0), axis=1).sum(1)  # (T,)
+        reach = np.zeros((257, PERIODS), np.int64)
+        for p in range(1, PERIODS + 1):
+            eq = arr[:, p:] == arr[:, :-p]  # (T, L - p)
+            lead = np.where(eq.all(1), L - p, np.argmin(eq, 1)) if p < L else 0  # (T,)
+            longest = np.minimum(lens, p + lead)  # (T,)
+            longest = np.where(blank >= np.minimum(longest, p), np.minimum(longest, p - 1), longest)
+            np.maximum.at(reach[:, p - 1], arr[:, 0], longest)
+        return reach
+
+    @staticmethod
+    def _may_loop_inside(b: bytes) -> bool:
+        """Whether a token could complete a loop that starts inside it: one the tail before it
+        reaches into by fewer than p bytes (the tail's own loops are the continuation's)."""
+        if len(b) < _SHORTEST_INSIDE:
+            return False
+        return bool((slack(Tail().scan(b)[1]) <= _P - 1).any())
+
+    def reply(self) -> "ReplyLoops":
+        return ReplyLoops(self)
+
+    def without_looping(self, m: np.ndarray) -> np.ndarray:
+        """m less the tokens that hold a loop by themselves (memoised by m's identity: the
+        grammar's masks are memoised arrays, so this one is too); m when nothing is left."""
+        if not len(self.looping) or not m[self.looping].any():
+            return m
+        hit = self._static.get(id(m))
+        if hit is None:
+            if len(self._static) >= 256:
+                self._static.clear()
+            masked = m.copy()
+            masked[self.looping] = False
+            hit = self._static[id(m)] = (m, masked if masked.any() else m)  # keeps m: its id stays
+        return hit[1]
+
+    def prefix_ids(self, prefix: bytes) -> np.ndarray:
+        """The ids of the tokens that start with `prefix`."""
+        lo = bisect_left(self.sorted, prefix)
+        hi = bisect_right(self.sorted, prefix + b"\xff" * self.max_len, lo)
+        return self.ids[lo:hi]
+
+
+class ReplyLoops:
+    """Follows one reply (the engine's `out`, fed incrementally): mask(out, m, prose) returns m,
+    or a fresh copy with the loop-completing tokens banned, or, once HITS near loops were entered
+    and in prose, only `<|assistant_end|>`; `ended` says that happened."""
+
+    def __init__(self, guard: LoopGuard):
+        self.g, self.tail = guard, Tail()
+        self.seen, self.hits, self.ended = 0, 0, False
+
+    def feed(self, out) -> None:
+        pieces, tail = self.g.pieces, self.tail
+        while self.seen < len(out):
+            b = pieces.get(int(out[self.seen]))
+            self.seen += 1
+            if b is None:  # a special token: a new segment
+                tail.reset()
+                continue
+            was = tail.near
+            tail.push(b)
+            self.hits += tail.near and not was
+
+    def mask(self, out, m: np.ndarray, prose: bool) -> np.ndarray:
+        self.feed(out)
+        g = self.g
+        if self.hits >= HITS and prose and m[g.end].any():
+            self.ended = True
+            return g.end
+        m = g.without_looping(m)
+        ban = self.banned(m)
+        if not len(ban) or not m[ban].any():
+            return m
+        masked = m.copy()
+        masked[ban] = False
+        return masked if masked.any() else m
+
+    def banned(self, m: np.ndarray) -> np.ndarray:
+        """The ids whose bytes would complete a loop after the segment so far, but for the
+        `looping` ones (self_looping ones only where m allows them: the check is a push each)."""
+        g, t = self.g, self.tail
+        d = t.slack  # (P,) bytes of the continuation that complete period p's loop
+        live = np.flatnonzero(d <= g.reach[t.hist[_BACK], _P - 1])  # one token reaches that far
+        out = []
+        for i in live.tolist():
+            p, k = i + 1, max(int(d[i]), 1)
+            out.append(g.prefix_ids((t.unit(p) * (k // p + 1))[:k]))
+        out.extend(np.array([tid], np.int64) for tid, b in g.self_looping
+                   if m[tid] and t.copy().push(b) is not None)
+        return np.concatenate(out) if out else np.zeros(0, np.int64)

@@ -1,0 +1,66 @@
+"""A question is not a licence to edit: the request classifier against every task phrasing, and the
+real driver (tiny engine, scripted model, real tools in a temp git repo) refusing a question's
+Edit headless, asking about it in a face, and running a change request's Edit in auto mode."""
+
+import pytest
+
+from agent.request_kind import is_question
+from test_agent_driver import call, engine, make, reply, repo, tok  # noqa: F401 - fixtures
+from tools.permissions import QUESTION_EDIT
+from train.tasks.phrasing import HELDOUT_PHRASES, PHRASES
+
+QUESTION_KEYS = {"find_definition", "find_class", "explain", "run_tests", "line_count", "list_files",
+                 "git_last", "git_changes", "git_count", "recover_path", "recover_cmd", "rejects_run"}
+SLOTS = dict(fn="mean_price", cls="Stack", file="pkg/core.py", test="tests/test_core.py",
+             new="avg_price", param="scale", default="1", doc="return the sum", pkg="pkg",
+             wrong="core.py", module="core")
+
+
+@pytest.mark.parametrize("pool", [PHRASES, HELDOUT_PHRASES], ids=["train", "heldout"])
+def test_no_change_request_reads_as_a_question(pool):
+    """The costly error never happens on any phrasing; most questions are recognised."""
+    changes = [t for k, ts in pool.items() if k not in QUESTION_KEYS for t in ts]
+    questions = [t for k, ts in pool.items() if k in QUESTION_KEYS for t in ts]
+    assert not [t for t in changes if is_question(t.format(**SLOTS))]
+    found = sum(is_question(t.format(**SLOTS)) for t in questions)
+    assert found >= 0.85 * len(questions), found
+
+
+@pytest.mark.parametrize("text,want", [
+    ("where is parse_header defined?", True), ("explain moving_average", True),
+    ("why does test_mean fail?", True), ("please run the tests", True),
+    ("which files did i modify?", True), ("git status?", True),
+    ("can you fix it?", False), ("could you add a docstring to load?", False),
+    ("change MAX_RETRIES to 5", False), ("remove the unused helper", False), ("", False)])
+def test_examples(text, want):
+    assert is_question(text) is want
+
+
+def test_a_questions_edit_is_refused_headless_and_the_model_answers(engine, tok, repo):
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", old_string="x = 1",
+                                        new_string="x = [i for i in y]"),
+                                   reply(tok, "x is 1, in a.py.")], mode="auto")
+    res = agent.run_turn("what is x?")
+    assert res.tool_calls[0]["result"].startswith("error: the request is a question")
+    assert (repo / "a.py").read_text() == "x = 1\n"  # on disk: nothing written
+    assert res.stop_reason == "done" and res.answer == "x is 1, in a.py."
+
+
+def test_a_questions_edit_asks_in_a_face_and_runs_when_approved(engine, tok, repo):
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", old_string="x = 1",
+                                        new_string="x = 2"), reply(tok, "done")], mode="auto")
+    asked = []
+    agent.run_turn("is x right?", approve=lambda n, a, d: asked.append(d.reason) or "yes")
+    assert asked == [QUESTION_EDIT]
+    assert (repo / "a.py").read_text() == "x = 2\n"
+
+
+def test_a_change_request_edits_in_auto_mode_and_the_guard_can_be_turned_off(engine, tok, repo):
+    edit = call(tok, "", "Edit", file_path="a.py", old_string="x = 1", new_string="x = 2")
+    agent, _ = make(engine, repo, [edit, reply(tok, "done")], mode="auto")
+    agent.run_turn("set x to 2")
+    assert (repo / "a.py").read_text() == "x = 2\n"
+    (repo / "a.py").write_text("x = 1\n")
+    agent, _ = make(engine, repo, [edit, reply(tok, "done")], mode="auto", question_guard=False)
+    agent.run_turn("what is x?")
+    assert (repo / "a.py").read_text() == "x = 2\n"
