@@ -16,7 +16,8 @@ complete a loop: for each period whose tail covers c < need(p) bytes, every toke
 the first need(p) - c bytes of the periodic continuation (a prefix range of the sorted token
 bytes: every token split of the loop's extension), and, checked byte by byte, the few tokens that
 could complete a loop inside themselves. So no segment the model writes holds a loop, unless the
-grammar left nothing else: a row is never made all False (the grammar's mask stands then).
+grammar left nothing else: a row is never made all False (in prose the reply then ends, with
+stop "loop", even inside a backticked span; in an argument value the grammar's mask stands).
 
 Masking alone can leave a model circling: it writes the unit until it is turned away, then starts
 over. A near loop is a tail one unit short of a loop (covering need(p) - p bytes); every entry into
@@ -244,7 +245,12 @@ class ReplyLoops:
             return m
         masked = m.copy()
         masked[ban] = False
-        return masked if masked.any() else m
+        if masked.any():
+            return masked
+        if prose:  # the grammar left only the loop (e.g. inside a backticked span): end the reply
+            self.ended = True
+            return g.end
+        return m
 
     def banned(self, m: np.ndarray) -> np.ndarray:
         """The ids whose bytes would complete a loop after the segment so far, but for the

@@ -3,7 +3,7 @@ backticked spans of its answers that occur nowhere it could have read them (inve
 the replies that loop.
 
 Contracts. `invented_spans(messages, project)`: every `span` in a final answer (an assistant
-message without a tool call) that is not a substring of the request, a tool output, an earlier
+message without a tool call; fenced blocks are left out, as agent/prose.py leaves them free) that is not a substring of the request, a tool output, an earlier
 tool call's arguments or a project file (`project`: path -> text, the tree as the run left it);
 a `path:line` span counts as real when the file exists and has that line (a citation is checked,
 not searched). `looping_replies(messages)`: assistant messages whose prose or any call argument
@@ -15,6 +15,7 @@ import json
 import re
 
 SPAN = re.compile(r"`([^`\n]+)`")
+FENCE = re.compile(r"```.*?(?:```|$)", re.S)  # a fenced block: free text, as the prose mask has it
 CITATION = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.\w+):(\d+)")
 
 
@@ -33,7 +34,7 @@ def invented_spans(messages: list[dict], project: dict[str, str]) -> list[str]:
         str(v) for v in m["tool_call"]["args"].values()) for m in messages if m.get("tool_call")]
     corpus = "\n".join(seen + list(project.values()) + list(project))
     answers = [m["content"] for m in messages if m["role"] == "assistant" and not m.get("tool_call")]
-    return [s for a in answers for s in SPAN.findall(a)
+    return [s for a in answers for s in SPAN.findall(FENCE.sub(" ", a))
             if s.strip() and s not in corpus and not _citation_ok(s, project)]
 
 

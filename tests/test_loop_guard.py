@@ -106,7 +106,9 @@ def test_the_mask_never_empties_a_row(tok, guard):
     ids = tok.encode("tests/" * 3 + "tests")
     only = np.zeros(guard.end.shape, bool)
     only[tok.encode("/")[0]] = True  # the grammar allows nothing but the loop's next byte
-    assert loops.mask(ids, only, False)[tok.encode("/")[0]]
+    assert loops.mask(ids, only, False)[tok.encode("/")[0]]  # an argument value: the grammar stands
+    prose = guard.reply()  # prose (e.g. inside a backticked span): the reply ends instead
+    assert (prose.mask(ids, only, True) == guard.end).all() and prose.ended
 
 
 def test_detector_offsets_and_incremental_pushes_agree():
