@@ -13,8 +13,9 @@ A span in single backticks is one of
                  only where the occurrence may end (`mean_pr` and `ean_price` never close where
                  only `mean_price` occurs; a snippet like `return a + b` does)
   a citation     `path:line`, as above (a Read result numbers lines, it does not hold the string)
-  a command line a program on PATH, a blank, then anything up to the backtick (Bash.command,
-                 which it announces, is free text too); not closable after a blank
+  a command line a program of agent/spans.COMMAND_PROGRAMS, a blank, then anything up to the
+                 backtick (Bash.command, which it announces, is free text too); not closable
+                 after a blank
 Tokens are checked byte by byte across their backticks: a token may close one span and open
 another. A fence (three backticks) opens a code block that is free text up to the next three
 backticks: code the model proposes need not exist yet. Two backticks that are not a fence, an

@@ -14,9 +14,25 @@ from __future__ import annotations
 import json
 import re
 
-SPAN = re.compile(r"`([^`\n]+)`")
-FENCE = re.compile(r"```.*?(?:```|$)", re.S)  # a fenced block: free text, as the prose mask has it
 CITATION = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.\w+):(\d+)")
+
+
+def backticked_spans(text: str) -> list[str]:
+    """The closed `spans` of prose read left to right as agent/prose.py reads them: three
+    backticks outside a span open a fenced block (free text) up to the next three; one opens a
+    span up to the next backtick."""
+    spans, i = [], 0
+    while (i := text.find("`", i)) >= 0:
+        if text.startswith("```", i):
+            end = text.find("```", i + 3)
+            i = len(text) if end < 0 else end + 3
+            continue
+        end = text.find("`", i + 1)
+        if end < 0:
+            break
+        spans.append(text[i + 1:end])
+        i = end + 1
+    return spans
 
 
 def _citation_ok(span: str, project: dict[str, str]) -> bool:
@@ -34,7 +50,7 @@ def invented_spans(messages: list[dict], project: dict[str, str]) -> list[str]:
         str(v) for v in m["tool_call"]["args"].values()) for m in messages if m.get("tool_call")]
     corpus = "\n".join(seen + list(project.values()) + list(project))
     answers = [m["content"] for m in messages if m["role"] == "assistant" and not m.get("tool_call")]
-    return [s for a in answers for s in SPAN.findall(FENCE.sub(" ", a))
+    return [s for a in answers for s in backticked_spans(a)
             if s.strip() and s not in corpus and not _citation_ok(s, project)]
 
 

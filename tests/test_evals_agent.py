@@ -286,3 +286,18 @@ def test_a_tampered_run_is_unresolved_counted_and_shown(tmp_path, capsys):
     ea.print_table(s)
     out = capsys.readouterr().out
     assert "tamper" in out.splitlines()[0] and out.splitlines()[-1].split()[-1] == "1"
+
+
+def test_reply_audit_counts_invented_spans_and_loops():
+    from evals.reply_audit import backticked_spans, invented_spans, looping_replies
+    assert backticked_spans("`a` then ```x `y` z``` and `c` ``") == ["a", "c", ""]
+    project = {"pkg/core.py": "def mean_price(xs):\n    return 1\n"}
+    messages = [{"role": "user", "content": "where is mean_price?"},
+                {"role": "assistant", "content": "", "tool_call": {"name": "Grep", "args": {"pattern": "zz_q"}}},
+                {"role": "tool_result", "content": "no matches"},
+                {"role": "assistant", "content": "`mean_price` at `pkg/core.py:2`, not `pkg/core.py:9`, "
+                                                 "`zz_q` or `mean_prize`; ```\nmade_up()\n```"}]
+    assert invented_spans(messages, project) == ["pkg/core.py:9", "mean_prize"]
+    assert looping_replies(messages) == 0
+    messages.append({"role": "assistant", "content": "tests/" * 8})
+    assert looping_replies(messages) == 1
