@@ -14,8 +14,8 @@ A span in single backticks is one of
                  only `mean_price` occurs; a snippet like `return a + b` does)
   a citation     `path:line`, as above (a Read result numbers lines, it does not hold the string)
   a command line a program of agent/spans.COMMAND_PROGRAMS, a blank, then anything up to the
-                 backtick (Bash.command, which it announces, is free text too); not closable
-                 after a blank
+                 backtick on the same line (Bash.command, which it announces, is free text
+                 too); not closable after a blank
 Tokens are checked byte by byte across their backticks: a token may close one span and open
 another. A fence (three backticks) opens a code block that is free text up to the next three
 backticks: code the model proposes need not exist yet. Two backticks that are not a fence, an
@@ -50,7 +50,8 @@ BLANKS = b" \t\n\r\x0b\x0c"
 
 class ProseLexicon:
     """Per vocabulary: the tokens decided by running the automaton (a backtick, or a colon
-    before a digit), those that start with a digit, with a blank, and the separator byte's."""
+    before a digit), those that start with a digit, with a blank, the separator byte's, and those
+    holding a line break (a command line ends at one)."""
 
     def __init__(self, g):
         pieces = g.pieces.items()
@@ -59,6 +60,7 @@ class ProseLexicon:
         self.digit_lead = np.array([t for t, b in pieces if b[:1].isdigit()], np.int64)
         self.space_lead = np.array([t for t, b in pieces if b[:1] == b" "], np.int64)
         self.sep = np.array([t for t, b in pieces if b == b"\xff"], np.int64)
+        self.newline = np.array([t for t, b in pieces if b"\n" in b or b"\r" in b], np.int64)
 
 
 class Prose(Value):
@@ -112,7 +114,9 @@ class Prose(Value):
                 cite = (run, b"") if run in self.auto.cites.files else BAD if PATH_LIKE.search(run) else None
                 return OUT, b"", cite
             return OUT, (run + BYTE[c])[:RUN_BYTES] if PATH_BYTE[c] else b"", None
-        if kind == COMMAND:
+        if kind == COMMAND:  # one line, like inline code
+            if c in (10, 13):
+                return None
             return (None if s[1] else self.start()) if c == TICK else (COMMAND, c in BLANKS)
         if kind == TICKS:
             return (FENCE, 0) if c == TICK else None
@@ -184,6 +188,8 @@ class Prose(Value):
                 self._decide(s, m, lex.digit_lead)
         elif kind != TICKS:
             m |= g.text
+            if kind == COMMAND:
+                m[lex.newline] = False
             if kind == OUT and s[2] is not None:
                 self._decide(s, m, lex.digit_lead)
         self._decide(s, m, lex.special)

@@ -1,7 +1,8 @@
 """The training data and the grounded grammar agree: every assistant message `train synth` writes
 is admitted token by token by the grammar the agent samples under (agent/grammar.py with
-agent/grounding.py), replayed on the project as it was at that step, and every tool result
-replays byte for byte. A conversation the grammar refused would teach the model a move it can
+agent/grounding.py, names on: whole Grep names, backticked spans of prose from the context,
+agent/prose.py), replayed on the project as it was at that step and fed to the grounding as the
+sampler feeds it (Grounding.add_message), and every tool result replays byte for byte. A conversation the grammar refused would teach the model a move it can
 never make at inference (the train/inference identity).
 
 Fast: one task per family (all families, eval-only ones too). Slow: >= 300 conversations drawn as

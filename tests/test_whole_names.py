@@ -147,6 +147,7 @@ def test_fences_commands_and_malformed_ticks(g, tok, project):
     assert prose_ok(g, tok, ground, "running `git log --oneline -n 3`.")
     assert not prose_ok(g, tok, ground, "running `git `.")
     assert not prose_ok(g, tok, ground, "running `capsh -q`.")  # on PATH here, but no project command
+    assert not prose_ok(g, tok, ground, "running `wc -l value\nto the range`.")  # one line only
 
 
 def test_random_prose_closes_only_backed_spans(g, tok, project):
@@ -198,3 +199,11 @@ def test_an_empty_file_is_never_cited(g, tok, project):
     ground = Grounding(project)
     assert not prose_ok(g, tok, ground, "`shop/empty.txt:", end=False)  # no line to go on with
     assert prose_ok(g, tok, ground, "`shop/empty.txt` is empty.")
+
+
+@pytest.mark.parametrize("prefix", ["running `wc -l x", "see `mean", "at shop/cart.py:", "``` code\n", "ok `git"])
+def test_the_prose_mask_admits_exactly_what_the_automaton_steps(g, tok, project, prefix):
+    st = g.state(tools=(), ground=Grounding(project))
+    ids = tok.encode(prefix)
+    m = st.allowed(ids)
+    assert [t for t in g.pieces if bool(m[t]) != (st.prose.step(st.pstate, g.pieces[t]) is not None)] == []
