@@ -13,9 +13,8 @@ A span in single backticks is one of
                  only where the occurrence may end (`mean_pr` and `ean_price` never close where
                  only `mean_price` occurs; a snippet like `return a + b` does)
   a citation     `path:line`, as above (a Read result numbers lines, it does not hold the string)
-  a command line a program of agent/spans.COMMAND_PROGRAMS, a blank, then anything up to the
-                 backtick on the same line (Bash.command, which it announces, is free text
-                 too); not closable after a blank
+A command in backticks is no exception: one the model announces before running it must already
+occur (the system prompt holds `python -m pytest -q`); after the call, its arguments are context.
 Tokens are checked byte by byte across their backticks: a token may close one span and open
 another. A fence (three backticks) opens a code block that is free text up to the next three
 backticks: code the model proposes need not exist yet. Two backticks that are not a fence, an
@@ -35,38 +34,32 @@ import re
 import numpy as np
 
 from agent.grammar import Value
-from agent.spans import programs
 from agent.vocab_trie import BYTE
 
-OUT, SPAN, COMMAND, TICKS, FENCE, LOST = range(6)
+OUT, SPAN, TICKS, FENCE, LOST = range(5)
 BAD = "bad"   # a citation that cannot be: a path-like run that is no listed file, then ':'
 TICK = 96
 RUN_BYTES = 1024  # a path run is tracked up to this long
 PATH_BYTE = [chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_./-") for c in range(256)]
 PATH_LIKE = re.compile(rb"/|\.[A-Za-z]")
 COLON_DIGIT = re.compile(rb":[0-9]")
-BLANKS = b" \t\n\r\x0b\x0c"
 
 
 class ProseLexicon:
     """Per vocabulary: the tokens decided by running the automaton (a backtick, or a colon
-    before a digit), those that start with a digit, with a blank, the separator byte's, and those
-    holding a line break (a command line ends at one)."""
+    before a digit), those that start with a digit, and the separator byte's."""
 
     def __init__(self, g):
         pieces = g.pieces.items()
         self.special = np.array([t for t, b in pieces if b"`" in b or COLON_DIGIT.search(b)], np.int64)
         self.run_matters = any(COLON_DIGIT.search(b) for _, b in pieces)  # then OUT keys hold the run
         self.digit_lead = np.array([t for t, b in pieces if b[:1].isdigit()], np.int64)
-        self.space_lead = np.array([t for t, b in pieces if b[:1] == b" "], np.int64)
         self.sep = np.array([t for t, b in pieces if b == b"\xff"], np.int64)
-        self.newline = np.array([t for t, b in pieces if b"\n" in b or b"\r" in b], np.int64)
 
 
 class Prose(Value):
     """The automaton over a SpanText (`auto`). States: (OUT, path run, pending citation: None,
-    BAD or (file, digits)), (SPAN, bytes so far, occurrence starts P), (COMMAND, last byte
-    blank), (TICKS,) after two backticks, (FENCE, backticks seen), (LOST,) after a token the
+    BAD or (file, digits)), (SPAN, bytes so far, occurrence starts P), (TICKS,) after two backticks, (FENCE, backticks seen), (LOST,) after a token the
     mask refused (only a caller that forces tokens gets there: free up to the next backtick)."""
 
     def __init__(self, g, text):
@@ -82,7 +75,7 @@ class Prose(Value):
         """step(), never dead: a refused piece is LOST in a span, plain prose outside one."""
         nxt = self.step(state, piece)
         if nxt is None:
-            return (LOST,) if state[0] in (SPAN, COMMAND, TICKS) else self.start()
+            return (LOST,) if state[0] in (SPAN, TICKS) else self.start()
         return nxt
 
     def step(self, state, piece: bytes):
@@ -114,10 +107,6 @@ class Prose(Value):
                 cite = (run, b"") if run in self.auto.cites.files else BAD if PATH_LIKE.search(run) else None
                 return OUT, b"", cite
             return OUT, (run + BYTE[c])[:RUN_BYTES] if PATH_BYTE[c] else b"", None
-        if kind == COMMAND:  # one line, like inline code
-            if c in (10, 13):
-                return None
-            return (None if s[1] else self.start()) if c == TICK else (COMMAND, c in BLANKS)
         if kind == TICKS:
             return (FENCE, 0) if c == TICK else None
         if kind == FENCE:
@@ -127,12 +116,8 @@ class Prose(Value):
     def _extend(self, s, chunk: bytes):
         _, q, P = s
         q2 = q + chunk
-        if b" " not in q:
-            k = q2.find(b" ")
-            if k > 0 and programs().holds(q2[:k]):
-                return COMMAND, q2[-1] in BLANKS
         P2 = self.auto.step(P, len(q), chunk) if len(P) else P
-        if len(P2) or self._cite(q2, False) or (b" " not in q2 and programs().has_prefix(q2)):
+        if len(P2) or self._cite(q2, False):
             return SPAN, q2, P2
         return None
 
@@ -177,19 +162,11 @@ class Prose(Value):
                 ids = g.ids_of(g.trie.walk_sorted(cites.strings, q))
                 m[ids] = True
                 self._decide(s, m, np.array([t for t in ids.tolist() if b":" in g.pieces[t]], np.int64))
-            if b" " not in q:
-                progs = programs()
-                if progs.has_prefix(q):
-                    m[g.ids_of(g.trie.walk_sorted(progs, q))] = True
-                if q and progs.holds(q):
-                    m[lex.space_lead] = True
             m[lex.sep] = False
             if b":" in q and self._cite(q, False):
                 self._decide(s, m, lex.digit_lead)
         elif kind != TICKS:
             m |= g.text
-            if kind == COMMAND:
-                m[lex.newline] = False
             if kind == OUT and s[2] is not None:
                 self._decide(s, m, lex.digit_lead)
         self._decide(s, m, lex.special)

@@ -1,7 +1,6 @@
 """Occurrence automata over byte texts, for the grounded grammar: an Edit's old_string must come
 from its file (AnchorText), a backticked span in prose from the context (SpanText), a `path:line`
-citation must name a file and a line in it (Citations), a command line in backticks starts with
-one of COMMAND_PROGRAMS (programs).
+citation must name a file and a line in it (Citations).
 
 A state of an occurrence automaton is the array P of the start positions where the bytes written
 so far (L of them) occur: what a suffix automaton state stands for (its end positions), kept
@@ -12,7 +11,6 @@ vocabulary along P. Texts are kept as an int32 array padded with 256 (matches no
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 
 import numpy as np
 
@@ -24,12 +22,6 @@ IDENT_BYTES = bytes(c for c in range(256) if IDENT[c])
 BOM = b"\xef\xbb\xbf"
 SEP = b"\xff"             # between the texts of a SpanText (UTF-8 never holds it)
 SPAN_TEXT_BYTES = 16 * 1024 * 1024
-# the programs a backticked command line may start with: everyday project commands, a fixed
-# table rather than PATH (thousands of names, `capsh` and `vgdb` among them, and a different
-# answer on every machine); any other command in backticks must occur in the context
-COMMAND_PROGRAMS = ("python", "python3", "pip", "pytest", "git", "ls", "wc", "cat", "head", "tail",
-                    "grep", "find", "sed", "awk", "diff", "sort", "uniq", "tree", "make", "echo",
-                    "pwd", "mkdir", "touch", "cp", "mv", "rm", "node", "npm", "cargo", "go")
 _IDENT = np.array(IDENT + [False], bool)  # by byte, 256 (past a text) included
 _CONT = np.zeros(257, bool)  # UTF-8 continuation bytes: no span starts or ends before one
 _CONT[0x80:0xC0] = True
@@ -164,10 +156,3 @@ class Citations:
         if not digits:
             return not whole and self.lines(f) > 0
         return digits.isdigit() and digits[:1] != b"0" and int(digits) <= self.lines(f)
-
-
-@lru_cache(maxsize=1)
-def programs() -> SortedStrings:
-    """COMMAND_PROGRAMS: a span that starts with one and a blank is a command line, free text
-    like Bash.command itself."""
-    return SortedStrings(p.encode() for p in COMMAND_PROGRAMS)

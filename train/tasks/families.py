@@ -342,7 +342,7 @@ def run_command(p: Project, rng, ph) -> dict:
         check, desc = (lambda root, answer="": mentions(answer, *names)), f"answer names {names}"
 
     def policy(r: Rollout):
-        r.call(r.pick("on it.", f"running `{cmd}`.", "let me run it."), "Bash", {"command": cmd})
+        r.call(r.pick("on it.", f"running {cmd}.", "let me run it."), "Bash", {"command": cmd})
         r.done(r.pick(*answer))
     return dict(prompt=prompt, check=check, desc=desc, policy=policy, flaws=["repeat", "off_style", "asks_more"])
 
@@ -368,7 +368,7 @@ def git_inspect(p: Project, rng, ph) -> dict:
 
     def policy(r: Rollout):
         for i, c in enumerate(cmds):
-            r.call(r.pick("let me check git.", f"running `{c}`.") if i == 0 else "now the diff itself.", "Bash", {"command": c})
+            r.call(r.pick("let me check git.", f"running {c}.") if i == 0 else "now the diff itself.", "Bash", {"command": c})
         r.done(answer)
     return dict(prompt=prompt, check=check, desc=desc, policy=policy, flaws=["repeat", "off_style", "asks_more"])
 
