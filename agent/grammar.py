@@ -60,6 +60,11 @@ class Value:
             m = np.zeros(self.g.n_vocab, bool)
             if self.fill(state, m):
                 m[list(stops)] = True
+            if not m.any():  # a dead state, reached only by a forced token: let the value end
+                if stops:
+                    m[list(stops)] = True
+                else:
+                    m |= self.g.text
             if len(self.memo) >= MEMO_MASKS:
                 del self.memo[next(iter(self.memo))]
             self.memo[k] = m

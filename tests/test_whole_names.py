@@ -205,3 +205,12 @@ def test_the_prose_mask_admits_exactly_what_the_automaton_steps(g, tok, project,
     ids = tok.encode(prefix)
     m = st.allowed(ids)
     assert [t for t in g.pieces if bool(m[t]) != (st.prose.step(st.pstate, g.pieces[t]) is not None)] == []
+
+
+def test_a_forced_dead_pattern_still_gets_a_mask_that_can_end_it(g, tok, project):
+    """A caller that forces a token the mask refused (a test, a fuzzer) must never meet an
+    all-False row: the value may end there."""
+    ids = [sp(tok, "tool_call_start"), *tok.encode("Grep"), sp(tok, "tool_arg"), *tok.encode("pattern"),
+           sp(tok, "tool_val"), *tok.encode("zorblax_nope")]
+    m = g.state(ground=Grounding(project)).allowed(ids)
+    assert m.any() and m[sp(tok, "tool_call_end")]
