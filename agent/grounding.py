@@ -31,7 +31,7 @@ inside one (one inside a known word adds nothing). Words only accumulate (a stal
 `no matches found`); new ones cost one merge of the sorted list.
 
 Prose (names only). `spans()`: the texts the word scan reads (UTF-8 ones), the listing and every
-add_text, as an agent/spans.py SpanText, with the Citations of the listed files; agent/prose.py masks
+add_text but the model's own prose (add_message), as an agent/spans.py SpanText, with the Citations of the listed files; agent/prose.py masks
 backticked spans with it. None (free prose) with names off or when the project is not listed.
 
 Everything is lazy: the constructor touches nothing; the listing runs when a path argument or
@@ -215,14 +215,17 @@ class Grounding:
         self._stale = self._words_stale = True
 
     def add_message(self, message: dict) -> None:
-        """A conversation message: its content and its tool call's argument values."""
+        """A conversation message: its content and its tool call's argument values. The model's
+        own prose gives words and paths but no backticked spans: a span it writes comes from the
+        request, a tool output, a call's arguments or the project, never from its own words."""
         args = (message.get("tool_call") or {}).get("args", {})
-        self.add_text("\n".join([message["content"], *map(str, args.values())]))
+        self.add_text("\n".join(map(str, args.values())))
+        self.add_text(message["content"], spans=message["role"] != "assistant")
 
-    def add_text(self, text: str) -> None:
+    def add_text(self, text: str, spans: bool = True) -> None:
         raw = text.encode("utf-8", "replace")[:TEXT_BYTES]
         self._add_words(WORD.findall(raw))
-        if self.names:
+        if self.names and spans:
             self._span_text.add(raw)
         for m in PATH_LIKE.finditer(raw.decode("utf-8", "ignore")):
             s = m.group().rstrip(".")  # a sentence's full stop is not part of a path

@@ -9,7 +9,7 @@ its host has a dot (`example.com:8080` reads as a citation and is refused: a kno
 
 A span in single backticks is one of
   an occurrence  of the context (agent/spans.py SpanText: project files, their listing, every
-                 message and tool call so far), starting at an identifier boundary; it may close
+                 message but the model's own prose, and every tool call so far), starting at an identifier boundary; it may close
                  only where the occurrence may end (`mean_pr` and `ean_price` never close where
                  only `mean_price` occurs; a snippet like `return a + b` does)
   a citation     `path:line`, as above (a Read result numbers lines, it does not hold the string)

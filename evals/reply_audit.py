@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-CITATION = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.\w+):(\d+)")
+CITATION = re.compile(r"((?:[\w.-]+/)*[\w.-]+):(\d+)")
 
 
 def backticked_spans(text: str) -> list[str]:
