@@ -17,7 +17,8 @@ the first need(p) - c bytes of the periodic continuation (a prefix range of the 
 bytes: every token split of the loop's extension), and, checked byte by byte, the few tokens that
 could complete a loop inside themselves. So no segment the model writes holds a loop, unless the
 grammar left nothing else: a row is never made all False (in prose the reply then ends, with
-stop "loop", even inside a backticked span; in an argument value the grammar's mask stands).
+stop "loop", even inside a backticked span; an argument value ends where the grammar lets it,
+and only where it may not end does the grammar's mask stand).
 
 Masking alone can leave a model circling: it writes the unit until it is turned away, then starts
 over. A near loop is a tail one unit short of a loop (covering need(p) - p bytes); every entry into
@@ -145,6 +146,8 @@ class LoopGuard:
         self.max_len = max(len(b) for b in self.sorted)
         self.end = np.zeros(n_vocab, bool)
         self.end[end_id] = True
+        self.special = np.ones(n_vocab, bool)  # (V,) the special tokens: a value's own stops
+        self.special[list(pieces)] = False
         self.reach = self._reach()
         inside = [(t, b) for t, b in pieces.items() if self._may_loop_inside(b)]
         self.looping = np.array([t for t, b in inside if first_loop(b) is not None], np.int64)
@@ -250,7 +253,8 @@ class ReplyLoops:
         if prose:  # the grammar left only the loop (e.g. inside a backticked span): end the reply
             self.ended = True
             return g.end
-        return m
+        stops = m & g.special  # an argument value: end it where the grammar lets it end
+        return stops if stops.any() else m
 
     def banned(self, m: np.ndarray) -> np.ndarray:
         """The ids whose bytes would complete a loop after the segment so far, but for the

@@ -106,7 +106,11 @@ def test_the_mask_never_empties_a_row(tok, guard):
     ids = tok.encode("tests/" * 3 + "tests")
     only = np.zeros(guard.end.shape, bool)
     only[tok.encode("/")[0]] = True  # the grammar allows nothing but the loop's next byte
-    assert loops.mask(ids, only, False)[tok.encode("/")[0]]  # an argument value: the grammar stands
+    assert loops.mask(ids, only, False)[tok.encode("/")[0]]  # an argument value that may not end: the grammar stands
+    may_end = only.copy()
+    may_end[guard.end.size - 1] = True  # a special token: where the grammar lets the value end
+    stop = guard.reply().mask(ids, may_end, False)
+    assert stop.sum() == 1 and stop[guard.end.size - 1]
     prose = guard.reply()  # prose (e.g. inside a backticked span): the reply ends instead
     assert (prose.mask(ids, only, True) == guard.end).all() and prose.ended
 
