@@ -53,7 +53,13 @@ Verifier (never a hidden check):
 Applying. The winner's changed paths must still be as they were when the copies were made (the
 user did not edit them meanwhile), else BestOfError names them and nothing is written. Then one
 tools.undo.Snapshots turn wraps the writes (begin, write, end), so /undo restores the tree;
-the user's other uncommitted and ignored files, index and HEAD are never touched. The winner's
+the user's other uncommitted and ignored files, index and HEAD are never touched. Nothing is
+written through a symlink (tools/write_tree.py; a folder on the way that is a link stops the
+apply with BestOfError). A symlink that leads out of the project is not created: the rest of
+the rollout is applied and BestOf.refused and the status line name it. Choice: skip the link
+rather than refuse the whole rollout, because the pick was verified on its tests and a link out
+of the project is never part of a fix the user should get; the trade-off is a partial change
+when a test needed that link. The winner's
 conversation, answer and calls have the copy's path replaced by the user's root, so a saved
 session continues in the user's project. Cancelling (the `cancel` event) stops after the current
 rollout and applies nothing.
@@ -74,7 +80,7 @@ from dataclasses import dataclass, field, replace
 from nanocode.protocol import Status, TurnResult
 from tools import test_guard
 from tools.git import git as safe_git
-from tools.workspace import is_inside
+from tools.write_tree import UnsafeWrite, write_changes
 
 SAMPLE_TEMPERATURE = 0.7
 TEST_TIMEOUT = 120.0
@@ -139,10 +145,12 @@ class BestOf:
     checkpoint: int | None         # the snapshot turn id that /undo restores; named like the saved
                                    # session's meta["turns"][i]["checkpoint"] and the JSON key (compat)
     test_command: str | None
+    refused: list[str] = field(default_factory=list)  # "path -> target": links out, not created
 
     def to_dict(self) -> dict:
         rolls = [r.summary() for r in self.rollouts]
         return {"n": len(rolls), "kind": self.kind, "pick": self.pick, "applied": self.applied,
+                "refused": self.refused,
                 "checkpoint": self.checkpoint, "test_command": self.test_command,
                 "pass_at_1": rolls[0] if rolls else None, "rollouts": rolls}
 
@@ -331,34 +339,9 @@ def relocate(obj, old: str, new: str):
     return obj
 
 
-def _apply(top: str, r: Rollout) -> None:
-    """Write the stashed after-state of each of r's changed paths into `top`. Deletions first,
-    then directories they emptied that are gone in the copy too."""
-    real = os.path.realpath(top)
-    for path in sorted((p for p, (_, after) in r.changes.items() if after is None), reverse=True):
-        full = os.path.join(top, path)
-        if os.path.lexists(full):
-            os.unlink(full)
-        parent = os.path.dirname(path)
-        while parent and not os.path.lexists(os.path.join(r.top, parent)):
-            d = os.path.join(top, parent)
-            if not os.path.isdir(d) or os.path.islink(d) or os.listdir(d):
-                break
-            os.rmdir(d)
-            parent = os.path.dirname(parent)
-    for path in sorted(p for p, (_, after) in r.changes.items() if after is not None):
-        full = os.path.join(top, path)
-        parent = os.path.dirname(full)
-        os.makedirs(parent, exist_ok=True)
-        if not is_inside(real, os.path.realpath(parent)):
-            raise BestOfError(f"refusing to write {path}: its directory resolves outside {top}")
-        tmp = os.path.join(parent, f".nanocode-best-of-{os.getpid()}.tmp")
-        _copy_file(os.path.join(r.stash, path), tmp)
-        os.replace(tmp, full)
-
-
 def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
-    """Apply one rollout's changes to the user's tree as one undoable turn: (paths, turn id)."""
+    """Apply one rollout's changes to the user's tree as one undoable turn: (paths, turn id,
+    the links left out because they lead out of the project)."""
     moved = [p for p, (before, _) in rollout.changes.items() if _digest(os.path.join(top, p)) != before]
     if moved:
         raise BestOfError(f"not applied: {', '.join(sorted(moved))} changed in your project while the "
@@ -371,10 +354,12 @@ def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
         raise BestOfError(f"not applied: the project could not be snapshotted for /undo ({e}); "
                           "nothing was changed") from e
     try:
-        _apply(top, rollout)
+        refused = write_changes(top, rollout.changes, rollout.stash, rollout.top)
+    except UnsafeWrite as e:
+        raise BestOfError(str(e)) from e
     finally:
         turn = ck.end(turn)
-    return turn.changed, turn.id
+    return turn.changed, turn.id, refused
 
 
 # ---- the whole thing ------------------------------------------------------------------------------
@@ -472,14 +457,15 @@ def _finish(rollouts, root, top, prompt, command, apply, cancel, emit) -> BestOf
         emit(Status(f"best of {len(rollouts)}: nothing applied: every rollout changed the tests unasked ({edited})"))
         return BestOf("tampered", None, replace(relocate(win.result, win.top, top), files_changed=[]),
                       [], {}, rollouts, [], None, command)
-    applied, ck_id = [], None
+    applied, ck_id, refused = [], None, []
     if apply and win.changes:
-        applied, ck_id = apply_changes(root, top, win, prompt, emit)
+        applied, ck_id, refused = apply_changes(root, top, win, prompt, emit)
     why = ({3: "tests pass", 2: "changed, no test verdict", 1: "changed nothing", 0: "tests fail"}
            [win.score[0]] if kind == "change" else f"agreement {list(win.score[:3])}")
     emit(Status(f"best of {len(rollouts)}: rollout {pick + 1} ({why}, {win.steps} steps)"
                 + (f"; applied {', '.join(applied)} (/undo restores)" if applied else "")
+                + (f"; not applied, links out of the project: {', '.join(refused)}" if refused else "")
                 + (f"; {edited}: not picked" if edited else "")))
     result = replace(relocate(win.result, win.top, top), files_changed=applied)
     return BestOf(kind, pick, result, relocate(win.messages, win.top, top),
-                  relocate(win.meta, win.top, top), rollouts, applied, ck_id, command)
+                  relocate(win.meta, win.top, top), rollouts, applied, ck_id, command, refused)

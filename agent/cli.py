@@ -7,6 +7,16 @@ Faces of the one loop (agent/driver.Agent): `-p PROMPT` headless (agent/headless
 prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI (agent/tui.py). The model is our
 engine on a checkpoint (`--model`), or any OpenAI-compatible server (`--base-url`,
 agent/remote.py).
+
+Before anything loads, two questions a repository cannot answer for the user: folder trust
+(`trusted`) and the project's settings (`review_settings`): `.nanocode/settings.json` and
+`settings.local.json` ship with the repository and could grant `auto` and `Read(/**)`, so they
+apply only once the user has accepted exactly their bytes. Interactive starts (the TUI, --plain)
+show a new file, or the diff of a changed one against what was accepted (capped, escaped for the
+terminal), and ask `use these project settings? [y/N]`; yes records them
+(tools/workspace.accept_settings), no ignores them for this run. Headless (-p) and a stdin that
+is not a terminal never ask: the files are ignored with one stderr line naming them and the fix
+(accept them interactively once, or `--trust-settings`, which honours them without asking).
 """
 
 from __future__ import annotations
@@ -41,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--base-url", metavar="URL",
         help="use the model behind an OpenAI-compatible API instead of a checkpoint, e.g. "
         "http://127.0.0.1:8000/v1 (`nanocode serve`, vLLM, llama.cpp, Ollama); the key, if "
-        "any, comes from $NANOCODE_API_KEY or $OPENAI_API_KEY",
+        "any, comes from $NANOCODE_API_KEY and goes only to this URL's server (`nanocode serve` prints "
+        "one); $OPENAI_API_KEY is sent only to https://api.openai.com; redirects are never followed",
     )
     p.add_argument("--context", type=int, metavar="TOKENS",
                    help="with --base-url: the model's context when the server does not say it "
@@ -96,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
                    help="run commands outside the OS sandbox (then every command asks, auto mode "
                    "included)")
+    p.add_argument("--trust-settings", action="store_true",
+                   help="use the project's .nanocode settings without asking (by default they "
+                   "apply only once you have accepted them in an interactive start)")
     p.add_argument("--trust", action="store_true",
                    help="trust the project folder without asking (asked when it is /, your home "
                    "folder, or holds no project marker such as .git or pyproject.toml)")
@@ -163,6 +177,69 @@ def trusted(root, headless: bool) -> bool:
         return False
 
 
+REVIEW_LINES = 60  # lines of a settings file, or of its diff, shown before the question
+REVIEW_CHARS = 6000
+
+
+def settings_review(f) -> str:
+    """What the user reads before accepting one project settings file (a
+    tools.workspace.ProjectSettings): the whole text when never accepted, else the unified diff
+    against the accepted text; cut at REVIEW_LINES lines / REVIEW_CHARS characters (the rest is
+    counted) and escaped for the terminal (agent/display.printable)."""
+    import difflib
+
+    from agent.display import printable
+    text = f.data.decode("utf-8", "replace")
+    if f.accepted is None:
+        head, lines = f"project settings {f.path}:", text.splitlines()
+    else:
+        head = f"project settings {f.path} changed since you accepted them:"
+        lines = list(difflib.unified_diff(f.accepted.splitlines(), text.splitlines(), "accepted", "now",
+                                          lineterm=""))
+    shown, size = [], 0
+    for line in lines[:REVIEW_LINES]:
+        size += len(line) + 1
+        if size > REVIEW_CHARS:
+            break
+        shown.append(line)
+    more = len(lines) - len(shown)
+    cut = [f"... ({more} more lines: read the file before you accept it)"] if more else []
+    return printable("\n".join([head, *shown, *cut]))
+
+
+def review_settings(root, headless: bool) -> bool:
+    """The project-settings question (module docstring). Returns True only when the user said yes
+    but the acceptance could not be recorded: then they apply to this run (as --trust-settings)."""
+    from tools.workspace import accept_settings, project_settings
+    files = project_settings(root)
+    for f in files:
+        if f.problem:
+            _err(f"warning: ignoring {f.path}: {f.problem} (never loaded)")
+    pending = [f for f in files if not f.problem and not f.trusted]
+    if not pending:
+        return False
+    names = ", ".join(str(f.path) for f in pending)
+    if headless or not sys.stdin.isatty():
+        _err(f"warning: ignoring project settings {names}: not accepted yet (run nanocode here once "
+             "interactively to review and accept them, or pass --trust-settings)")
+        return False
+    for f in pending:
+        _err(settings_review(f))
+    try:
+        yes = input("use these project settings? [y/N] ").strip().lower() in ("y", "yes")
+    except (EOFError, KeyboardInterrupt):
+        yes = False
+    if not yes:
+        _err(f"ignoring {names} for this run")
+        return False
+    try:
+        accept_settings(root, pending)
+    except OSError as e:
+        _err(f"warning: could not record that you accepted them ({e}): they apply to this run only")
+        return True
+    return False
+
+
 def _interrupted_at_start(*_) -> None:
     """Ctrl-C before the agent is built: nothing is written yet, so leave at once (a
     KeyboardInterrupt inside jax's import or a loader thread can be swallowed)."""
@@ -207,6 +284,8 @@ def _main(args, started) -> int:
     if not args.trust and not trusted(root, headless=args.prompt is not None):
         _err(f"not starting: {root} is not trusted (run nanocode in a project folder, or pass --trust)")
         return 1
+    if not args.trust_settings:
+        args.trust_settings = review_settings(root, headless=args.prompt is not None)
     try:
         model_dir = None if args.base_url else resolve_model(args.model)[0]
     except ModelError as e:

@@ -13,7 +13,9 @@ renderer) -> the sampler replies (prose, and at most one tool call) -> for a cal
 (protocol.check_call), ask the policy (allow / deny -> `error: <reason>` / ask -> approve(name,
 args, decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn ends; Ctrl-C or
 Ctrl-D at the prompt -> `cancelled by user`, recorded as "cancelled", not a rejection), run it
-(tools.dispatch.run_tool), append the result, ask for the next reply; a plain reply ends the turn.
+(tools.dispatch.run_tool; a Read or Grep on exactly the file or folder the policy judged, so a
+link swapped in between the check and the use gives an `error:`, never another file), append
+the result, ask for the next reply; a plain reply ends the turn.
 Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`), a
 reply cut by `max_tokens` or for repeating itself (stop_reason "loop"), a request that does not
 fit the context, a model server that fails.
@@ -379,8 +381,12 @@ class Agent:
                 return refused, None
         if name == "Read" and "limit" not in args:  # the default follows the context
             args = {**args, "limit": self.read_limit}
-        result = run_tool(self.root, name, args, allow_outside=True, timeout=self.tool_timeout,
-                          cancel=cancel, sandbox=self.sandbox)
+        # check = use: a Read or Grep judged inside the project runs without allow_outside (its
+        # descriptor-level open refuses what became outside), one judged outside reads only
+        # there, and both refuse a file other than the one judged (tools/permissions.Decision)
+        result = run_tool(self.root, name, args, allow_outside=d.inside is False, same_as=d.identity,
+                          timeout=self.tool_timeout, cancel=cancel, sandbox=self.sandbox,
+                          env_names=tuple(self.policy.env))
         result = fit_result(name, result, self.sampler.count, self.result_budget)
         if name in ("Edit", "Bash"):
             self.sampler.tree_changed()  # grounding lists the project again

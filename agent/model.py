@@ -36,7 +36,8 @@ class AgentOptions:
     """What the command line chooses for an agent (agent/cli.agent_options reads the flags).
     model: a checkpoint directory or run tag (None: the default model), or with base_url the
     server's model name (None: the first it lists); context: the server's context when it does
-    not say it; mode None: the settings files decide (ask when none does)."""
+    not say it; mode None: the settings files decide (ask when none does); trust_settings: the
+    project's .nanocode settings apply even if the user never accepted them (--trust-settings)."""
     model: str | None = None
     base_url: str | None = None
     context: int | None = None
@@ -48,6 +49,7 @@ class AgentOptions:
     max_steps: int = 25
     sandbox: bool = True
     network: bool = False
+    trust_settings: bool = False
 
 
 def remote_sampler(o: AgentOptions):
@@ -75,9 +77,10 @@ def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, stor
         model, name = load_engine(model_dir), str(model_dir)
     from agent.driver import Agent
     from agent.sessions import SessionStore
-    from tools.permissions import SettingsError
-    try:
-        agent = Agent(model, root, mode=o.mode, messages=messages, meta=meta,
+    from tools.permissions import Policy, SettingsError
+    try:  # project settings apply once accepted (tools/workspace.project_settings) or trusted
+        policy = Policy.load(root, mode=o.mode, trust_settings=o.trust_settings)
+        agent = Agent(model, root, policy=policy, messages=messages, meta=meta,
                       temperature=o.temperature, top_k=o.top_k, seed=o.seed,
                       max_tokens=o.max_tokens, max_steps=o.max_steps,
                       sandbox=o.sandbox, network=o.network)

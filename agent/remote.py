@@ -22,16 +22,31 @@ on its side), and so are loops (agent/loop_guard.py's detector on the streamed t
 completes a loop is cut there (the text up to it kept, the reply's stop "loop"), and a call whose
 argument value holds one is malformed (an `error:` result, resampled). An unreachable or failing
 server ends the turn with stop_reason "model_error".
-Key: $NANOCODE_API_KEY, else $OPENAI_API_KEY, sent as a Bearer token when set.
+
+Key (a Bearer token) goes only where it was given for. An explicit api_key, else
+$NANOCODE_API_KEY, goes to the --base-url server; $OPENAI_API_KEY goes only when the base URL is
+https://api.openai.com, so a key made for OpenAI never reaches whatever server a URL names. No
+redirect is followed (a 3xx is an error naming its Location): the key would go with it. A proxy
+named by $http_proxy sees an http:// request and its key; use https past loopback.
+
+Bounded replies: a hostile or broken server cannot grow the agent or hold it. A request (its
+/models listing too) has a total deadline (600 s; a timer shuts its socket, so bytes dripped
+into the headers or SSE comments like `: ping` do not extend it), reads at most 8 MiB of reply
+and 1 MiB per line, and each read waits at most `timeout` for the next bytes. Past any of them
+the reply is dropped with a SamplerError (the turn's "model_error", exit 6 headless).
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 from agent.context import ContextFull, drop_oldest, dropped_note
 from agent.loop_guard import Tail, first_loop
@@ -41,6 +56,90 @@ from nanocode.protocol import INT_ARGS, TOOLS, Status, Text, canonical_args, che
 DEFAULT_CONTEXT = 8192
 BYTES_PER_TOKEN = 3  # the size estimate: a little more tokens than most tokenizers make
 CONTEXT_RETRIES = 8  # 400s naming the context, each answered by dropping one more thing
+DEADLINE = 600.0  # seconds for one request, reply included
+MAX_REPLY = 8 << 20  # bytes of one reply
+MAX_LINE = 1 << 20  # bytes of one line of it
+OPENAI = ("https", "api.openai.com", 443)
+
+
+def key_for(base_url: str) -> str | None:
+    """The key for this base URL when none is given: $NANOCODE_API_KEY, else $OPENAI_API_KEY for
+    https://api.openai.com only."""
+    key = os.environ.get("NANOCODE_API_KEY")
+    if key:
+        return key
+    try:
+        u = urlsplit(base_url)
+        origin = (u.scheme, u.hostname, u.port or {"http": 80, "https": 443}.get(u.scheme))
+    except ValueError:
+        return None
+    return os.environ.get("OPENAI_API_KEY") if origin == OPENAI else None
+
+
+class Deadline:
+    """One request's total time: when it passes, a timer shuts the request's socket down, so a
+    read in progress returns at once however slowly the server drips its bytes."""
+
+    def __init__(self, seconds: float):
+        self.sock, self.passed, self.lock = None, False, threading.Lock()
+        self.timer = threading.Timer(seconds, self._end)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def attach(self, sock) -> None:
+        with self.lock:
+            self.sock = sock
+        if self.passed:
+            self._end()
+
+    def _end(self) -> None:
+        with self.lock:
+            self.passed = True
+            sock = self.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _Watched:
+    """urllib's HTTP(S) handler, its connections handing their socket to the request's Deadline:
+    the TCP socket as soon as it exists (so a TLS handshake dripped byte by byte is cut too),
+    then the TLS socket that replaces it."""
+
+    def do_open(self, http_class, req, **kw):
+        def connection(host, **args):
+            conn = http_class(host, **args)
+            create, connect = conn._create_connection, conn.connect
+
+            def created(*a, **k):
+                sock = create(*a, **k)
+                req.deadline.attach(sock)
+                return sock
+
+            def connected():
+                connect()
+                req.deadline.attach(conn.sock)
+            conn._create_connection, conn.connect = created, connected
+            return conn
+        return super().do_open(connection, req, **kw)
+
+
+class _Http(_Watched, urllib.request.HTTPHandler):
+    pass
+
+
+class _Https(_Watched, urllib.request.HTTPSHandler):
+    pass
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # the 3xx comes back as an HTTPError, answered in RemoteSampler._open
+
+
+OPENER = urllib.request.build_opener(_Http, _Https, _NoRedirect)
 
 
 def count_tokens(text: str) -> int:
@@ -107,17 +206,18 @@ class RemoteSampler:
     """base_url: the API root (e.g. http://127.0.0.1:8000/v1). model: the server's model id (None:
     the first /v1/models lists). Sampling: temperature, top_p, seed (reply n uses seed + n),
     max_tokens; retry_temperature for a retry when greedy. context: max_len when the server does
-    not say it. timeout: seconds to wait for the server's next bytes."""
+    not say it. timeout: seconds to wait for the server's next bytes; deadline: seconds for a
+    whole request; max_reply: bytes of one reply. api_key: None reads the environment (above)."""
 
     def __init__(self, base_url: str, model: str | None = None, *, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int = 0, max_tokens: int = 1024, context: int | None = None,
-                 retry_temperature: float = 0.7, timeout: float = 300.0, api_key: str | None = None,
-                 _listing: dict | None = None):
+                 retry_temperature: float = 0.7, timeout: float = 300.0, deadline: float = DEADLINE,
+                 max_reply: int = MAX_REPLY, api_key: str | None = None, _listing: dict | None = None):
         self.base_url = base_url.rstrip("/")
         self.temperature, self.top_p, self.seed, self.max_tokens = temperature, top_p, seed, max_tokens
         self.retry_temperature, self.timeout = retry_temperature, timeout
-        self.api_key = api_key if api_key is not None else \
-            os.environ.get("NANOCODE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.deadline, self.max_reply = deadline, max_reply
+        self.api_key = api_key if api_key is not None else key_for(self.base_url)
         listing = _listing if _listing is not None else self._get("/models")
         models = [m for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id")]
         if model is None and not models:
@@ -138,6 +238,7 @@ class RemoteSampler:
         return RemoteSampler(self.base_url, self.model, temperature=temperature, top_p=self.top_p,
                              seed=seed, max_tokens=self.max_tokens, context=self.max_len,
                              retry_temperature=self.retry_temperature, timeout=self.timeout,
+                             deadline=self.deadline, max_reply=self.max_reply,
                              api_key=self.api_key, _listing=self._listing)
 
     # ---- the interface: nothing is cached here, so most of it is trivial -------------------------
@@ -181,34 +282,70 @@ class RemoteSampler:
         raise ContextFull(f"the server at {self.base_url} still finds the request too long")
 
     # ---- HTTP ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
     def _request(self, path: str, body: dict | None = None):
+        """The open response and its Deadline; whatever breaks once the deadline has passed is
+        reported as the deadline."""
+        deadline = Deadline(self.deadline)
+        try:
+            with self._open(path, body, deadline) as r:
+                yield r, deadline
+        except (SamplerError, OSError, http.client.HTTPException):
+            if deadline.passed:
+                raise SamplerError(self._late()) from None
+            raise
+        finally:
+            deadline.timer.cancel()
+
+    def _late(self) -> str:
+        return (f"the model server at {self.base_url} did not finish its reply within "
+                f"{self.deadline:g} s; nanocode stopped waiting")
+
+    def _open(self, path: str, body: dict | None, deadline: Deadline):
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(self.base_url + path, headers=headers,
                                      data=None if body is None else json.dumps(body).encode())
+        req.deadline = deadline
         try:
-            return urllib.request.urlopen(req, timeout=self.timeout)
+            return OPENER.open(req, timeout=min(self.timeout, self.deadline))
         except urllib.error.HTTPError as e:
-            text = e.read().decode("utf-8", "replace")
+            if 300 <= e.code < 400:
+                raise SamplerError(f"the model server answered {e.code}, a redirect to "
+                                   f"{e.headers.get('Location')!r}: nanocode follows no redirect "
+                                   "(the key would go with it); use the URL it names as --base-url "
+                                   "if you trust it") from None
+            text = e.read(64 << 10).decode("utf-8", "replace")
             try:
                 error = json.loads(text).get("error") or {}
                 text = error.get("message", text) if isinstance(error, dict) else str(error)
             except (json.JSONDecodeError, AttributeError):
                 pass
-            text = " ".join(text.split())[:300]
+            text = " ".join(str(text).split())[:300]
             if e.code == 400 and "context" in text.lower():
                 raise ContextFull(f"the server says: {text}") from None
+            if e.code == 401:
+                text += (" (nanocode sends $NANOCODE_API_KEY as the key; $OPENAI_API_KEY only to "
+                         "https://api.openai.com)")
             raise SamplerError(f"the model server answered {e.code}: {text}") from None
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            if deadline.passed:
+                raise SamplerError(self._late()) from None
             reason = getattr(e, "reason", e)
             raise SamplerError(f"cannot reach the model server at {self.base_url}: {reason}") from None
 
     def _get(self, path: str) -> dict:
-        with self._request(path) as r:
+        with self._request(path) as (r, deadline):
+            data = r.read(self.max_reply + 1)
+            if deadline.passed:
+                raise SamplerError(self._late())
+            if len(data) > self.max_reply:
+                raise SamplerError(f"{self.base_url}{path} sent more than {self.max_reply} bytes; "
+                                   "nanocode stopped reading it")
             try:
-                return json.loads(r.read())
-            except json.JSONDecodeError:
+                return json.loads(data)
+            except (json.JSONDecodeError, RecursionError):
                 raise SamplerError(f"{self.base_url}{path} did not answer JSON: is it an "
                                    "OpenAI-compatible API root (…/v1)?") from None
 
@@ -218,8 +355,8 @@ class RemoteSampler:
         t0 = time.perf_counter()
         text, calls, finish, stop, used = [], {}, None, "stop", None
         tail = Tail()  # the prose so far, for loops
-        with self._request("/chat/completions", body) as r:
-            for chunk in self._chunks(r):
+        with self._request("/chat/completions", body) as (r, deadline):
+            for chunk in self._chunks(r, deadline):
                 if cancel.is_set():
                     stop = "cancelled"
                 if stop != "stop":
@@ -266,11 +403,11 @@ class RemoteSampler:
         conv.messages.append(msg)
         return Reply(msg, call, error, stop)
 
-    def _chunks(self, response):
+    def _chunks(self, response, deadline: Deadline):
         """The JSON objects of a server-sent event stream, up to `data: [DONE]`; a line that is not
         JSON, or a connection that drops or stalls past the timeout, is a SamplerError."""
         try:
-            for raw in response:
+            for raw in self._lines(response, deadline):
                 line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
                     continue
@@ -279,11 +416,35 @@ class RemoteSampler:
                     return
                 try:
                     yield json.loads(data)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     raise SamplerError(f"the model server sent a line that is not JSON: {data[:80]}") from None
         except (OSError, http.client.HTTPException) as e:
             raise SamplerError(f"the model server at {self.base_url} broke off its reply: "
                                f"{type(e).__name__}: {e}") from None
+
+    def _lines(self, response, deadline: Deadline):
+        """The reply's lines (without their newline), at most MAX_LINE bytes each and max_reply
+        bytes in all; an end that the deadline caused is an error, not a short reply."""
+        buf, total = bytearray(), 0
+        while data := response.read1(64 << 10):
+            total += len(data)
+            if total > self.max_reply:
+                raise SamplerError(f"the model server's reply passed {self.max_reply} bytes; "
+                                   "nanocode stopped reading it")
+            seen = len(buf)
+            buf += data
+            end = buf.find(b"\n", seen)
+            while end >= 0:
+                yield bytes(buf[:end])
+                del buf[:end + 1]
+                end = buf.find(b"\n")
+            if len(buf) > MAX_LINE:
+                raise SamplerError(f"the model server sent a line longer than {MAX_LINE} bytes; "
+                                   "nanocode stopped reading it")
+        if deadline.passed:
+            raise SamplerError(self._late())
+        if buf:
+            yield bytes(buf)
 
     def _fit(self, conv, emit, extra: int) -> None:
         """Drop old outputs, then old turns, while the estimate exceeds max_len - extra."""

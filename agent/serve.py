@@ -1,7 +1,8 @@
 """`nanocode serve`: the engine behind an OpenAI-compatible HTTP API, on loopback by default.
 
     nanocode serve [--model PATH|TAG] [--host 127.0.0.1] [--port 8000]
-    curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "hi"}]}'
+    curl localhost:8000/v1/chat/completions -H "Authorization: Bearer $KEY" \
+        -d '{"messages": [{"role": "user", "content": "hi"}]}'
 
 Endpoints: GET /v1/models (with the model's context_length); POST /v1/chat/completions with messages (system, user, assistant
 with `tool_calls`, tool), `tools` (function tools; only nanocode's own, Read/Edit/Grep/Bash,
@@ -12,75 +13,49 @@ the server has no project), temperature, top_p, max_tokens (or max_completion_to
 with usage, then `data: [DONE]`). The reply is one message: prose, and at most one tool call (the
 model makes one call per reply), finish_reason "tool_calls", "stop" or "length".
 
-Conversion: an assistant message with several tool_calls becomes one of ours per call, each
-followed by the `tool` message answering it (by tool_call_id); content given as a list of parts
-keeps its text parts. A request the schema cannot hold (a tool message with no call before it,
-an unknown role) is a 400 with a message saying which message and why; one too long for the
-context is a 400 too. Requests run one at a time (one engine, batch 1).
+Checking and converting a request, and the reply's wire form: agent/openai_wire.py. Requests
+run one at a time (one engine, batch 1); one too long for the context is a 400.
+
+Containment: the port is reachable by every local user and, through a browser, by every web
+page, so before any model work a request must
+- name the server in its Host (localhost, 127.0.0.1, [::1], the bound address, or a name given
+  with --allow-host) and, when it has an Origin, come from one of those names: a 403 otherwise
+  (DNS rebinding and cross-site pages);
+- carry the key as `Authorization: Bearer KEY` (a 401 otherwise, compared in constant time): a
+  fresh key is made at start and printed, --token or $NANOCODE_SERVE_TOKEN sets it, and --no-auth
+  turns the check off;
+- arrive in full within the read timeout (--read-timeout, 10 s from the first byte awaited, a
+  keep-alive's idle time included: headers and body together, so a client dripping a byte a
+  second is cut), with a Content-Length of at most 4 MiB (a 413; one that is not digits is a 400,
+  a chunked body a 411) and JSON at most 64 levels deep, every parameter of the right type and
+  range (a 400 naming it, in OpenAI's error shape).
+At most --max-connections (32) connections are served at once, one thread each; the next ones
+get a 503 at once and are closed, so a flood of slow clients cannot grow the server's threads.
+Refusals that leave a body unread close the connection; a 400 on a read body keeps it.
+Not contained: the model's replies are not checked here (the client runs the calls), and a
+client with the key can keep the engine busy (requests run one at a time).
 """
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
+import os
+import re
+import secrets
+import socket
+import sys
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
-from nanocode.protocol import TOOLS
+from agent.openai_wire import (RequestError, error_body, openai_call, openai_message, parse_json,
+                               parse_request)
 
-
-class RequestError(ValueError):
-    """A request the server cannot answer; the message goes back in the 400 body."""
-
-
-def _text(content) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return str(content)
-
-
-def to_conversation(messages: list) -> list[dict]:
-    """OpenAI chat messages -> nanocode's conversation schema (see the module docstring)."""
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages must be a non-empty list")
-    out, waiting = [], {}  # tool_call_id -> our assistant message waiting for its result
-    for i, m in enumerate(messages):
-        role = m.get("role") if isinstance(m, dict) else None
-        if role in ("system", "developer"):
-            if out:
-                raise RequestError(f"message {i}: a system message must come first")
-            out.append({"role": "system", "content": _text(m.get("content"))})
-        elif role == "user":
-            out.append({"role": "user", "content": _text(m.get("content"))})
-        elif role == "assistant":
-            calls = m.get("tool_calls") or []
-            text = _text(m.get("content"))
-            if not calls:
-                out.append({"role": "assistant", "content": text})
-            for k, c in enumerate(calls):
-                fn = c.get("function") or {}
-                try:
-                    args = json.loads(fn.get("arguments") or "{}")
-                except json.JSONDecodeError as e:
-                    raise RequestError(f"message {i}: tool call {k} arguments are not JSON: {e}")
-                waiting[c.get("id")] = len(out)
-                out.append({"role": "assistant", "content": text if k == 0 else "",
-                            "tool_call": {"name": fn.get("name"), "args": args}})
-                out.append(None)  # its result's slot
-        elif role == "tool":
-            slot = waiting.pop(m.get("tool_call_id"), None)
-            if slot is None:
-                raise RequestError(f"message {i}: a tool message answers no earlier tool call "
-                                   "(check its tool_call_id)")
-            out[slot + 1] = {"role": "tool_result", "content": _text(m.get("content"))}
-        else:
-            raise RequestError(f"message {i}: unknown role {role!r} (system, user, assistant, tool)")
-    if any(m is None for m in out):
-        raise RequestError("a tool call has no tool message with its result")
-    return out
+MAX_BODY = 4 << 20  # bytes of one request body
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 class Server:
@@ -98,20 +73,13 @@ class Server:
     def prepare(self, req: dict) -> dict:
         """Check a request and render it; a RequestError says what is wrong (a 400, also for a
         streamed request: it is raised before the stream starts)."""
-        conv = to_conversation(req.get("messages"))
-        names = [t.get("function", {}).get("name") for t in req.get("tools") or []
-                 if isinstance(t, dict)]
-        ids = self.tok.render_conversation({"messages": conv})[0] + [self.a_start]
-        limit = req.get("max_completion_tokens") or req.get("max_tokens") or 1024
-        if not isinstance(limit, int) or limit < 1:
-            raise RequestError("max_tokens must be a positive integer")
+        job = parse_request(req)
+        ids = self.tok.render_conversation({"messages": job.pop("messages")})[0] + [self.a_start]
         room = self.engine.max_len - len(ids) - 1
         if room < 1:
             raise RequestError(f"the conversation is {len(ids)} tokens: more than the model's "
-                               f"context of {self.engine.max_len}; shorten it")
-        return {"ids": ids, "tools": tuple(n for n in TOOLS if n in names),
-                "max_tokens": min(limit, room), "temperature": float(req.get("temperature") or 0.0),
-                "top_p": float(req.get("top_p") or 1.0), "seed": int(req.get("seed") or 0)}
+                               f"context of {self.engine.max_len}; shorten it", "messages")
+        return {**job, "ids": ids, "max_tokens": min(job["max_tokens"], room)}
 
     def complete(self, job: dict, on_text=None) -> dict:
         """One chat completion of a prepared request: {"content", "tool_call" or None,
@@ -156,37 +124,201 @@ class Server:
                           "total_tokens": len(ids) + len(out), "seconds": round(seconds, 3)}}
 
 
-def openai_message(res: dict) -> dict:
-    msg = {"role": "assistant", "content": res["content"]}
-    if res["tool_call"]:
-        msg["tool_calls"] = [openai_call(res["tool_call"])]
-    return msg
+def host_name(value: str) -> str | None:
+    """The name in a Host header (`name`, `name:port`, `[v6]:port`), lowercased; None when the
+    value is anything else (a user part, a path, spaces)."""
+    m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?", value)
+    return m and m.group(1).strip("[]").rstrip(".").lower()
 
 
-def openai_call(call: dict) -> dict:
-    return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-            "function": {"name": call["name"], "arguments": json.dumps(call["args"])}}
+class HTTPServer(ThreadingHTTPServer):
+    """The listening socket, at most `max_connections` connection threads, and a reaper thread
+    that shuts a connection down when its request has not arrived in full `read_timeout` seconds
+    after it began (a socket timeout alone would let a client drip a byte at a time forever)."""
+
+    request_queue_size = 128  # a burst of connections waits to be accepted (and refused)
+
+    def __init__(self, address, handler, *, max_connections: int = 32, read_timeout: float = 10.0,
+                 allow_hosts=()):
+        super().__init__(address, handler)
+        self.read_timeout, self.max_connections = read_timeout, max_connections
+        self.slots = threading.BoundedSemaphore(max_connections)
+        bound = self.server_address[0]
+        names = {*LOOPBACK, *(host_name(h) or h.lower() for h in allow_hosts)}
+        self.names = names | ({bound} if bound not in ("0.0.0.0", "::") else set())
+        self.pending, self.pending_lock = {}, threading.Lock()  # socket -> deadline
+        self.closed = threading.Event()
+        threading.Thread(target=self._reap, daemon=True, name="serve-reaper").start()
+
+    def origin_allowed(self, origin: str) -> bool:
+        """A page on one of this server's names (`null`, another site or a bad URL: no)."""
+        try:
+            u = urlsplit(origin)
+            return u.scheme in ("http", "https") and u.hostname in self.names
+        except ValueError:
+            return False
+
+    # ---- the connection cap --------------------------------------------------------------------
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            return self._busy(request)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def _busy(self, sock) -> None:
+        body = error_body(f"the server is at its cap of {self.max_connections} connections; "
+                          "retry shortly", "server_error", code="server_busy")
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
+        try:
+            sock.settimeout(1.0)
+            sock.sendall(head.encode() + body)
+        except OSError:
+            pass
+        self.shutdown_request(sock)
+
+    # ---- the read deadline ---------------------------------------------------------------------
+    def watch(self, sock) -> None:
+        with self.pending_lock:
+            self.pending[sock] = time.monotonic() + self.read_timeout
+
+    def in_time(self, sock) -> bool:
+        """Whether this request is still being read within its deadline."""
+        with self.pending_lock:
+            return sock in self.pending
+
+    def unwatch(self, sock) -> bool:
+        """The request has arrived: True when it did so before the reaper cut it."""
+        with self.pending_lock:
+            return self.pending.pop(sock, None) is not None
+
+    def _reap(self) -> None:
+        while not self.closed.wait(min(1.0, self.read_timeout / 4)):
+            now = time.monotonic()
+            with self.pending_lock:
+                late = [s for s, t in self.pending.items() if t <= now]
+                for s in late:
+                    del self.pending[s]
+            for s in late:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)  # the handler's read returns; it ends the connection
+                except OSError:
+                    pass
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], OSError):  # a client gone or cut: nothing to report
+            super().handle_error(request, client_address)
+
+    def server_close(self):
+        self.closed.set()
+        super().server_close()
 
 
-def make_handler(server: Server):
+def make_server(server: Server, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
+                allow_hosts=(), max_connections: int = 32, read_timeout: float = 10.0) -> HTTPServer:
+    """The HTTP server for `server` (token None: no key asked for); serve_forever() runs it."""
+    return HTTPServer((host, port), make_handler(server, token), max_connections=max_connections,
+                      read_timeout=read_timeout, allow_hosts=allow_hosts)
+
+
+def make_handler(server: Server, token: str | None = None):
+    """The request handler; it needs the HTTPServer above (its names, deadline and cap)."""
+    want = None if token is None else token.encode()
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, fmt, *args):  # quiet: the client sees every error in its reply
             pass
 
+        def setup(self):
+            self.timeout = self.server.read_timeout  # per read and per write
+            super().setup()
+
+        def handle_one_request(self):
+            self.server.watch(self.connection)  # the next request must arrive in time
+            try:
+                super().handle_one_request()
+            finally:
+                self.server.unwatch(self.connection)
+
         def _json(self, code: int, obj: dict) -> None:
-            data = json.dumps(obj).encode()
+            self._send(code, json.dumps(obj).encode())
+
+        def _send(self, code: int, data: bytes, close: bool = False, **headers) -> None:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in headers.items():
+                self.send_header(name.replace("_", "-"), value)
+            if close:  # the body, if any, was not read: the connection cannot go on
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, code: int, message: str) -> None:
-            self._json(code, {"error": {"message": message, "type": "invalid_request_error"}})
+        def _error(self, code: int, message: str, param: str | None = None) -> None:
+            self._send(code, error_body(message, param=param))
+
+        def _refuse(self, code: int, message: str, kind: str = "invalid_request_error",
+                    code_name: str | None = None, **headers) -> None:
+            self._send(code, error_body(message, kind, code=code_name), close=True, **headers)
+
+        def _admit(self) -> bool:
+            """Host, Origin, then the key; a refusal is sent and the connection closed."""
+            host = self.headers.get("Host")
+            if host is None or host_name(host) not in self.server.names:
+                self._refuse(403, f"Host {host!r} is not this server's name (localhost, 127.0.0.1, "
+                             "[::1] or its address); to serve another name, start it with "
+                             "--allow-host NAME", "permission_error", "host_not_allowed")
+                return False
+            origin = self.headers.get("Origin")
+            if origin is not None and not self.server.origin_allowed(origin):
+                self._refuse(403, f"requests from the web page at {origin!r} are not allowed",
+                             "permission_error", "origin_not_allowed")
+                return False
+            scheme, _, got = (self.headers.get("Authorization") or "").partition(" ")
+            if want is not None and not (scheme.lower() == "bearer" and hmac.compare_digest(
+                    got.strip().encode("latin-1", "replace"), want)):
+                self._refuse(401, "missing or wrong API key: send `Authorization: Bearer KEY` with "
+                             "the key `nanocode serve` printed at start", code_name="invalid_api_key",
+                             WWW_Authenticate="Bearer")
+                return False
+            return True
+
+        def _body(self) -> bytes | None:
+            """The request body, or None when a refusal was sent or the read was cut."""
+            if "Transfer-Encoding" in self.headers:
+                self._refuse(411, "send the body with a Content-Length, not Transfer-Encoding")
+                return None
+            lengths = self.headers.get_all("Content-Length") or ["0"]
+            if len(set(lengths)) != 1 or not re.fullmatch(r"\d{1,12}", lengths[0].strip()):
+                self._refuse(400, f"bad Content-Length {', '.join(lengths)!r}: send the body's "
+                             "size in bytes, once")
+                return None
+            n = int(lengths[0])
+            if n > MAX_BODY:
+                self._refuse(413, f"the body is {n} bytes; the most this server reads is {MAX_BODY}")
+                return None
+            data = self.rfile.read(n)
+            if not self.server.unwatch(self.connection) or len(data) < n:
+                self.close_connection = True  # cut at the read deadline, or the client went away
+                return None
+            return data
 
         def do_GET(self):
+            if not self.server.unwatch(self.connection) or not self._admit():
+                self.close_connection = True
+                return
             if self.path.rstrip("/") == "/v1/models":
                 self._json(200, {"object": "list", "data": [
                     {"id": server.name, "object": "model", "owned_by": "nanocode",
@@ -195,32 +327,31 @@ def make_handler(server: Server):
                 self._error(404, f"no route {self.path}; try /v1/models or /v1/chat/completions")
 
         def do_POST(self):
+            if not self.server.in_time(self.connection) or not self._admit():
+                self.close_connection = True
+                return
             if self.path.rstrip("/") != "/v1/chat/completions":
-                return self._error(404, f"no route {self.path}; POST /v1/chat/completions")
+                return self._refuse(404, f"no route {self.path}; POST /v1/chat/completions")
+            data = self._body()
+            if data is None:
+                return
             try:
-                n = int(self.headers.get("Content-Length") or 0)
-                req = json.loads(self.rfile.read(n) or b"{}")
+                req = parse_json(data or b"{}")
                 if not isinstance(req, dict):
                     raise RequestError("the body must be a JSON object")
-            except (ValueError, json.JSONDecodeError) as e:
-                return self._error(400, f"bad request body: {e}")
+                job = server.prepare(req)  # a bad request is a 400, also before a stream starts
+            except RequestError as e:
+                return self._error(400, str(e), e.param)
             head = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()),
                     "model": server.name}
             if req.get("stream"):
-                return self._stream(req, head)
-            try:
-                res = server.complete(server.prepare(req))
-            except RequestError as e:
-                return self._error(400, str(e))
+                return self._stream(job, head)
+            res = server.complete(job)
             self._json(200, {**head, "object": "chat.completion", "usage": res["usage"],
                              "choices": [{"index": 0, "message": openai_message(res),
                                           "finish_reason": res["finish_reason"]}]})
 
-        def _stream(self, req, head):
-            try:
-                job = server.prepare(req)  # a bad request is a 400, not a broken stream
-            except RequestError as e:
-                return self._error(400, str(e))
+        def _stream(self, job, head):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -243,6 +374,9 @@ def make_handler(server: Server):
     return Handler
 
 
+TOKEN_ENV = "NANOCODE_SERVE_TOKEN"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nanocode serve", description="The model behind an "
                                 "OpenAI-compatible HTTP API (/v1/chat/completions, /v1/models).")
@@ -250,14 +384,47 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the model embedded in the package)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--token", metavar="KEY", help=f"the API key clients must send (default: "
+                      f"${TOKEN_ENV}, else a fresh one, printed at start; the variable keeps it "
+                      "out of the process list)")
+    auth.add_argument("--no-auth", action="store_true", help="ask for no key: anything that can "
+                      "reach the port can use the model")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests addressed to NAME (Host and Origin), e.g. the "
+                   "machine's name when --host is not loopback; repeatable")
+    p.add_argument("--max-connections", type=int, default=32, metavar="N",
+                   help="connections served at once; more get a 503 (default 32)")
+    p.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="time for a request to arrive in full, headers and body, from the "
+                   "first byte awaited (a keep-alive's idle time included; default 10)")
     return p
 
 
-def main(argv: list[str]) -> int:
-    import sys
+def server_token(args) -> str | None:
+    """The key clients must send: --token, else $NANOCODE_SERVE_TOKEN, else a fresh one; None
+    with --no-auth. An empty key is a ValueError saying what to do."""
+    if args.no_auth:
+        return None
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    if token is None:
+        return secrets.token_urlsafe(32)
+    if not re.fullmatch(r"[\x21-\x7e]+", token):
+        raise ValueError(f"the API key (--token or ${TOKEN_ENV}) must be printable ASCII without "
+                         "spaces, and not empty; leave both unset for a fresh one, or pass --no-auth")
+    return token
 
+
+def main(argv: list[str]) -> int:
     from agent.model import ModelError, load_engine, resolve_model
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.max_connections < 1 or not args.read_timeout > 0:
+        parser.error("--max-connections and --read-timeout must be positive")
+    try:
+        token = server_token(args)
+    except ValueError as e:
+        parser.error(str(e))
     try:
         ckpt, tag = resolve_model(args.model)
         from nanocode.common import enable_compilation_cache
@@ -266,9 +433,18 @@ def main(argv: list[str]) -> int:
     except ModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(Server(engine, tag)))
+    httpd = make_server(Server(engine, tag), args.host, args.port, token=token,
+                        allow_hosts=args.allow_host, max_connections=args.max_connections,
+                        read_timeout=args.read_timeout)
     host, port = httpd.server_address[:2]
     print(f"nanocode serve: model {tag} ({ckpt}) on http://{host}:{port}/v1", flush=True)
+    if token is None:
+        print("nanocode serve: no API key (--no-auth): anything that can reach the port can use "
+              "the model", flush=True)
+    else:
+        print(f"nanocode serve: API key {token} (clients send `Authorization: Bearer KEY`: "
+              "nanocode --base-url reads $NANOCODE_API_KEY, OpenAI clients --api-key or "
+              "$OPENAI_API_KEY)", flush=True)
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:

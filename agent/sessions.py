@@ -9,18 +9,75 @@ approvals asked this session ({"turn", "name", "args", "reason", "answer": yes|n
 Rewriting (not appending a state per turn) keeps files small and a reader never has to pick
 which line is current; a crash mid-write leaves the previous version (atomic replace).
 The sessions folder gets a `.gitignore` of `*` so sessions never show up in `git status`.
+
+Which sessions are ours: a project's .nanocode/sessions can come with the project (a cloned
+repository may ship one), so every save is also recorded in a manifest in the user settings
+folder (`manifest_path`: the session's real path -> sha256 of the bytes written).
+`is_recorded(path, data)` is true only for bytes this user's agent wrote there. The manifest is
+rewritten with a lock-free read-modify-replace (temp file + os.replace): a reader never sees half
+a file, but two agents saving at the same instant can drop one entry, which only makes
+`train export-sessions` skip that session by default (naming it; it can still be named).
+
+Reading is untrusted: `read_session` opens the last component with O_NOFOLLOW|O_NONBLOCK and
+reads only a regular file of at most MAX_SESSION_BYTES (a symlink, a FIFO or a device named
+*.jsonl is refused, never followed or waited on); a sessions folder (or .nanocode) that is a
+symlink is not listed. `parse_session` checks the shape (messages are objects with a string
+role and content, meta and its turns are objects) and turns too-deep JSON into ValueError, so a caller only
+has to catch OSError and ValueError. What remains: a folder swapped for a symlink between the
+check and the listing (that needs a local process that can write the project anyway).
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
-import tempfile
+import stat
 import time
 from pathlib import Path
+
+from nanocode.common import write_atomic
+
+MAX_SESSION_BYTES = 64 << 20
+MANIFEST = "saved-sessions.json"
 
 
 def sessions_dir(root) -> Path:
     return Path(root) / ".nanocode" / "sessions"
+
+
+def manifest_path() -> Path:
+    from tools.workspace import user_settings_dir
+    return user_settings_dir() / MANIFEST
+
+
+def real_session_path(path) -> str:
+    """The key a session has in the manifest: its folder resolved, its own name as is."""
+    path = os.fspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
+
+
+def read_manifest() -> dict[str, str]:
+    """{real path: sha256}; empty when there is none (or it is unreadable: later saves rewrite it)."""
+    try:
+        data = json.loads(read_session(manifest_path()))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    sessions = data.get("sessions") if isinstance(data, dict) else None
+    return {k: v for k, v in (sessions or {}).items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def record(path, data: bytes) -> None:
+    """Note that the agent wrote `data` to `path` (dropping entries whose file is gone)."""
+    entries = {k: v for k, v in read_manifest().items() if os.path.lexists(k)}
+    entries[real_session_path(path)] = hashlib.sha256(data).hexdigest()
+    target = manifest_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, json.dumps({"sessions": entries}, indent=0).encode() + b"\n")
+
+
+def is_recorded(path, data: bytes, manifest: dict[str, str]) -> bool:
+    return manifest.get(real_session_path(path)) == hashlib.sha256(data).hexdigest()
 
 
 class SessionStore:
@@ -34,40 +91,60 @@ class SessionStore:
         return SessionStore(self.root, session_id)
 
     def save(self, messages, meta) -> Path:
+        """Write the session (atomically, replacing a link rather than following it) and record
+        it in the manifest. OSError when the folder is a link out of the project or a write fails."""
         folder = self.path.parent
         folder.mkdir(parents=True, exist_ok=True)
-        ignore = folder / ".gitignore"
-        if not ignore.exists():
-            ignore.write_text("*\n")
-        line = json.dumps({"messages": messages, "meta": meta}, ensure_ascii=False)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".session.", suffix=".tmp")
+        from tools.workspace import is_inside
+        if not is_inside(self.root, os.path.realpath(folder)):
+            raise OSError(f"{folder} resolves outside {self.root}: remove the link to save sessions")
+        _ignore_all(folder)
+        data = (json.dumps({"messages": messages, "meta": meta}, ensure_ascii=False) + "\n").encode()
+        write_atomic(self.path, data)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(line + "\n")
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+            record(self.path, data)
+        except OSError as e:
+            raise OSError(f"saved {self.path}, but could not record it in {manifest_path()} ({e}): "
+                          "`train export-sessions` exports it only when named") from e
         return self.path
 
 
+def _ignore_all(folder: Path) -> None:
+    """Create the folder's `.gitignore` unless something (even a dangling link) is there already."""
+    try:
+        fd = os.open(folder / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write("*\n")
+
+
+def linked_folder(folder: Path) -> Path | None:
+    """The first of `folder` and its parent that is a symlink (None: neither)."""
+    return next((p for p in (folder, folder.parent) if p.is_symlink()), None)
+
+
 def list_sessions(root) -> list[Path]:
-    """Saved sessions, oldest first (file names start with the creation time)."""
+    """Saved sessions, oldest first (file names start with the creation time): regular files
+    only, none through a symlinked sessions folder."""
     folder = sessions_dir(root)
-    if not folder.is_dir():
+    if linked_folder(folder) or not folder.is_dir():
         return []
-    return sorted(folder.glob("*.jsonl"), key=lambda p: (p.name, p.stat().st_mtime))
+    found = [(p, os.lstat(p)) for p in folder.glob("*.jsonl")]
+    return [p for p, st in sorted(found, key=lambda x: (x[0].name, x[1].st_mtime)) if stat.S_ISREG(st.st_mode)]
 
 
 def find_session(root, session_id: str | None = None) -> Path:
     """The latest session (session_id None) or the one whose id (or file name) is session_id.
     FileNotFoundError with a one-line message otherwise."""
+    if link := linked_folder(sessions_dir(root)):
+        raise FileNotFoundError(f"{link} is a symlink: sessions are only read from a real "
+                                f"{sessions_dir(root)}; remove the link")
     found = list_sessions(root)
     if session_id is None:
         if not found:
             raise FileNotFoundError(f"no saved session in {sessions_dir(root)} to continue")
-        return max(found, key=lambda p: p.stat().st_mtime)
+        return max(found, key=lambda p: p.lstat().st_mtime)
     hits = [p for p in found if p.stem == session_id or p.stem.endswith("-" + session_id)
             or p.name == session_id]
     if len(hits) != 1:
@@ -77,15 +154,51 @@ def find_session(root, session_id: str | None = None) -> Path:
     return hits[0]
 
 
-def load_session(path) -> tuple[list[dict], dict]:
-    """(messages, meta) of a saved session (the last line, if a file has several)."""
-    lines = [ln for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
+def read_session(path) -> bytes:
+    """The bytes of a regular file of at most MAX_SESSION_BYTES, never through a final symlink
+    and never waiting on a FIFO. OSError (ValueError for a link, FIFO or oversized file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{path} is a symlink: sessions are not read through links") from e
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file (a FIFO or device?): not read")
+        data = f.read(MAX_SESSION_BYTES + 1)
+    if len(data) > MAX_SESSION_BYTES:
+        raise ValueError(f"{path} is over {MAX_SESSION_BYTES >> 20} MiB: not a saved session")
+    return data
+
+
+def parse_session(data: bytes, path) -> tuple[list[dict], dict]:
+    """(messages, meta) of a saved session's bytes (the last line, if there are several);
+    ValueError naming `path` for anything that is not one."""
+    lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
     if not lines:
         raise ValueError(f"{path} is empty")
     try:
-        data = json.loads(lines[-1])
+        row = json.loads(lines[-1])
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not a saved session ({e})") from e
-    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+    except RecursionError as e:
+        raise ValueError(f"{path} is not a saved session (nested too deeply)") from e
+    if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
         raise ValueError(f"{path} is not a saved session (no messages)")
-    return data["messages"], dict(data.get("meta") or {})
+    messages, meta = row["messages"], row.get("meta") or {}
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and
+               isinstance(m.get("content", ""), str) for m in messages):
+        raise ValueError(f"{path} is not a saved session (a message is not an object with a "
+                         "string role and content)")
+    turns = meta.get("turns") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict) or not isinstance(turns or [], list) or \
+            not all(isinstance(t, dict) for t in turns or []):
+        raise ValueError(f"{path} is not a saved session (meta or its turns are not objects)")
+    return messages, dict(meta)
+
+
+def load_session(path) -> tuple[list[dict], dict]:
+    """(messages, meta) of a saved session: `read_session` then `parse_session`."""
+    return parse_session(read_session(path), path)

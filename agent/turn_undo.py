@@ -111,4 +111,5 @@ def slash_undo(agent, rest: str) -> str:
         paths = agent.undo(plan.turn, allow_committed="committed" in words)
     except UndoError as e:
         return str(e)
-    return f"undid turn {plan.turn}; restored: {', '.join(paths)}" if paths else "nothing to undo"
+    done = paths + plan.git  # files, then the git state (refs, HEAD, stash, index) put back
+    return f"undid turn {plan.turn}; restored: {', '.join(done)}" if done else "nothing to undo"

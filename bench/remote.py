@@ -19,13 +19,12 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agent.model import load_engine, resolve_model  # noqa: E402
 from agent.remote import RemoteSampler  # noqa: E402
-from agent.serve import Server, make_handler  # noqa: E402
+from agent.serve import Server, make_server  # noqa: E402
 from train.tasks import build_task, drive, setup_env, task_agent  # noqa: E402
 
 TASKS = (("fix_bug", 5), ("run_command", 3), ("fix_bug", 11))
@@ -48,7 +47,7 @@ def main() -> int:
     args = p.parse_args()
     setup_env()
     engine = load_engine(resolve_model(None)[0])
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Server(engine, "default")))
+    httpd = make_server(Server(engine, "default"))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     sides = {"engine": lambda: engine, "server": lambda: RemoteSampler(url)}

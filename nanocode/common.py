@@ -3,7 +3,27 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Replace the file at `path` with `data` through a temp file in its folder, fsync and
+    os.replace: a reader (or a crash) sees the old bytes or the new ones, never half. The temp file
+    is removed when anything fails."""
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def nanocode_home() -> Path:

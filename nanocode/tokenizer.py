@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 import rustbpe
 import tiktoken
 
+from nanocode.common import write_atomic
 from nanocode.protocol import SPECIAL_TOKENS, check_shape, encode_call, parse_call
 
 
@@ -163,15 +163,7 @@ class Tokenizer:
         """Write <directory>/tokenizer.json atomically (temp file + os.replace); returns the path."""
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, TOKENIZER_FILE)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tokenizer.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        write_atomic(path, json.dumps(self.to_dict()).encode())
         return path
 
     @classmethod

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,9 @@ from agent import cli, headless, model
 from agent.driver import Agent
 from agent.repl import run_repl
 from agent.sessions import list_sessions, load_session
+from tools.permissions import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    """A tiny random checkpoint with its tokenizer, saved the way `train` saves one."""
-    from nanocode.checkpoint import save
-    from nanocode.tokenizer import train_tokenizer
-    from nanocode.protocol import system_prompt
-    from tiny_models import random_params, tiny
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tok = train_tokenizer(iter([system_prompt("{cwd}")] * 3 + ["def f(x):\n    return x\n"] * 20), 400)
-    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=1024)
-    d = tmp_path_factory.mktemp("ckpt") / "checkpoints"
-    save(d, 1, random_params(cfg), config=cfg, tokenizer=tok)
-    return d
 
 
 @pytest.fixture
@@ -235,7 +219,7 @@ def test_repl_slash_commands_and_a_turn(ckpt, proj):
     (proj / ".nanocode").mkdir()
     (proj / ".nanocode" / "settings.json").write_text('{"permissions": {"allow": ["Bash(pytest*)"]}}')
     (proj / "AGENTS.md").write_text("run pytest\n")
-    agent = Agent(engine, proj, max_tokens=8)
+    agent = Agent(engine, proj, max_tokens=8, policy=Policy.load(proj, trust_settings=True))
     con = FakeConsole(["/model", "/memory", "/resume", "/settings", "/session", "/help", "/exit"])
     assert run_repl(agent, "tiny", console=con) == 0
     text = "".join(con.out)  # the TUI's commands, here too (one table: agent/commands.py)

@@ -127,7 +127,7 @@ def test_change_applies_only_the_winner_as_one_undoable_turn(engine, tok, user, 
                           text=True).stdout == ""  # the user's index is not touched
     assert subprocess.run(git + ["log", "--oneline"], capture_output=True, text=True).stdout.count("\n") == 1
     assert str(user) in res.messages[0]["content"] and "nanocode-best-of" not in str(res.messages)
-    assert os.listdir(tmp_path / "tmp") == []  # the copies are gone
+    assert [n for n in os.listdir(tmp_path / "tmp") if n.startswith("nanocode-best-of")] == []  # copies gone
     # /undo restores the user's tree
     assert Snapshots(user).undo() == ["a.py", "b.py", "old.py"]
     assert tree(user) == before
@@ -339,3 +339,86 @@ def test_a_new_unasked_test_file_is_left_out_of_the_verdict(user, tmp_path):
     cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider"
     assert run_tests(cmd, r.root, 60)[0] is True  # the attack is real
     assert run_tests(cmd, r.root, 60, ignore=[os.path.join(r.top, "tests/test_0.py")])[0] is False
+
+
+# ---- links out of the project: never created, never written through (executed on a real repo) ----
+
+def linking(links, edits=None, during=None):
+    """drive for best_of: the rollout makes `links` ({path: target}, in order) and `edits` in its copy."""
+    def drive(agent, prompt):
+        for path, target in links.items():
+            (Path(agent.root) / path).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(target, Path(agent.root) / path)
+        edit_drive(edits or {})(agent, prompt)
+        if during:
+            during()
+        return [TurnResult(answer="done", steps=1, stop_reason="done")]
+    return drive
+
+
+def links_out(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_symlink()
+                  and not os.path.realpath(p).startswith(str(root.resolve()) + os.sep)
+                  and os.path.realpath(p) != str(root.resolve()))
+
+
+LINKS_OUT = {
+    "relative": {"up": "../../../../../"},
+    "absolute": {"abs": "OUTSIDE"},
+    "from a subfolder": {"sub/deep": "../../outside"},
+    "through a link made first": {"d": ".", "x": "d/.."},
+    "through a link made after it": {"a": "d/..", "d": "."},
+    "through the user's ignored link": {"y": "u/outside"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(LINKS_OUT))
+def test_a_link_out_of_the_project_is_not_created(case, user, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep\n")
+    (user / ".git" / "info" / "exclude").write_text("u\n")
+    os.symlink("..", user / "u")  # the user's own ignored link (never copied): kept as it is
+    links = {p: t.replace("OUTSIDE", str(outside)) for p, t in LINKS_OUT[case].items()}
+    said = []
+    res = best_of(Stub, user, "fix it", 1, test_command="true", workdir=str(tmp_path / "w"),
+                  on_event=lambda ev: said.append(getattr(ev, "text", "")),
+                  drive=linking({**links, "ok": "a.py"}, FIX))
+    copy = Path(res.rollouts[0].top)
+    assert links_out(copy) or case == "through the user's ignored link"  # control: the rollout made them
+    assert links_out(user) == ["u"] and (user / "ok").readlink() == Path("a.py")  # on disk first
+    out = [f"{p} -> {t}" for p, t in links.items() if t != "."]
+    assert res.refused == out and f"not applied, links out of the project: {', '.join(out)}" in said[-1]
+    assert sorted(res.applied) == sorted(["a.py", "ok"] + (["d"] if "d" in links else []))
+    assert (user / "a.py").read_text() == FIX["a.py"] and res.to_dict()["refused"] == out
+    assert sorted(os.listdir(outside)) == ["victim.txt"] and (outside / "victim.txt").read_text() == "keep\n"
+    assert Snapshots(user).undo() and not (user / "ok").is_symlink()
+
+
+@pytest.mark.parametrize("change", ["create", "delete"])
+def test_nothing_is_written_through_a_folder_swapped_for_a_link(change, user, tmp_path):
+    """lib/ becomes a link out while the rollout runs (with the same x.py there, so the
+    changed-meanwhile check passes): the apply stops rather than create or delete outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.py").write_text("x = 1\n")
+    (user / "lib").mkdir()
+    (user / "lib" / "x.py").write_text("x = 1\n")
+
+    def swap():
+        (user / "lib" / "x.py").unlink()
+        (user / "lib").rmdir()
+        os.symlink(outside, user / "lib")
+
+    def drive(agent, prompt):
+        lib = Path(agent.root) / "lib"
+        if change == "create":
+            (lib / "new").mkdir()
+            (lib / "new" / "y.py").write_text("y\n")
+        else:
+            (lib / "x.py").unlink()
+        swap()
+        return [TurnResult(answer="done", steps=1, stop_reason="done")]
+    with pytest.raises(BestOfError, match=r"is a symlink \(or not a folder\) in your project"):
+        best_of(Stub, user, "edit", 1, test_command="true", drive=drive)
+    assert sorted(os.listdir(outside)) == ["x.py"] and (outside / "x.py").read_text() == "x = 1\n"

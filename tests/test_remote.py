@@ -36,10 +36,12 @@ def default_engine():
 
 @pytest.fixture(scope="module")
 def our_server(default_engine):
-    from agent.serve import Server, make_handler
-    httpd, url = serve_in_thread(make_handler(Server(default_engine, "default")))
-    yield url
+    from agent.serve import Server, make_server
+    httpd = make_server(Server(default_engine, "default"))  # no key: loopback, in this process
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     httpd.shutdown()
+    httpd.server_close()
 
 
 @pytest.mark.parametrize("family,seed", [("run_command", 3), ("fix_bug", 5)])
@@ -63,20 +65,22 @@ def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server
 
 
 def test_cli_base_url_end_to_end_then_distilled(our_server, tmp_path):
-    """`nanocode serve` and `nanocode -p --base-url` in subprocesses; the saved session exports as
-    a valid SFT row and `train sft` trains a checkpoint of its own on it."""
+    """`nanocode serve` and `nanocode -p --base-url` in subprocesses, the key the server printed
+    in $NANOCODE_API_KEY; the saved session exports as a valid SFT row and `train sft` trains a
+    checkpoint of its own on it."""
     from train.tasks import build_task
     task = build_task("fix_bug", 5, False, str(tmp_path / "tasks"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NANOCODE_HOME": str(tmp_path / "home")}
     server = subprocess.Popen([sys.executable, "-m", "agent.cli", "serve", "--port", "0"], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        line = server.stdout.readline()
+        line, said = server.stdout.readline(), server.stdout.readline()
         assert "nanocode serve: model" in line, server.stderr.read()
         url = "http://" + line.rsplit("http://", 1)[1].strip()
         out = subprocess.run([sys.executable, "-m", "agent.cli", "-p", task.prompt, "--base-url", url,
                               "--mode", "auto", "--output-format", "json", "--max-tokens", "300"],
-                             cwd=task.root, env=env, capture_output=True, text=True, timeout=600)
+                             cwd=task.root, env={**env, "NANOCODE_API_KEY": said.split()[4]},
+                             capture_output=True, text=True, timeout=600)
     finally:
         server.terminate()
         server.wait(30)
@@ -300,7 +304,7 @@ def test_schema_conversions():
     out = to_openai(msgs)
     assert out[2]["tool_calls"][0]["id"] == out[3]["tool_call_id"] and out[2]["content"] is None
     assert out[5] == {"role": "user", "content": "[tool result] error: x"}  # it answers no call
-    from agent.serve import to_conversation  # and our server reads back what we sent
+    from agent.openai_wire import to_conversation  # and our server reads back what we sent
     assert to_conversation(out[:4]) == msgs[:4]
 
 

@@ -7,12 +7,11 @@ file) and a symlink to the outside while thousands of Reads/Edits run: the secre
 read and nothing outside may be written."""
 import os
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from nanocode.protocol import MODES
+from race_helpers import flipper, race_target  # noqa: F401 - flipper is a fixture
 from tools.files import read_memory
 from tools.dispatch import run_tool
 from tools.files import MAX_READ_BYTES, MAX_READ_LINES
@@ -47,60 +46,9 @@ def gate(policy, name, args):
 
 # ------------------------------------------------------------------ item 1: symlink races
 
-FLIPPER = textwrap.dedent("""
-    import ctypes, os, sys
-    name, outside = sys.argv[1], sys.argv[2]
-    link = name + ".link"
-    os.symlink(outside, link)
-    libc = ctypes.CDLL(None, use_errno=True)
-    AT_FDCWD, RENAME_EXCHANGE = -100, 2
-    def exchange():  # atomic: the name is always there, a real entry or a symlink to the outside
-        if libc.renameat2(AT_FDCWD, name.encode(), AT_FDCWD, link.encode(), RENAME_EXCHANGE):
-            raise OSError(ctypes.get_errno(), "renameat2")
-    try:
-        exchange()
-        exchange()
-    except (OSError, AttributeError):  # no renameat2 here: rename dance (the name is briefly missing)
-        real = name + ".real"
-        os.unlink(link)
-        def exchange():
-            os.rename(name, real); os.symlink(outside, link); os.rename(link, name)
-            os.unlink(name); os.rename(real, name)
-    print("go", flush=True)
-    while True:
-        exchange()
-""")
-
-
-@pytest.fixture
-def flipper():
-    procs = []
-
-    def start(name, outside):
-        p = subprocess.Popen([sys.executable, "-c", FLIPPER, str(name), str(outside)], stdout=subprocess.PIPE)
-        assert p.stdout.readline().strip() == b"go"
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
-
-
-def _read_race_setup(proj, what):
-    out = proj.parent / "outside"
-    if what == "dir":
-        (proj / "d").mkdir()
-        (proj / "d" / "secret.txt").write_text("safe\n")
-        return proj / "d", out, "d/secret.txt"
-    (proj / "f.txt").write_text("safe\n")
-    return proj / "f.txt", out / "secret.txt", "f.txt"
-
-
 @pytest.mark.parametrize("what", ["dir", "file"])
 def test_read_race_never_leaks_the_outside_secret(repo, flipper, what):
-    name, target, path = _read_race_setup(repo, what)
+    name, target, path = race_target(repo, what)
     flipper(name, target)
     results = [run_tool(repo, "Read", {"file_path": path}) for _ in range(1500)]
     assert not [r for r in results if SECRET in r]
@@ -115,7 +63,7 @@ def test_grep_race_never_leaks_the_outside_secret(repo, flipper, what, engine):
     from tools import grep as grep_mod
     if engine == "rg" and grep_mod._rg_path() is None:
         pytest.skip("rg not installed")
-    name, target, path = _read_race_setup(repo, what)
+    name, target, path = race_target(repo, what)
     flipper(name, target)
     results = [grep_mod.grep(repo, {"pattern": "safe|" + SECRET, "path": path.split("/")[0]},
                              use_rg=engine == "rg") for _ in range(300)]

@@ -1,6 +1,7 @@
 """`nanocode serve`: the real server in a subprocess on loopback (a tiny random checkpoint),
-driven over HTTP: /v1/models, a chat completion equal to the engine's own greedy reply, the
-same streamed as server-sent events, tool calls in the OpenAI shape, and 400s that say why."""
+driven over HTTP with the key it printed: /v1/models, a chat completion equal to the engine's
+own greedy reply, the same streamed as server-sent events, tool calls in the OpenAI shape, and
+400s that say why. Its containment is attacked in tests/test_security_server.py."""
 import json
 import os
 import subprocess
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.serve import Server, openai_message, to_conversation
-from test_agent_cli import ckpt  # noqa: F401 - the module's tiny checkpoint fixture
+from agent.openai_wire import openai_message, to_conversation
+from agent.serve import Server, build_parser, server_token
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,22 +23,28 @@ def server(ckpt):
     p = subprocess.Popen([sys.executable, "-m", "agent.cli", "serve", "--model", str(ckpt),
                           "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    line = p.stdout.readline()
+    line, said = p.stdout.readline(), p.stdout.readline()
     assert "nanocode serve: model" in line, p.stderr.read()
-    yield line.rsplit("http://", 1)[1].strip()
+    assert said.startswith("nanocode serve: API key ") and "$NANOCODE_API_KEY" in said
+    yield line.rsplit("http://", 1)[1].strip(), said.split()[4]
     p.terminate()
     p.wait(30)
 
 
-def post(base, body, raw=False):
-    req = urllib.request.Request(f"http://{base}/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
+def request(server, path, body=None):
+    base, key = server
+    return urllib.request.Request(f"http://{base}{path}", headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+        data=None if body is None else json.dumps(body).encode())
+
+
+def post(server, body, raw=False):
+    with urllib.request.urlopen(request(server, "/chat/completions", body), timeout=120) as r:
         return r.read().decode() if raw else json.loads(r.read())
 
 
 def test_models_and_a_completion_equal_to_the_engine(server, ckpt):
-    with urllib.request.urlopen(f"http://{server}/models", timeout=30) as r:
+    with urllib.request.urlopen(request(server, "/models"), timeout=30) as r:
         models = json.loads(r.read())
     assert models["object"] == "list" and models["data"][0]["owned_by"] == "nanocode"
     body = {"messages": [{"role": "system", "content": "be brief"},
@@ -69,6 +76,27 @@ def test_bad_requests_say_why(server):
         with pytest.raises(urllib.error.HTTPError) as e:
             post(server, body)
         assert e.value.code == 400 and says in json.loads(e.value.read())["error"]["message"]
+
+
+def test_the_key_is_printed_fresh_and_required(server, monkeypatch):
+    """A fresh key per start (the fixture read it from the second line), asked of every request;
+    --token or $NANOCODE_SERVE_TOKEN sets it, --no-auth turns it off, an empty one is refused."""
+    base, key = server
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://{base}/models", timeout=30)
+    assert e.value.code == 401 and json.loads(e.value.read())["error"]["code"] == "invalid_api_key"
+    parse = build_parser().parse_args
+    monkeypatch.delenv("NANOCODE_SERVE_TOKEN", raising=False)
+    fresh = {server_token(parse([])) for _ in range(3)}
+    assert len(fresh) == 3 and all(len(k) >= 40 and k != key for k in fresh)
+    assert server_token(parse(["--token", "t0k"])) == "t0k" and server_token(parse(["--no-auth"])) is None
+    monkeypatch.setenv("NANOCODE_SERVE_TOKEN", "from-env")
+    assert server_token(parse([])) == "from-env"
+    for bad in ("", "two words"):
+        with pytest.raises(ValueError, match="printable ASCII without spaces"):
+            server_token(parse(["--token", bad]))
+    with pytest.raises(SystemExit):
+        parse(["--token", "x", "--no-auth"])
 
 
 def test_openai_tool_calls_round_trip():

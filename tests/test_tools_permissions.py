@@ -36,7 +36,7 @@ def policy(env, mode=None, user=None, project=None, local=None):
                        (proj / ".nanocode/settings.local.json", local)):
         if data is not None:
             write(path, data)
-    return Policy.load(proj, mode=mode, user_file=user_file, home=home)
+    return Policy.load(proj, mode=mode, user_file=user_file, home=home, trust_settings=True)
 
 
 def perms(**kw):
@@ -390,6 +390,17 @@ FLAGGED = [  # each asks in auto mode and never gets an "always" rule
     "echo {} > ~/.config/nanocode/settings.json", 'echo {} > "$NANOCODE_HOME/settings.json"',
     "echo x > .git/hooks/pre-commit", "cp hook .GIT/hooks/post-checkout", "echo x >> .git/config",
     "cp hook .husky/pre-commit", "xargs -a list.txt rm", "find . -name x | xargs unlink",
+    "git checkout HEAD ./", "git checkout HEAD :/", "git checkout HEAD~1 src", "git checkout '*.py'",
+    "git checkout main ./src", "git rm -rf .", "git rm -r src", "git rm -f a.py", "git rm --force a.py",
+    "git update-ref -d refs/stash", "git update-ref -d refs/heads/x", "git update-ref refs/heads/main HEAD~3",
+    "git reflog expire --expire=now --all", "git reflog delete stash@{0}", "git gc --prune=now", "git prune",
+    "git stash drop && git reflog expire --expire=now --all && git gc --prune=now", "git tag -d v1",
+    "git branch -f main HEAD~1", "git branch -M old", "git update-ref -d refs/nanocode/turns/1-before",
+    "rm -rf .git/refs/nanocode", "rm .git/refs/nanocode/turns/1-after", "cat refs/nanocode/x",
+    "git for-each-ref --format='delete %(refname)' refs/nanocode | git update-ref --stdin",
+    "git for-each-ref --format='delete %(refname)' | git update-ref --stdin",
+    ":(){ :|:& };:", "bomb(){ bomb | bomb & }; bomb", "b(){ b|b& };b",
+    "python3 -c 'import os\nwhile True: os.fork()'", "perl -e 'fork while fork'", 'rm "$F"', "mv $X y",
 ]
 
 
@@ -409,7 +420,9 @@ def test_hidden_destructive_spellings_ask_in_auto_mode(env, monkeypatch, command
 
 @pytest.mark.parametrize("command", NEGATIVE + ["cp a.py a.py.bak", "cp file{,.bak}", "mkdir -p src/{a,b}",
                                                 "rm build/x.o", "mv a.txt docs/", "cd src && rm old.py",
-                                                "python -c 'print(1)'", "pytest -q > /dev/null 2>&1"])
+                                                "python -c 'print(1)'", "pytest -q > /dev/null 2>&1",
+                                                "git checkout -b feat origin/main", "git rm --cached a.py",
+                                                "git rm a.py", "git tag v1", "git gc", "git checkout -"])
 def test_everyday_commands_are_allowed_in_auto_mode_with_a_root(env, command):
     p = Policy(root=env / "proj", mode="auto", home=env / "home")
     assert p.check("Bash", {"command": command}).action == "allow", p.check("Bash", {"command": command})

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from repo_state import tree_state
 from tools.undo import Snapshots, UndoError
 
 
@@ -28,25 +29,6 @@ def write(d, rel, text, exe=False):
 def read(d, rel):
     with open(os.path.join(d, rel)) as f:
         return f.read()
-
-
-def tree_state(d):
-    """{path: (kind, content, exec bit)} for everything under d except .git."""
-    out = {}
-    for dirpath, dirs, files in os.walk(d):
-        dirs[:] = [x for x in dirs if x != ".git"]
-        rel_dir = os.path.relpath(dirpath, d)
-        if rel_dir != "." and not dirs and not files:
-            out[rel_dir] = ("emptydir",)
-        for name in files + [x for x in dirs if os.path.islink(os.path.join(dirpath, x))]:
-            p = os.path.join(dirpath, name)
-            rel = os.path.relpath(p, d)
-            if os.path.islink(p):
-                out[rel] = ("link", os.readlink(p))
-            else:
-                with open(p, "rb") as f:
-                    out[rel] = ("file", f.read(), bool(os.stat(p).st_mode & 0o100))
-    return out
 
 
 def git_state(d):
@@ -295,8 +277,7 @@ def test_restart_can_undo(repo):
     assert tree_state(repo) == ws0
     assert Snapshots(repo).turns()[-1].undone
     refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/nanocode")
-    assert refs.split() == ["refs/nanocode/turns/1-after", "refs/nanocode/turns/1-before",
-                            "refs/nanocode/turns/2-after", "refs/nanocode/turns/2-before"]
+    assert refs.split() == [f"refs/nanocode/turns/{t}-{k}" for t in (1, 2) for k in ("after", "before", "keep")]
     assert git(repo, "log", "--oneline").count("\n") == 1
     assert git(repo, "log", "--oneline", "--exclude=refs/nanocode/*", "--all").count("\n") == 1
 

@@ -18,8 +18,18 @@ Result format (what the model reads; train synth writes the same):
   it as the last line, without an exit code line. The model thus still sees what the command
   printed (e.g. a test runner's progress before it hung).
 
-Environment: the caller's environment plus ``PAGER=cat``, ``GIT_PAGER=cat``, ``NANOCODE=1``,
-``TERM=dumb`` and a per-call marker ``NANOCODE_CALL=<uuid>`` (see below). stdin is /dev/null
+Environment: built from an allow-list (``ENV_ALLOW``, the same with and without the sandbox), not
+inherited: the model reads whatever a command prints (``env``, ``/proc/self/environ``) and that
+text goes to the model server and into saved sessions, so API keys and tokens the user exported
+(NANOCODE_API_KEY, OPENAI_API_KEY, GITHUB_TOKEN, AWS_*, ...) must never reach a command. What
+passes: the caller's values of ``ENV_ALLOW`` (search path, home, user, shell, locale, time zone,
+temp dir, the active virtualenv or conda env) and of the names the caller lists in
+``env_names`` (a settings choice: e.g. a PYTHONPATH the tests need), plus ``PAGER=cat``,
+``GIT_PAGER=cat``, ``NANOCODE=1``, ``TERM=dumb`` and a per-call marker ``NANOCODE_CALL=<uuid>``
+(see below). ``ENV_NEVER`` names (GIT_CONFIG_*, GIT_DIR and the other variables that point git
+at another repository or config) never pass: listing one in ``env_names`` is an error.
+Trade-off: a tool that needs another variable (a proxy, a compiler flag) does not see it until
+the user lists it. stdin is /dev/null
 (``cat`` and ``read`` see EOF at once). The command runs in a new session
 (``start_new_session=True``), so it has no controlling terminal: anything that insists on
 prompting through /dev/tty (sudo, ssh passwords) fails at once instead of stealing the
@@ -69,6 +79,7 @@ import time
 import uuid
 
 from tools import sandbox as sbx
+from tools.sandbox_paths import restore
 
 LINGER = 0.2       # after bash exits: how long to keep collecting output before killing the rest
 TERM_GRACE = 0.5   # after SIGTERM: how long the processes get to exit before SIGKILL
@@ -77,6 +88,10 @@ READ_CHUNK = 1 << 20
 _PIPE_SIZE = 1 << 20
 
 MISSING = "error: missing argument command"
+ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
+             "TZ", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV")
+ENV_NEVER = ("GIT_CONFIG*", "GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+             "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
 
 
 class _Capture:
@@ -293,6 +308,25 @@ class _Run:
             pass
 
 
+def _matches(name: str, patterns) -> bool:
+    return any(name == p or p.endswith("*") and name.startswith(p[:-1]) for p in patterns)
+
+
+def command_env(env_names=()) -> dict:
+    """The environment a command starts with (module docstring, "Environment"), without the
+    per-call additions. Raises ValueError naming a bad `env_names` entry and the fix."""
+    if isinstance(env_names, str):
+        raise ValueError(f"env_names: {env_names!r} is one string; pass a list of names such as [\"PYTHONPATH\"]")
+    for name in env_names:
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise ValueError(f"env_names: {name!r} is not a variable name; list plain names such as \"PYTHONPATH\"")
+        if _matches(name, ENV_NEVER):
+            raise ValueError(f"env_names: {name} cannot be passed to Bash (it points git at another "
+                             f"repository or config); remove it from the list")
+    return {k: v for k, v in os.environ.items()
+            if (_matches(k, ENV_ALLOW) or k in env_names) and not _matches(k, ENV_NEVER)}
+
+
 def _format_secs(t: float) -> str:
     """30.0 -> "30", 1.5 -> "1.5", 0.25 -> "0.25"."""
     if float(t).is_integer():
@@ -301,7 +335,7 @@ def _format_secs(t: float) -> str:
 
 
 def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Event | None = None,
-         budget: int = 30_000, sandbox: sbx.Sandbox | None = None) -> str:
+         budget: int = 30_000, sandbox: sbx.Sandbox | None = None, env_names: tuple[str, ...] = ()) -> str:
     """Run ``args["command"]`` with ``bash -c`` in ``root``; return the exact result text. Never raises.
 
     ``timeout`` in seconds (None: no limit), ``cancel`` stops the command when set, ``budget`` is
@@ -310,7 +344,9 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
     paths read-only, no network unless asked, nothing outlives the call); same result format,
     plus one ``(sandbox: removed ...)`` line when the command created a protected path that a
     mount could not cover. Fails closed: ``error: sandbox unavailable: ...`` where
-    ``sbx.bash_sandbox()`` says it does not work."""
+    ``sbx.bash_sandbox()`` says it does not work. ``env_names``: variables of the caller's
+    environment the command also gets (module docstring, "Environment"); a bad one is
+    ``error: bad tool settings: env_names: ...``."""
     command = args.get("command") if isinstance(args, dict) else None
     if not isinstance(command, str):
         return MISSING if command is None else "error: argument command must be a string"
@@ -319,10 +355,10 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
     try:
         timeout = None if timeout is None else max(float(timeout), 0.0)
         capture = _Capture(budget)
+        env = command_env(env_names)
     except (TypeError, ValueError) as e:
         return f"error: bad tool settings: {e}".replace("\n", " ")
     call_id = uuid.uuid4().hex
-    env = dict(os.environ)
     env.update(PAGER="cat", GIT_PAGER="cat", NANOCODE="1", TERM="dumb", NANOCODE_CALL=call_id)
     argv, guarded, groups = ["bash", "-c", command], {}, []
     try:
@@ -372,7 +408,7 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
         code = proc.wait()
         for d in groups:
             sbx.remove_cgroup(d)
-        fixed = sbx.restore(guarded)
+        fixed = restore(guarded)
 
     out = run.capture.text().rstrip("\n")
     notes = "".join(f"\n(sandbox: undid the command's change to {p})" for p in fixed)

@@ -9,7 +9,12 @@ Contract:
   interpreter `-c` code that deletes or runs commands, shell function definitions), abbreviated
   long options (`git reset --ha`), risky git config (`-c clean.requireForce=false`,
   `core.hooksPath`), text naming nanocode settings or git hooks, and, given the project `root`,
-  rm/mv/truncate/`: >`/writes to paths outside it (`cd` is followed). `bash -c` (`-lc`, `-ec`,
+  rm/mv/truncate/`: >`/writes to paths outside it (`cd` is followed), and deleting, moving or
+  overwriting an existing path inside it that undo cannot restore (ignored by git, too big, a
+  `.git` or the root's `.nanocode`: tools/snapshot.unrestorable, which runs git to read the
+  ignore rules; globs are expanded; a target computed at run time counts as unknown). Git
+  commands that drop history or refs ask: pathspec checkouts, `rm -r/-f`, `update-ref`,
+  `reflog expire/delete`, `gc --prune`, `prune`, `tag -d`, `branch -f/-D`. `bash -c` (`-lc`, `-ec`,
   `-c --`), `su -c`, `env -S`, `eval`, `flock -c`, `watch` and `find -exec` strings are re-parsed;
   heredoc bodies are read as commands (may over-ask).
 * Temp dirs (/tmp, /var/tmp, $TMPDIR when set) are scratch, given the root: writing, moving,
@@ -21,7 +26,9 @@ Contract:
   in one sub-command (prefix allow rules must not cover them); INTERPRETERS matches the names of
   script interpreters.
 
-Trade-offs: this is a reason to ask, not the boundary. Only the text is judged, so scripts,
+Trade-offs: this is a reason to ask, not the boundary. The unrestorable check costs a few git
+processes per command that names an existing project path for rm/mv/cp-like writes (none
+otherwise); it asks about an ignored build artefact too (`rm build/x.o` where build/ is ignored). Only the text is judged, so scripts,
 `$VAR` expansion and aliases can still hide anything; the boundary is the OS sandbox in
 tools/sandbox.py (writes only to the project, /tmp a private per-call tmpfs), and without it
 every Bash call asks anyway. That is also why temp dirs count as scratch (symlinks inside them
@@ -30,11 +37,13 @@ are not followed). Tuned for few false positives on everyday commands (`rm file`
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 from pathlib import Path
 
 from tools.shell import GIT_GLOBAL_VALUE, KEYWORDS, SUB, braces, split_command, tokens, unwrap
+from tools.snapshot import unrestorable
 from tools.workspace import HOOK_DIRS, hooks_path, user_settings_dir
 
 
@@ -42,7 +51,7 @@ _HOME_DOT = re.compile(r"^(?:~[\w.-]*|\$HOME|\$\{HOME\}|/home/[^/]+|/Users/[^/]+
 _SYSTEM = re.compile(r"^/(?:etc|boot|usr|bin|sbin|lib|lib32|lib64|sys|proc)(?:/|$)")
 _DISK = re.compile(r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-)")
 _GIT_DIR = re.compile(r"(?:^|/)\.git(?:/|$)", re.I)
-_SETTINGS = re.compile(r"\.nanocode(?:/|\b)|settings\.local\.json|\.config/nanocode|nanocode_home", re.I)
+_SETTINGS = re.compile(r"\.nanocode(?:/|\b)|settings\.local\.json|\.config/nanocode|nanocode_home|refs/+nanocode", re.I)
 _HOOKS = re.compile(r"\.git/+hooks|(?:^|[\s/'\"=])\.(?:husky|githooks)(?:/|\b)", re.I)
 _SHELL_NAMES = {"sh", "bash", "zsh", "dash", "ksh", "fish", "ash"}  # take their script with -c
 _SHELLS = re.compile(r"^(?:sh|bash|zsh|dash|ksh|fish|ash|source|\.|python[\d.]*|perl|ruby|node|php|deno|bun)$")
@@ -51,7 +60,7 @@ _INLINE_FLAGS = {"-c", "-e", "-E", "-r", "--eval", "--command", "eval"}
 _INLINE_HARM = re.compile(  # interpreter code that deletes, moves or runs commands
     r"\b(?:os\.(?:remove|unlink|rmdir|removedirs|system|popen|exec\w*|spawn\w*|rename|replace|truncate)|"
     r"shutil\.(?:rmtree|move)|subprocess|child_process|unlink(?:Sync)?|rm(?:Sync|dir(?:Sync)?)?\s*\(|"
-    r"system\s*\(|exec\s*\(|File\.delete|FileUtils|\.write_(?:text|bytes))")
+    r"system\s*\(|exec\s*\(|File\.delete|FileUtils|\.write_(?:text|bytes)|\bfork\b)")
 _DELETERS = {"rm", "unlink", "rmdir", "shred", "truncate", "mv"}
 _DOWNLOAD = {"curl", "wget", "fetch", "http", "https", "aria2c"}
 _INPUT = {"<", "<<", "<<-", "<<<"}
@@ -109,6 +118,26 @@ class _Where:
             return False
         return any(full != t and _within(full, t) for t in self.temps)
 
+    def lost(self, paths: list[str], computed: bool = False) -> str | None:
+        """The first of `paths` inside the project that exists (globs expanded) and undo could not
+        restore if it were destroyed, or None; with `computed`, a path computed at run time
+        ($VAR, a substitution) counts as such."""
+        if self.root is None:
+            return None
+        found = {}
+        for path in paths:
+            if re.search(r"[$`\ue000]", path):
+                if computed and not self.outside(path):
+                    return path
+                continue
+            full = self.abspath(path)
+            matches = glob.glob(full) if full and re.search(r"[*?\[]", path) else [full]
+            for m in matches:
+                if m and _within(m, self.root) and m != self.root and os.path.lexists(m):
+                    found.setdefault(os.path.relpath(m, self.root), path)
+        lost = unrestorable(self.root, list(found)) if found else []
+        return found[lost[0]] if lost else None
+
     def cd(self, args: list[str]) -> None:
         target = next((a for a in args if not a.startswith("-")), "~")
         self.cwd = self.abspath(target) if target != "-" else None
@@ -132,6 +161,8 @@ def _target_reason(path: str, where: _Where) -> str | None:
         return f"writes to git internals ({path})"
     if path != "/dev/null" and where.outside(path):
         return f"writes outside the project ({path})"
+    if where.lost([path]):
+        return f"overwrites {path}, which undo cannot restore (ignored by git or not snapshotted)"
     return None
 
 
@@ -173,6 +204,8 @@ def _git_reason(args: list[str]) -> str | None:
             return "git push --delete deletes a remote branch"
     if sub in ("checkout", "restore", "switch"):
         discard = "--" in rest or "." in plain or force or _long(rest, "--discard-changes")
+        if sub == "checkout" and not ({"b", "B"} & set(short) or _long(rest, "--orphan")):
+            discard = discard or len(plain) > 1 or any(re.match(r"[.:/*]|.*[*?\[]", p) for p in plain)
         if sub == "restore":
             staged_only = ("S" in short or _long(rest, "--staged")) and not ("W" in short or _long(rest, "--worktree"))
             discard = bool(plain) and not staged_only
@@ -180,6 +213,18 @@ def _git_reason(args: list[str]) -> str | None:
             return f"git {sub} discards uncommitted changes"
     if sub == "branch" and ("D" in short or (delete and force)):
         return "git branch -D deletes an unmerged branch"
+    if sub == "branch" and (force or "M" in short or "C" in short):
+        return "git branch -f/-M/-C moves or overwrites a branch"
+    if sub == "rm" and not _long(rest, "--cached") and ("r" in short or force):
+        return "git rm -r/-f deletes files with their uncommitted changes"
+    if sub == "update-ref":
+        return "git update-ref moves or deletes refs directly (branches, the stash, undo's refs)"
+    if sub == "reflog" and rest[:1] in (["expire"], ["delete"]):
+        return f"git reflog {rest[0]} drops the history that recovers lost commits"
+    if sub == "prune" or (sub == "gc" and any(a.startswith("--prune") for a in rest)):
+        return f"git {sub} deletes unreachable objects (dropped stashes, deleted branches)"
+    if sub == "tag" and delete:
+        return "git tag -d deletes a tag"
     if sub == "stash" and rest[:1] in (["drop"], ["clear"]):
         return f"git stash {rest[0]} loses stashed work"
     return None
@@ -216,6 +261,14 @@ def _inline_code(cmd: str, args: list[str]) -> str | None:
     return None
 
 
+def _sources(args: list[str], files: list[str]) -> list[str]:
+    """The source operands of cp/mv-like `args`: all but the last, or all with -t DIR."""
+    named = {args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-t", "--target-directory")}
+    if named or any(a.startswith("--target-directory=") for a in args):
+        return [a for a in files if a not in named]
+    return files[:-1]
+
+
 def _words_reason(words: list[str], wrappers: list[str], where: _Where, depth: int) -> str | None:
     cmd, args = os.path.basename(words[0]), words[1:]
     if SUB in cmd:
@@ -246,12 +299,16 @@ def _words_reason(words: list[str], wrappers: list[str], where: _Where, depth: i
             return f"deletes a dot-file in $HOME ({next(a for a in files if _home_dotfile(a, where.home))})"
     if cmd in _DELETERS:
         named = files[1:] if cmd == "truncate" and "-s" in opts and files else files
+        named = _sources(args, files) if cmd == "mv" else named
         out = next((a for a in named if where.outside(a)), None)
         if out:
             return f"{cmd} of a path outside the project ({out})"
         git = next((a for a in named if _GIT_DIR.search(a)), None)
         if git:
             return f"{cmd} in git internals ({git})"
+        lost = where.lost(named, computed=True)
+        if lost:
+            return f"{cmd} destroys {lost}, which undo cannot restore (ignored by git, not snapshotted or unknown)"
     if cmd == "find":
         if "-delete" in args:
             return "find -delete deletes every match"
@@ -278,6 +335,11 @@ def _words_reason(words: list[str], wrappers: list[str], where: _Where, depth: i
         named = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-t", "--target-directory")]
         named += [a.split("=", 1)[1] for a in args if a.startswith("--target-directory=")]
         targets = named or files[-1:]
+        into = [t for t in targets if os.path.isdir(where.abspath(t) or "")]  # `cp a b dir/`: dir/a, dir/b
+        targets = [f"{t.rstrip('/')}/{os.path.basename(a.rstrip('/'))}" for t in into
+                   for a in _sources(args, files)] or targets
+        if cmd in ("cp", "mv") and where.lost(targets, computed=True):
+            return f"{cmd} overwrites {where.lost(targets, computed=True)}, which undo cannot restore"
         if cmd == "mv" and any(map(where.scratch, targets)) and not all(map(where.scratch, files)):
             return f"mv moves files out of the project into a temp dir ({targets[0]})"
     return next((r for r in map(lambda t: _target_reason(t, where), targets) if r), None)

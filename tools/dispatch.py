@@ -17,20 +17,23 @@ from tools.grep import grep
 from tools.sandbox import Sandbox
 
 
-def run_tool(root, name, args, *, allow_outside: bool = False, timeout: float | None = 30.0,
-             cancel: threading.Event | None = None, sandbox: Sandbox | None = None) -> str:
-    """Run one call in the project at `root`. `timeout`/`cancel`/`sandbox` (tools/sandbox.py;
-    None: unsandboxed) apply to Bash."""
+def run_tool(root, name, args, *, allow_outside: bool = False, same_as=None, timeout: float | None = 30.0,
+             cancel: threading.Event | None = None, sandbox: Sandbox | None = None,
+             env_names: tuple[str, ...] = ()) -> str:
+    """Run one call in the project at `root`. `same_as` ((st_dev, st_ino) of what the permission
+    check judged) makes Read and Grep refuse any other file or folder. `timeout`/`cancel`/
+    `sandbox` (tools/sandbox.py; None: unsandboxed) and `env_names` (variables passed to the
+    command besides tools/bash.py's allow-list) apply to Bash."""
     try:
         err = check_call(name, args)
         if err:
             return err
         if name == "Read":
-            return read(root, args, allow_outside=allow_outside)
+            return read(root, args, allow_outside=allow_outside, same_as=same_as)
         if name == "Grep":
-            return grep(root, args, allow_outside=allow_outside)
+            return grep(root, args, allow_outside=allow_outside, same_as=same_as)
         if name == "Edit":
             return edit(root, args)
-        return bash(root, args, timeout=timeout, cancel=cancel, sandbox=sandbox)
+        return bash(root, args, timeout=timeout, cancel=cancel, sandbox=sandbox, env_names=env_names)
     except Exception as e:  # noqa: BLE001 - tools never raise
         return unexpected(e)

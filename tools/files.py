@@ -18,7 +18,10 @@ has at most WHOLE_FILE_LINES lines, else the changed lines with CONTEXT_LINES li
 
 Checked path = used path (tools/workspace.py): both tools open the symlink-resolved path through
 directory descriptors without following symlinks, so a component swapped for a symlink after the
-check makes the call fail (`error: path outside the project`) instead of reaching outside. Edit
+check makes the call fail (`error: path outside the project`) instead of reaching outside. Read's
+`same_as` is the (st_dev, st_ino) the permission check judged (tools/permissions.Decision): a
+descriptor on any other file is refused (`error: ... changed after it was checked`), so an
+approved outside read reads that file or nothing. Edit
 keeps the parent's descriptor: the existing file is read, the temp file created (O_EXCL,
 O_NOFOLLOW), renamed over the target and cleaned up relative to it. A create links the temp file
 into place (fails if another process created the name meanwhile; falls back to a rename on file
@@ -123,14 +126,18 @@ def _read_line(f):
             return first, True
 
 
-def read(root, args: dict, *, allow_outside: bool = False) -> str:
+CHANGED = "the path changed after it was checked (a file or link was swapped in): not used; try again"
+
+
+def read(root, args: dict, *, allow_outside: bool = False, same_as: tuple[int, int] | None = None) -> str:
+    """The Read tool; `same_as`: only this (st_dev, st_ino) may be read (module docstring)."""
     try:
-        return _read(root, args, allow_outside)
+        return _read(root, args, allow_outside, same_as)
     except Exception as e:  # noqa: BLE001 - tools never raise
         return unexpected(e)
 
 
-def _read(root, args, allow_outside):
+def _read(root, args, allow_outside, same_as):
     path, err = get_str(args, "file_path")
     if err:
         return err
@@ -153,7 +160,10 @@ def _read(root, args, allow_outside):
         return _os_error(e)
     try:
         with os.fdopen(fd, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
+            st = os.fstat(f.fileno())
+            if same_as is not None and (st.st_dev, st.st_ino) != tuple(same_as):
+                return _err(CHANGED)
+            mode = st.st_mode
             if stat.S_ISDIR(mode):
                 return _err("is a directory")
             if not stat.S_ISREG(mode):  # FIFO, socket, device: reading could block forever

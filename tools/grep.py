@@ -19,6 +19,10 @@ files over MAX_FILE_BYTES (5 MB), files whose name is not UTF-8 (Read could not 
 binary files (NUL in the first 8 KB), symlinks resolving outside the root, and unreadable files;
 a last line in parentheses names the big ones (and how to search one) and counts the others. Every file is opened where it was checked
 (tools.workspace.open_resolved) and searched through that descriptor, by either engine.
+`same_as` is the (st_dev, st_ino) of the path the permission check judged
+(tools/permissions.Decision): a search path that is now another file or folder is refused
+(files.CHANGED), and an approved search outside the project reads only files whose real path is
+below that folder (a subfolder swapped for a link elsewhere is left out).
 
 Engines: the file list, the binary/size filters and the output formatting are ours either way; the
 line matching runs in ripgrep when `rg` is on PATH (linear-time regex, parallel, no catastrophic
@@ -43,8 +47,8 @@ import time
 import warnings
 
 from tools.closest import SKIP_DIRS, git_files, names_hint, path_hint
-from tools.files import SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
-from tools.workspace import PathOutside, display, is_inside, open_resolved, resolve
+from tools.files import CHANGED, SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
+from tools.workspace import PathOutside, display, identity, is_inside, open_resolved, real_root, resolve
 
 MAX_MATCHES = 200
 MAX_CONTEXT = 50               # -A / -B larger than this are cut to it
@@ -112,15 +116,24 @@ def _walk_files(d: str):
     return sorted(out)
 
 
-def grep(root, args: dict, *, allow_outside: bool = False, use_rg: bool = True) -> str:
-    """Search; `use_rg=False` forces the Python engine (the reference the rg path must equal)."""
+def grep(root, args: dict, *, allow_outside: bool = False, use_rg: bool = True,
+         same_as: tuple[int, int] | None = None) -> str:
+    """Search; `use_rg=False` forces the Python engine (the reference the rg path must equal);
+    `same_as`: the search path must still be this (st_dev, st_ino) (module docstring)."""
     try:
-        return _grep(root, args, allow_outside, use_rg)
+        return _grep(root, args, allow_outside, use_rg, same_as)
     except Exception as e:  # noqa: BLE001 - tools never raise
         return unexpected(e)
 
 
-def _grep(root, args, allow_outside, use_rg):
+def _same(root, base, same_as) -> bool:
+    try:
+        return identity(root, base) == tuple(same_as)
+    except (PathOutside, OSError):
+        return False
+
+
+def _grep(root, args, allow_outside, use_rg, same_as):
     pattern, err = get_str(args, "pattern")
     if err:
         return err
@@ -146,6 +159,8 @@ def _grep(root, args, allow_outside, use_rg):
         return _err("path outside the project")
     except ValueError:
         return _err("file not found")
+    if same_as is not None and not _same(root, base, same_as):
+        return _err(CHANGED)
     if not os.path.exists(base):
         return _err("file not found" + path_hint(root, base, dirs=True))
     if os.path.isdir(base):
@@ -154,14 +169,14 @@ def _grep(root, args, allow_outside, use_rg):
             files = _walk_files(os.fspath(base))
     else:
         files = [os.fspath(base)]
-    outside_ok = allow_outside and not is_inside(root, base)
+    within = os.fspath(base if allow_outside and not is_inside(root, base) else real_root(root))
     listed = []  # (shown name, real path) of every file that may be searched, in output order
     undecodable = 0
     for fp in files:
         if os.sep + ".git" + os.sep in fp + os.sep and not os.sep + ".git" + os.sep in os.fspath(base) + os.sep:
             continue
         real = os.path.realpath(fp)
-        if outside_ok or is_inside(root, real):
+        if real == within or real.startswith(within.rstrip(os.sep) + os.sep):  # `within` as judged, not re-resolved
             try:
                 os.fsencode(fp).decode("utf-8")
             except UnicodeDecodeError:  # a name Read could not be given back: said, not searched

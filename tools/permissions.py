@@ -22,12 +22,20 @@ Design trade-offs (read these first):
   question (`question`, set by the driver), the mode's default allows no Edit: it asks.
 * Settings: user file + project `.nanocode/settings.json` + `settings.local.json`; lists
   concatenate, the last file naming a mode wins, an explicit mode wins over all. A project file
-  ships with the repository, so a hostile repo can grant itself `auto`: the agent should show
-  which project settings it loaded. Edits of protected places (workspace.protected: any `.git`
-  or `.nanocode` component, hook folders, core.hooksPath, the user settings folder; literal and
-  resolved path, any case) always ask, and a Bash command naming nanocode settings or git hooks
-  is destructive, so the model cannot widen its own permissions or plant code that runs later.
-  Unknown settings keys are errors (a typo must not drop deny rules).
+  ships with the repository, so a hostile repo could grant itself `auto` and `Read(/**)`: a
+  project file applies only when the user accepted exactly its bytes for this project
+  (tools/workspace.project_settings; the CLI asks on interactive starts) or `trust_settings`
+  (--trust-settings) says so; else NOTHING of it applies, its deny and ask rules included. Those
+  would only restrict, so honouring them would be harmless, but a half-applied file is harder to
+  reason about than "ignored", and the rules a user relies on belong in the user file. `sources`
+  lists every file, an ignored one as `<path> (ignored: <why and the fix>)` (/settings shows
+  them); a `.nanocode` or settings file linking out of the project is never loaded. Edits of
+  protected places (workspace.protected: any `.git` or `.nanocode` component, hook folders,
+  core.hooksPath, the user settings folder; literal and resolved path, any case) always ask,
+  and a Bash command naming nanocode settings or git hooks is destructive, so the model cannot
+  widen its own permissions or plant code that runs later.
+  Unknown settings keys are errors (a typo must not drop deny rules). `"env": [names]` lists
+  environment variables Bash may see beyond tools/bash.ENV_ALLOW (API keys never pass unlisted).
 * Path rules are gitignore-style globs on the project-relative path (`*.md` at any depth,
   `docs/**` = `docs/` = the folder, `src/*.py` anchored); `~/` and absolute patterns match the
   resolved absolute path. `Read(...)` rules also govern Grep; a Grep of a folder is judged by
@@ -40,33 +48,47 @@ Design trade-offs (read these first):
   substitution, gets its exact text (`Bash(cat README.md)`: `cat*` would print any file). It
   never makes a rule for a call that asks whatever the rules say (returns "") and outside-read
   rules never cover `/`, $HOME or a parent of the project (the file instead).
+* Check = use: a Read or Grep decision records what it judged (Decision.inside, .identity) and
+  the driver runs the tool on exactly that, so a symlink swapped in after the check gives an
+  `error:`, never the other file. A path that changes under a check is denied ("changed while
+  it was checked"), and neither check nor always raises (always then makes no rule).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from nanocode.protocol import MODE_TOOLS, MODES, PLAN_REASON, TOOLS
 from tools.destructive import INTERPRETERS, destructive, dynamic, side_effects
 from tools.shell import normalized, split_command
-from tools.workspace import is_inside, protected, real_root, resolve, user_settings_dir
+from tools.workspace import (PathOutside, identity, is_inside, project_settings, protected, real_root, resolve,
+                             user_settings_dir)
 
 _KINDS = ("allow", "ask", "deny")
 NO_SANDBOX = "no OS sandbox is in effect, so every command asks"
 QUESTION_EDIT = "the request is a question: an edit asks, whatever the mode (agent/request_kind.py)"
 _ALLOWED = {"allow": "allowed by rule", "session": "allowed for this session"}
+NOT_ACCEPTED = ("not accepted yet: run nanocode here once interactively to review them, "
+                "or pass --trust-settings")
 
 
 @dataclass(frozen=True)
 class Decision:
+    """For Read and Grep also what was judged, so the call runs on exactly that (check = use):
+    `inside` (the resolved target is in the project: run without allow_outside, so the tool's
+    descriptor-level open refuses whatever became outside) and `identity` ((st_dev, st_ino) of
+    the target the check saw, workspace.MISSING when nothing was there): the tool refuses any
+    other file. None for other calls."""
     action: str  # "allow" | "ask" | "deny"
     reason: str
     rule: str | None = None
     always: str = ""  # for an ask: the session rule(s) "always" would store ("": none)
+    inside: bool | None = field(default=None, compare=False)
+    identity: tuple[int, int] | None = field(default=None, compare=False)
 
 
 class SettingsError(ValueError):
@@ -142,26 +164,38 @@ def _path_matches(pattern: str, abs_path: str, rel: str | None, home: Path) -> b
 
 def _load_file(path: Path) -> dict:
     """{"mode"?: str, "allow": [...], "ask": [...], "deny": [...]} from one settings file."""
+    try:
+        return _parse(path, path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise SettingsError(f"{path}: cannot read settings ({e}); fix: make it a readable UTF-8 JSON file") from e
+
+
+def _parse(path: Path, raw: bytes) -> dict:
+    """_load_file's result from the file's bytes."""
     def fail(problem, fix='use {"mode": "ask", "permissions": {"allow": [], "ask": [], "deny": []}}'):
         return SettingsError(f"{path}: {problem}; fix: {fix}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
         data = json.loads(text) if text.strip() else {}
-    except FileNotFoundError:
-        return {}
     except json.JSONDecodeError as e:
         raise fail(f"invalid JSON at line {e.lineno} column {e.colno} ({e.msg})",
                    "correct the syntax (JSON has no comments or trailing commas)") from e
-    except (OSError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise fail(f"cannot read settings ({e})", "make it a readable UTF-8 JSON file") from e
     if not isinstance(data, dict):
         raise fail("settings must be a JSON object")
     perms = data.get("permissions", {})
     if not isinstance(perms, dict):
         raise fail('"permissions" must be an object')
-    for unknown in sorted(set(data) - {"mode", "permissions", "$schema"}) + sorted(set(perms) - set(_KINDS)):
+    for unknown in sorted(set(data) - {"mode", "permissions", "env", "$schema"}) + sorted(set(perms) - set(_KINDS)):
         raise fail(f"unknown key {unknown!r}")
     out = {key: perms.get(key, []) for key in _KINDS}
+    env = data.get("env", [])
+    if not isinstance(env, list) or not all(isinstance(n, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)
+                                            for n in env):
+        raise fail('"env" must be a list of environment variable names', 'e.g. "env": ["PYTHONPATH"]')
     if "mode" in data:
         if data["mode"] not in MODES:
             raise fail(f"unknown mode {data['mode']!r}", f"use one of {', '.join(MODES)}")
@@ -175,7 +209,7 @@ def _load_file(path: Path) -> dict:
             except ValueError as e:
                 raise fail(f'bad rule in "permissions.{key}": {e}',
                            'write Tool or Tool(pattern), e.g. "Bash(git status*)"') from e
-    return out
+    return {**out, "env": env}
 
 
 def default_user_file(home=None) -> Path:
@@ -246,22 +280,30 @@ class Policy:
     sandboxed: bool = True  # Bash runs in tools/sandbox.py; False: every Bash call asks
     sources: list = field(default_factory=list)  # the settings files that were read (/settings)
     question: bool = False  # this turn's request is a question: the mode alone allows no Edit
+    env: list = field(default_factory=list)  # variable names Bash gets beyond tools/bash.ENV_ALLOW
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise SettingsError(f"unknown mode {self.mode!r}; fix: use one of {', '.join(MODES)}")
 
     @classmethod
-    def load(cls, root, mode=None, user_file=None, home=None) -> "Policy":
+    def load(cls, root, mode=None, user_file=None, home=None, trust_settings: bool = False) -> "Policy":
+        """The user file plus the project files the user accepted (all of them with
+        trust_settings); a malformed file that applies is a SettingsError naming it."""
         home = Path.home() if home is None else Path(home)
         user_file = default_user_file(home) if user_file is None else Path(user_file)
-        proj = Path(root) / ".nanocode"
-        paths = (user_file, proj / "settings.json", proj / "settings.local.json")
-        files = [_load_file(f) for f in paths]
-        lists = {key: [r for data in files for r in data.get(key, [])] for key in _KINDS}
+        files, sources = [_load_file(user_file)], [str(user_file)] if user_file.is_file() else []
+        for f in project_settings(root, home):
+            why = f.problem or ("" if trust_settings or f.trusted else NOT_ACCEPTED)
+            if why:
+                sources.append(f"{f.path} (ignored: {why})")
+                continue
+            files.append(_parse(f.path, f.data))
+            sources.append(str(f.path))
+        lists = {key: [r for data in files for r in data.get(key, [])] for key in (*_KINDS, "env")}
         file_mode = next((data["mode"] for data in reversed(files) if "mode" in data), "ask")
         return cls(Path(root), file_mode if mode is None else mode, session=[], home=home,
-                   sources=[str(f) for f in paths if f.is_file()], **lists)
+                   sources=sources, **lists)
 
     # -- matching
 
@@ -300,7 +342,8 @@ class Policy:
     # -- decisions
 
     def check(self, name, args) -> Decision:
-        """allow / ask / deny for one tool call; never raises."""
+        """allow / ask / deny for one tool call; never raises (a path that changes under the
+        check is denied: the model may try again)."""
         try:
             return self._check(name, args)
         except Exception as e:  # a bug here must not crash the agent loop: let the user decide
@@ -321,9 +364,17 @@ class Policy:
             return Decision("deny", f"missing argument {key}")
         try:
             full = resolve(self.root, path, write=False, allow_outside=True)
-        except (ValueError, OSError):
+            judged = None if name == "Edit" else identity(self.root, full)
+        except ValueError:
             return Decision("deny", f"invalid path {path!r}")
+        except (PathOutside, OSError):  # e.g. a symlink swapped in between realpath and the walk
+            return Decision("deny", f"{path!r} changed while it was checked; try again")
         inside = is_inside(self.root, full)
+        decision = self._judge(name, path, full, inside)
+        return decision if name == "Edit" else replace(decision, inside=inside, identity=judged)
+
+    def _judge(self, name, path, full, inside) -> Decision:
+        """The decision on the resolved `full` of a Read, Grep or Edit of `path`."""
         rel = os.path.relpath(full, real_root(self.root)).replace(os.sep, "/") if inside else None
         if name == "Edit" and not inside:
             return Decision("deny", "path outside the project")
@@ -385,8 +436,15 @@ class Policy:
     def always(self, name, args, store: bool = True) -> str:
         """Add the session rule(s) for "always allow this" and return exactly those added, joined
         by ", "; "" when none is made (hard denies, calls that ask whatever the rules say, calls
-        already allowed). store=False only says what would be added: the faces show it on the
-        "always" choice before the user picks it."""
+        already allowed, a path that changed under the check). store=False only says what would
+        be added: the faces show it on the "always" choice before the user picks it. Never
+        raises."""
+        try:
+            return self._always(name, args, store)
+        except (OSError, ValueError):  # a path changing meanwhile: no rule, the call runs once
+            return ""
+
+    def _always(self, name, args, store: bool) -> str:
         if name not in TOOLS or not isinstance(args, dict):
             return ""
         d = self.check(name, args)

@@ -6,7 +6,13 @@ generated eval programs (evals/sandbox.py). Linux namespaces, no root needed, no
 The bootstrap `_BOOT`, inside the new user + mount + pid (+ net) namespaces:
 
 1. joins the given cgroups (root only: pids.max bounds a fork bomb, memory.limit the total);
-2. bind-mounts every `writable` dir onto itself, then remounts every other mount read-only;
+2. bind-mounts every `writable` dir onto itself; gives the command a private /dev: a fresh
+   read-only tmpfs holding only the host's null, zero, full, random, urandom and tty (bound from
+   the host's nodes), fd/stdin/stdout/stderr links into /proc/self/fd, a new devpts instance
+   (pts/, ptmx) and shm/ (step 3), so no block device, kmsg, kvm, fuse or loop-control can be
+   opened (as root a command could otherwise write a disk). Then remounts every other mount
+   read-only and nodev (a device node elsewhere on the host disk cannot be opened either; the
+   host's /dev below the new one gets the same); mknod is refused in a user namespace anyway;
 3. covers /tmp, /var/tmp, /run, /dev/shm with fresh tmpfs (hides host sockets: docker.sock,
    ssh-agent, dbus; a read-only mount still lets connect() reach a socket file). /tmp becomes a
    private, size-capped scratch dir (or the caller's `tmp` dir, bind-mounted there, to keep files
@@ -48,9 +54,14 @@ import threading
 import time
 from dataclasses import dataclass
 
+from tools.sandbox_paths import guard, loosen_undo_refs, mountable, pins, project_protected
+
 NOBODY = 65534
 SETUP_FAILED = 97  # exit status of the bootstrap when the namespace set-up itself failed
 COVERED = ("/tmp", "/var/tmp", "/run", "/dev/shm")  # private tmpfs over the host's socket dirs
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")  # the host's, bound into the private /dev
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"))
 CGROUP_ROOT = "/sys/fs/cgroup"
 ENV_SWITCH = "NANOCODE_SANDBOX"  # "off" / "plain": no namespaces
 
@@ -68,7 +79,7 @@ drop = spec["drop"]
 if spec["ns"]:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
-    RDONLY, NOSUID, NODEV, REMOUNT, BIND, REC = 1, 2, 4, 32, 4096, 16384
+    RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC = 1, 2, 4, 8, 32, 4096, 16384
     OPT = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
     def mount(src, dst, flags, fstype=None, data=None, what="cannot mount"):
         if libc.mount(src.encode(), dst.encode(), fstype and fstype.encode(), flags, data and data.encode()):
@@ -77,12 +88,29 @@ if spec["ns"]:
     writable, keep, tmp = spec["writable"], spec["keep_ro"], spec["tmp"]
     for w in writable:
         mount(w, w, BIND, what="cannot bind")
+    host_dev = os.open("/dev", os.O_PATH | os.O_DIRECTORY)
+    nodes = {n: os.open("/dev/" + n, os.O_PATH) for n in @DEV_NODES@ if os.path.exists("/dev/" + n)}
+    mount("tmpfs", "/dev", NOSUID | NODEV, "tmpfs", "size=64k,mode=755", "cannot make /dev")
+    for n, fd in nodes.items():
+        open("/dev/" + n, "w").close()
+        mount(f"/proc/self/fd/{fd}", "/dev/" + n, BIND, what="cannot make /dev")
+        os.close(fd)
+    libc.mount(b"none", f"/proc/self/fd/{host_dev}".encode(), None, REMOUNT | BIND | RDONLY | NOSUID | NODEV, None)
+    os.close(host_dev)
+    for n, target in @DEV_LINKS@:
+        os.symlink(target, "/dev/" + n)
+    os.mkdir("/dev/shm"); os.mkdir("/dev/pts")
+    if not libc.mount(b"devpts", b"/dev/pts", b"devpts", NOSUID | NOEXEC, b"newinstance,ptmxmode=0666,mode=0620"):
+        os.symlink("pts/ptmx", "/dev/ptmx")
+    mount("none", "/dev", REMOUNT | RDONLY | NOSUID | NODEV, what="cannot lock /dev")
+    keep_dev = {"/dev/" + n for n in nodes} | {"/dev/pts"}
     for f in [line.split() for line in open("/proc/self/mountinfo")]:
         mp = f[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-        if mp not in writable:  # best effort: "/" is checked below
+        if mp not in writable and mp not in keep_dev:  # best effort: "/" is checked below
             flags = REMOUNT | BIND | RDONLY
             for o in f[5].split(","): flags |= OPT.get(o, 0)
-            libc.mount(b"none", mp.encode(), None, flags, None)
+            if libc.mount(b"none", mp.encode(), None, flags | NODEV, None):
+                libc.mount(b"none", mp.encode(), None, flags, None)
     covered = {d: "size=%dm,mode=1777" % (spec["tmp_mb"] if d == "/tmp" else 16)
                for d in @COVERED@ if os.path.isdir(d) and not os.path.islink(d)}
     if drop is not None:  # cover the first dir on the way that `drop` cannot traverse
@@ -148,7 +176,8 @@ while time.monotonic() < end:  # orphans are ours (pid 1): none left means the n
         break
 os._exit(code if code >= 0 else 128 - code)
 """
-_BOOT = _BOOT.replace("@SETUP_FAILED@", str(SETUP_FAILED)).replace("@COVERED@", repr(COVERED))
+_BOOT = (_BOOT.replace("@SETUP_FAILED@", str(SETUP_FAILED)).replace("@COVERED@", repr(COVERED))
+         .replace("@DEV_NODES@", repr(DEV_NODES)).replace("@DEV_LINKS@", repr(DEV_LINKS)))
 
 
 @dataclass(frozen=True)
@@ -222,15 +251,21 @@ def wrap(argv: list[str], *, cwd: str, writable=(), protected=(), network: bool 
 
 def prepare(root, argv: list[str], cfg: Sandbox, linger: float = 0.0):
     """For tools.bash: (wrapped argv, guarded paths for `restore`, cgroups for `remove_cgroup`).
-    Writable: the project root, its .git (bound onto itself: it cannot be renamed or replaced
-    while its hooks/config are protected), cfg.writable; /tmp private. Raises OSError."""
+    Writable: the project root, its .git and the `pins` of the protected paths (bound onto
+    themselves: they cannot be renamed or replaced while what they hold is protected),
+    cfg.writable; /tmp private. Loosens packed undo refs first (`loosen_undo_refs`). Raises
+    OSError."""
     root = os.path.realpath(root)
     if not os.path.isdir(root):
         raise OSError(f"not a directory: {root}")
     git = os.path.join(root, ".git")
     writable = [root] + ([git] if os.path.isdir(git) and not os.path.islink(git) else [])
+    if os.path.isdir(git) and not os.path.islink(git):
+        loosen_undo_refs(git)
+    paths = project_protected(root)
+    writable += [p for p in pins(paths, root) if p not in writable]
     writable += [os.path.realpath(w) for w in cfg.writable]
-    paths = project_protected(root) + [os.path.realpath(p) for p in cfg.protected]
+    paths += [os.path.realpath(p) for p in cfg.protected]
     guarded = guard(paths)
     groups = make_cgroups(cfg.nproc, cfg.memory_mb)
     limits = {"RLIMIT_AS": cfg.memory_mb << 20, "RLIMIT_NPROC": cfg.nproc, "RLIMIT_CORE": 0,
@@ -303,83 +338,6 @@ def remove_cgroup(d: str) -> None:
             return
         except OSError:
             time.sleep(0.01)
-
-
-# ---- the project's protected paths --------------------------------------------------------------
-GIT_PROTECTED = ("hooks", "config", "config.worktree", "commondir", "modules", "worktrees")
-
-
-def _hooks_path(config: str) -> str | None:
-    """core.hooksPath as set in this config file (includes are not followed)."""
-    section = None
-    try:
-        with open(config, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                s = line.split("#")[0].split(";")[0].strip()
-                if s.startswith("["):
-                    section = s[1:s.find("]")].strip().lower()
-                elif section == "core" and "=" in s and s.split("=")[0].strip().lower() == "hookspath":
-                    return s.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    return None
-
-
-def project_protected(root) -> list[str]:
-    """Paths inside the project a sandboxed command must not create or change: what git or
-    nanocode would later run or trust on the user's behalf. ``.git/{hooks, config,
-    config.worktree, commondir, modules, worktrees}``, the core.hooksPath target when inside the
-    project, ``.nanocode``; the whole ``.git`` when it is a file (gitdir pointer) or absent (so
-    a `git init` inside the sandbox is undone). The rest of .git stays writable: git add,
-    commit, stash, checkout work."""
-    root = os.path.realpath(root)
-    git = os.path.join(root, ".git")
-    out = [os.path.join(root, ".nanocode")]
-    if not os.path.isdir(git) or os.path.islink(git):
-        return [git] + out
-    out += [os.path.join(git, n) for n in GIT_PROTECTED]
-    hooks = _hooks_path(os.path.join(git, "config"))
-    if hooks:
-        target = os.path.realpath(os.path.join(root, os.path.expanduser(hooks)))
-        if target.startswith(root + os.sep):
-            out.append(target)
-    return out
-
-
-def guard(paths) -> dict:
-    """What `restore` needs for the protected paths a mount cannot cover: missing ones (None) and
-    symlinks (their target). Existing files and dirs are mounted over instead (`mountable`)."""
-    out = {}
-    for p in paths:
-        if not os.path.lexists(p):
-            out[p] = None
-        elif os.path.islink(p):
-            out[p] = os.readlink(p)
-    return out
-
-
-def mountable(paths, guarded: dict) -> list[str]:
-    return [p for p in paths if p not in guarded]
-
-
-def restore(guarded: dict) -> list[str]:
-    """Undo what the command did to the guarded paths (remove what it created, without following
-    symlinks; put a replaced symlink back); returns the paths it had to fix."""
-    fixed = []
-    for p, link in guarded.items():
-        if (os.readlink(p) if os.path.islink(p) else None if not os.path.lexists(p) else "") == link:
-            continue
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
-        if link is not None:
-            os.symlink(link, p)
-        fixed.append(p)
-    return fixed
 
 
 # ---- the probe ----------------------------------------------------------------------------------

@@ -159,7 +159,9 @@ def run_tests(command: str, cwd: str, timeout: float, sandbox=None, ignore=()) -
     rollout's OS sandbox (tools/sandbox.py) when it has one: the tests run model-written code.
     Any pytest it runs leaves out the (absolute) paths in `ignore`."""
     from tools import sandbox as sbx
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    from tools.bash import command_env  # the tests run model-written code: no API keys
+    from tools.sandbox_paths import restore
+    env = {**command_env(), "PYTHONDONTWRITEBYTECODE": "1"}
     if ignore:
         env["PYTEST_ADDOPTS"] = " ".join([env.get("PYTEST_ADDOPTS", "")]
                                          + [shlex.quote(f"--ignore={p}") for p in ignore]).strip()
@@ -178,7 +180,7 @@ def run_tests(command: str, cwd: str, timeout: float, sandbox=None, ignore=()) -
     finally:
         for d in groups:
             sbx.remove_cgroup(d)
-        sbx.restore(protected)
+        restore(protected)
     lines = [x for x in out.decode(errors="replace").splitlines() if x.strip()]
     last = lines[-1].strip()[:200] if lines else ""
     if proc.returncode == 5 and "pytest" in command:

@@ -11,14 +11,15 @@ undone flag, HEAD at begin) lives in <git dir>/nanocode/turns.json, the paths th
 hid at begin in <git dir>/nanocode/ignored-<id> (NUL-separated), so a new Snapshots object
 (agent restart) sees earlier turns. The refs keep the objects through gc and are not branches:
 `git branch`, `git log`, `git stash list` show nothing new, and the user's HEAD, index, stash,
-branches and files are never touched, except by undo (the turn's paths only). When root is a
-subdirectory of a repo the whole work tree is snapshotted and paths
-are relative to its top. Outside a git repo (or in one git refuses: another user's, see
-tools/git.py) the same logic runs against a bare shadow git dir ($NANOCODE_HOME/shadow/
-<sha1(realpath(root))[:16]>, NANOCODE_HOME defaulting to ~/.cache/nanocode) via GIT_DIR +
-GIT_WORK_TREE; no .git is created in the project; .nanocode/ and .git/ are excluded. Every git
-command runs through tools/git.py: nothing the repository's config names (fsmonitor, hooks,
-filters, textconv, gpg, pager) is executed.
+branches and files are never touched, except by undo (the turn's paths, and the git state the
+turn changed). In a user repository begin() and end() also record the user's git state (refs,
+HEAD, stash, index; Turn.git: what differs), which undo puts back: tools/git_state.py. When root
+is a subdirectory of a repo the whole work tree is snapshotted and paths are relative to its top.
+Outside a git repo (or in one git refuses: another user's, see tools/git.py) the same logic runs
+against a bare shadow git dir ($NANOCODE_HOME/shadow/<sha1(realpath(root))[:16]>, NANOCODE_HOME
+defaulting to ~/.cache/nanocode) via GIT_DIR + GIT_WORK_TREE; no .git is created in the project;
+.nanocode/ and .git/ are excluded. Every git command runs through tools/git.py: nothing the
+repository's config names (fsmonitor, hooks, filters, textconv, gpg, pager) is executed.
 
 Undo never loses data. plan() says what undo() would do, and refuses as undo() would: turns are
 picked per session (the latest undoable turn of `session`; an explicit turn id reaches any
@@ -34,43 +35,53 @@ file may have existed untracked before the turn and is kept (UndoPlan.keep); dir
 did not exist before and are now empty are removed. Every parent directory is checked with
 os.path.realpath against the real root before anything is written, so a symlinked directory can
 never redirect a write out of the project. Renames show up as a deletion plus an addition
-(--no-renames), so both paths are in Turn.changed.
+(--no-renames), so both paths are in Turn.changed. A type change (file, directory, symlink, either
+way) is a removal plus a restore; before anything is written the plan checks that nothing the undo
+keeps is in the way (a file the user put in a directory that was a file before, a parent that is
+now a symlink the turn did not make) and refuses naming it. The git state the turn changed is
+checked the same way against its state at end() and then put back (tools/git_state.py); a turn
+whose refs under refs/nanocode/turns/ were deleted (outside nanocode: the Bash sandbox makes them
+read-only) is refused with their names (Turn.missing), never skipped for an older one.
 
-Trade-offs / limits. Ignored files (and .git/, .nanocode/) are not snapshotted, so a turn that
-edits e.g. build output or .env cannot undo that (and undo never deletes them). Untracked files
-over 20 MB (MAX_UNTRACKED_BYTES) and nested repositories over MAX_NESTED_FILES files are left
-out; they are listed in Turn.skipped. Git does not track empty directories: an empty directory
-that existed before the turn and got files from it is removed by undo; a nested repository the
-turn created keeps its .git/ after undo. Modes are git's: only the exec bit is restored (other
-permission bits of an existing file are kept; new files get 0666/0777 minus umask), and the
-on-disk check ignores exec-bit changes. Submodules (gitlinks) are not restored. Content goes
-through git's filters both ways (clean on snapshot, smudge on restore), so a file comes back as
-`git checkout` would write it: where git normalises line endings (`text`/`eol`, core.autocrlf)
-a file that had CRLF in the work tree under `* text=auto` comes back with LF. Two processes
-snapshotting one repo at once: the second fails on git's index.lock (UndoError). Snapshots live
-in the user's object database (loose objects; gc reclaims them once the refs are deleted).
-Snapshot commits are made as "nanocode" and never signed (tools/git.py turns gpg off).
+Trade-offs / limits. Ignored files, .git/ and the project root's .nanocode/ are not snapshotted, so
+a turn that edits e.g. build output or .env cannot undo that (and undo never deletes them;
+tools/destructive.py asks before a command destroys one). A .nanocode folder elsewhere
+(docs/.nanocode/notes.md) is restored like any file. Restored exactly: file bytes, the exec bit,
+symlinks, files, directories and symlinks changing into one another (for the git state see
+tools/git_state.py). Untracked files over 20 MB (MAX_UNTRACKED_BYTES) and nested repositories over
+MAX_NESTED_FILES files are left out; they are listed in Turn.skipped. Git does not track empty
+directories: an empty directory that existed before the turn and got files from it is removed by
+undo; a nested repository the turn created keeps its .git/ after undo. Modes are git's: only the
+exec bit is restored (other permission bits of an existing file are kept; new files get 0666/0777
+minus umask), and the on-disk check ignores exec-bit changes. Submodules (gitlinks) are not
+restored. Content goes through git's filters both ways (clean on snapshot, smudge on restore), so a
+file comes back as `git checkout` would write it: where git normalises line endings (`text`/`eol`,
+core.autocrlf) a file that had CRLF in the work tree under `* text=auto` comes back with LF. Two
+processes snapshotting one repo at once: the second fails on git's index.lock (UndoError).
+Snapshots live in the user's object database (loose objects; gc reclaims them once the refs are
+deleted). Snapshot commits are made as "nanocode" and never signed (tools/git.py turns gpg off).
 
 Cost. Each operation starts more git processes than a bare `git add -A` snapshot would: the
 config listing that keeps git from running anything (tools/git.py), `ls-files` of the private
 index and, in begin(), the ignored listing. Unchanged files are not re-hashed, so with few
 edits those process starts are most of the cost: the price of running nothing the repository
 names, of nested repositories that stay restorable and of ignored files that never look created.
+Recording the git state costs more (tools/git_state.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import stat
-import tempfile
-import threading
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
+from nanocode.common import write_atomic
 from tools.git import git, safe_env
-from tools.snapshot import GitDir, GitError, names, under
+from tools.git_state import GitState
+from tools.snapshot import OWN, GitDir, GitError, names, names_list, under
 from tools.workspace import is_inside
+from tools.write_tree import UnsafeWrite, remove_created, restore_file
 
 ABSENT, GITLINK, SYMLINK = "000000", "160000", "120000"
 
@@ -90,18 +101,22 @@ class Turn:
     skipped: list[str] = field(default_factory=list)  # not snapshotted: too big, big nested repo `x/`
     head: str | None = None  # the user's HEAD at begin() (None: no commits yet)
     session: str | None = None  # the agent session that ran the turn
+    git: list[str] = field(default_factory=list)  # git state it changed: refs, "HEAD", "stash", "index"
+    missing: list[str] = field(default_factory=list)  # its refs found missing (computed, not stored)
 
 
 @dataclass
 class UndoPlan:
     """What undo(turn) does: `restore` gets its before-turn content back, `remove` (created by
     the turn) is deleted, `keep` is left as it is (gitlinks; files that may have existed
-    unsnapshotted before the turn), `committed` holds the turn's result in a commit made since."""
+    unsnapshotted before the turn), `committed` holds the turn's result in a commit made since,
+    `git` is the user's git state put back (ref names, "HEAD", "stash", "index")."""
     turn: int
     restore: list[str] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
     committed: list[str] = field(default_factory=list)
+    git: list[str] = field(default_factory=list)
 
     @property
     def paths(self) -> list[str]:
@@ -109,15 +124,14 @@ class UndoPlan:
 
     def describe(self) -> str:
         """One line, e.g. `restore a.py; remove new.py; keep as is .env`."""
-        parts = [f"{label} {_names_list(paths)}" for label, paths in (
+        parts = [f"{label} {names_list(paths)}" for label, paths in (
             ("restore", self.restore), ("remove", self.remove), ("keep as is", self.keep),
-            ("already committed", self.committed)) if paths]
+            ("already committed", self.committed), ("restore git", self.git)) if paths]
         return "; ".join(parts) or "nothing to undo"
 
 
-def _names_list(paths, limit=5) -> str:
-    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
-    return ", ".join(paths[:limit]) + more
+def _undoable(t: Turn) -> bool:
+    return t.after is not None and bool(t.changed or t.git) and not t.undone
 
 
 def _find(root: str) -> tuple[str, str] | None:
@@ -153,18 +167,24 @@ class Snapshots:
                 key = hashlib.sha1(self.root.encode("utf-8", "surrogateescape")).hexdigest()[:16]
                 shadow_dir = os.path.join(nanocode_home(), "shadow", key)
             self.git_dir = os.path.realpath(os.fspath(shadow_dir))
-            if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
-                os.makedirs(self.git_dir, exist_ok=True)
-                r = git(self.git_dir, "init", "-q", "--bare", "--template=", self.git_dir,
-                        env=safe_env(self.git_dir))
-                if r.returncode != 0:
-                    raise UndoError(f"cannot make the shadow repo {self.git_dir}: {r.stderr.decode().strip()}")
-                os.makedirs(os.path.join(self.git_dir, "info"), exist_ok=True)
-                with open(os.path.join(self.git_dir, "info", "exclude"), "a") as f:
-                    f.write(".nanocode/\n.git/\n")
-        self.g = GitDir(self.git_dir, self.top, self.shadow)
+            self._make_shadow()
+        rel = os.path.relpath(self.root, self.top).replace(os.sep, "/")
+        own = [OWN] + ([f"{rel}/{OWN}"] if rel != "." else [])  # nanocode's own: settings, sessions
+        self.g = GitDir(self.git_dir, self.top, self.shadow, own)
         self.meta_dir = self.g.meta_dir
         self.meta_path = os.path.join(self.meta_dir, "turns.json")
+        self.git_state = None if self.shadow else GitState(self.g, self._load, self._save)
+
+    def _make_shadow(self):
+        """The bare shadow git dir, made once; its exclude file leaves out the root's .nanocode/."""
+        if not os.path.isfile(os.path.join(self.git_dir, "HEAD")):
+            os.makedirs(self.git_dir, exist_ok=True)
+            r = git(self.git_dir, "init", "-q", "--bare", "--template=", self.git_dir, env=safe_env(self.git_dir))
+            if r.returncode != 0:
+                raise UndoError(f"cannot make the shadow repo {self.git_dir}: {r.stderr.decode().strip()}")
+        os.makedirs(os.path.join(self.git_dir, "info"), exist_ok=True)
+        with open(os.path.join(self.git_dir, "info", "exclude"), "w") as f:
+            f.write("/.nanocode/\n.git/\n")
 
     def _wrap(self, fn, *args, **kw):
         """fn(*args, **kw) with a git failure raised as UndoError."""
@@ -197,14 +217,11 @@ class Snapshots:
 
     def _save(self, meta):
         os.makedirs(self.meta_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.meta_dir, prefix=".turns-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(meta, f, indent=1)
-        os.replace(tmp, self.meta_path)
+        write_atomic(self.meta_path, json.dumps(meta, indent=1).encode())
 
     def _store(self, turn, tree=None):
         meta = self._load()
-        meta["turns"][str(turn.id)] = asdict(turn)
+        meta["turns"][str(turn.id)] = {k: v for k, v in asdict(turn).items() if k != "missing"}
         if tree:  # cache: the newest snapshot's tree and a commit holding it
             meta["last"] = {"tree": tree, "commit": turn.after or turn.before}
         self._save(meta)
@@ -220,7 +237,8 @@ class Snapshots:
             return []
 
     def turns(self) -> list[Turn]:
-        """All turns, oldest first, rebuilt from refs/nanocode/turns/* plus turns.json."""
+        """All turns, oldest first, rebuilt from refs/nanocode/turns/* plus turns.json. A turn
+        whose refs were deleted outside nanocode names them in Turn.missing."""
         refs = {}
         out = self._run("for-each-ref", "--format=%(refname) %(objectname)", "refs/nanocode/turns/")
         for line in out.decode().splitlines():
@@ -229,11 +247,14 @@ class Snapshots:
             refs.setdefault(int(tid), {})[kind] = sha
         saved = self._load()["turns"]
         result = []
-        for tid in sorted(refs):
-            if "before" not in refs[tid]:
+        for tid in sorted(set(refs) | {int(k) for k in saved}):
+            have, rec = refs.get(tid, {}), dict(saved.get(str(tid), {}))
+            if "before" not in have and "before" not in rec:
                 continue
-            rec = dict(saved.get(str(tid), {}))
-            rec.update(id=tid, before=refs[tid]["before"], after=refs[tid].get("after"))
+            wanted = ["before"] + ["after"] * bool(rec.get("after")) + ["keep"] * bool(rec.get("git"))
+            rec.update(id=tid, before=have.get("before", rec.get("before")),
+                       after=have.get("after", rec.get("after")),
+                       missing=[f"refs/nanocode/turns/{tid}-{k}" for k in wanted if k not in have])
             if rec["after"] and str(tid) not in saved:  # metadata lost: recompute from the refs
                 rec["changed"] = self.g.changed(rec["before"], rec["after"])
             result.append(Turn(**{k: v for k, v in rec.items() if k in Turn.__dataclass_fields__}))
@@ -278,7 +299,9 @@ class Snapshots:
                 f.write(b"".join(os.fsencode(p) + b"\0" for p in ignored))
         elif os.path.exists(self._ignored_path(turn.id)):  # a stale one (its refs were deleted)
             os.unlink(self._ignored_path(turn.id))
-        self._run("update-ref", f"refs/nanocode/turns/{turn.id}-before", before)
+        lines = [f"update refs/nanocode/turns/{turn.id}-before {before}\n"]
+        lines += self._wrap(self.git_state.begin, turn.id) if self.git_state else []
+        self._run("update-ref", "--stdin", input="".join(lines).encode())
         self._store(turn, tree)
         return turn
 
@@ -294,6 +317,8 @@ class Snapshots:
             turn.after = self._commit(tree, f"nanocode after: {turn.message}")
             turn.changed = self._wrap(self.g.changed, turn.before, turn.after)
         turn.skipped = sorted(set(turn.skipped) | set(skipped))
+        if self.git_state:
+            turn.git = self._wrap(self.git_state.end, turn.id)
         self._run("update-ref", f"refs/nanocode/turns/{turn.id}-after", turn.after)
         self._store(turn, tree)
         return turn
@@ -320,7 +345,7 @@ class Snapshots:
         """What undo() would do (a dry run; nothing changes). Raises UndoError where undo() would
         refuse, except for committed paths, which it lists."""
         self.g.fresh()
-        turn = self._get(turn, lambda t: t.after is not None and t.changed and not t.undone, session)
+        turn = self._get(turn, _undoable, session)
         return self._plan(turn)[0]
 
     def _plan(self, turn):
@@ -328,7 +353,11 @@ class Snapshots:
             raise UndoError(f"cannot undo turn {turn.id}: it is not finished; call end() first")
         if turn.undone:
             raise UndoError(f"turn {turn.id} is already undone; nothing to do")
-        plan = UndoPlan(turn.id)
+        if turn.missing:
+            raise UndoError(f"cannot undo turn {turn.id}: {names_list(turn.missing)} missing (deleted "
+                            "outside nanocode), so its snapshot is gone and it cannot be undone; undo "
+                            "another turn by its id, or recreate the refs from turns.json")
+        plan = UndoPlan(turn.id, git=self._git_plan(turn))
         if not turn.changed:
             return plan, []
         # after -> before, raw: ":<mode after> <mode before> <sha after> <sha before> <status>\0path\0"
@@ -350,28 +379,64 @@ class Snapshots:
             else:
                 plan.remove.append(path)
         disk = self._wrap(self.g.disk_state, plan.restore + plan.remove)
+        after_dirs = {p[:i] for p, mode_a, *_ in entries if mode_a != ABSENT for i, c in enumerate(p) if c == "/"}
         moved = []
         for path, mode_a, sha_a, _, _ in entries:
             if path not in disk:
                 continue
             now = disk[path]
-            if mode_a == ABSENT:
-                same = now is None
+            if mode_a == ABSENT:  # a directory now only because the turn put files in it
+                same = now is None or now == ("dir", None) and path in after_dirs
             else:  # the exec bit is not compared (core.fileMode=false repos record none)
                 same = now is not None and now[1] == sha_a and {now[0], mode_a} <= {"100644", "100755"} \
                     or now == (mode_a, sha_a)
             if not same:
                 moved.append(path)
         if moved:
-            raise UndoError(f"cannot undo turn {turn.id}: {_names_list(sorted(moved))} changed since the "
+            raise UndoError(f"cannot undo turn {turn.id}: {names_list(sorted(moved))} changed since the "
                             "turn (by you or a later turn); undo later turns first, or commit or discard "
                             "those changes, then retry")
+        removed = set(plan.remove)
         for path in plan.restore + plan.remove:
-            if not self._inside(os.path.dirname(os.path.join(self.top, path))):
+            why = self._blocked(path, removed) if path in plan.restore else None
+            if why:
+                raise UndoError(f"cannot undo turn {turn.id}: {why}, which undo would not remove; move it "
+                                "away and retry (nothing was changed)")
+            parents = {path[:i] for i, c in enumerate(path) if c == "/"}
+            fresh = path in plan.restore and bool(parents & removed)  # below a link the undo deletes
+            if not fresh and not self._inside(os.path.dirname(os.path.join(self.top, path))):
                 raise UndoError(f"cannot undo turn {turn.id}: {path} lies behind a symlink that leaves "
                                 f"the project {self.top}; remove that symlink and retry")
         plan.committed = self._committed(turn)
         return plan, entries
+
+    def _blocked(self, path, removed) -> str | None:
+        """What keeps `path` from being restored once the `removed` paths are gone: a parent that
+        is a symlink or a file, or a directory at `path` holding anything else; None when nothing."""
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            full = os.path.join(self.top, parent)
+            if parent in removed or not os.path.lexists(full):
+                return None  # made afresh below it
+            if os.path.islink(full) or not os.path.isdir(full):
+                return f"{parent} is now a symlink or file"
+        full = os.path.join(self.top, path)
+        if os.path.islink(full) or not os.path.isdir(full):
+            return None
+        for cur, dirs, files in os.walk(full):
+            for x in files + [d for d in dirs if os.path.islink(os.path.join(cur, d))]:
+                rel = os.path.relpath(os.path.join(cur, x), self.top).replace(os.sep, "/")
+                if rel not in removed:
+                    return f"{path} is now a directory holding {rel}"
+        return None
+
+    def _git_plan(self, turn) -> list[str]:
+        """The git state undo puts back (Turn.git); UndoError when it cannot (tools/git_state.py)."""
+        why = self._wrap(self.git_state.refusal, turn.id, turn.git) if turn.git else None
+        if why:
+            raise UndoError(f"cannot undo turn {turn.id}: {why}")
+        return list(turn.git)
 
     def _committed(self, turn) -> list[str]:
         """The turn's paths whose "after" state a commit made since the turn began holds."""
@@ -387,19 +452,25 @@ class Snapshots:
         "before" state as plan() describes; returns the restored and removed paths. Refuses if
         they moved on since, or were committed since (unless allow_committed)."""
         self.g.fresh()
-        turn = self._get(turn, lambda t: t.after is not None and t.changed and not t.undone, session)
+        turn = self._get(turn, _undoable, session)
         plan, entries = self._plan(turn)
         if plan.committed and not allow_committed:
-            raise UndoError(f"turn {turn.id}: {_names_list(plan.committed)} were committed since the turn; "
+            raise UndoError(f"turn {turn.id}: {names_list(plan.committed)} were committed since the turn; "
                             "undoing would revert committed work. Use git revert, or undo with "
                             "allow_committed=True to restore the files anyway")
         before_dirs = set(names(self._run("ls-tree", "-r", "-d", "-z", "--name-only", turn.before)))
         for path in sorted(plan.remove, reverse=True):  # deletions first, deepest first
-            _remove_path(self.top, path, before_dirs)
+            remove_created(self.top, path, before_dirs)
         modes = {e[0]: (e[3], e[4]) for e in entries}
         for path in sorted(plan.restore):
             mode, sha = modes[path]
-            _write_path(self.top, path, mode, partial(self._content, turn.before, path, mode, sha))
+            try:
+                restore_file(self.top, path, mode == SYMLINK, mode == "100755",
+                             partial(self._content, turn.before, path, mode, sha))
+            except UnsafeWrite as e:
+                raise UndoError(str(e)) from e
+        if plan.git:
+            self._wrap(self.git_state.restore, turn.id, plan.git)
         turn.undone = True
         self._store(turn)
         return plan.paths
@@ -410,63 +481,3 @@ class Snapshots:
         if mode == SYMLINK:
             return self._run("cat-file", "blob", sha)
         return self._run("cat-file", "--filters", f"{before}:{path}")
-
-
-# ---------------------------------------------------------------------- writing a restore to disk
-# Filesystem only, no git: undo() has checked the plan (nothing moved on, no parent directory
-# leaves the project) and hands each path here with a way to read its "before" content.
-
-def _remove_path(top: str, path: str, before_dirs: set[str]) -> None:
-    """Delete `path` (a file or symlink the turn created), then its parent directories that are
-    now empty and were not in the "before" snapshot (`before_dirs`), deepest first."""
-    full = os.path.join(top, path)
-    if os.path.islink(full) or os.path.lexists(full) and not os.path.isdir(full):
-        os.unlink(full)
-    parent = os.path.dirname(path)
-    while parent and parent not in before_dirs:
-        full = os.path.join(top, parent)
-        if not os.path.isdir(full) or os.path.islink(full) or os.listdir(full):
-            break
-        os.rmdir(full)
-        parent = os.path.dirname(parent)
-
-
-def _write_path(top: str, path: str, mode: str, read) -> None:
-    """Put `path` back with git mode `mode` and the bytes read() returns (a symlink's target for
-    120000), through a temp file in its directory and os.replace. Refuses (UndoError) when the
-    directory resolves outside `top` or a directory is in the way. Only the exec bit follows the
-    snapshot: an existing file keeps its other permission bits, a new one gets 0o666/0o777 minus
-    the umask."""
-    full = os.path.join(top, path)
-    parent = os.path.dirname(full)
-    os.makedirs(parent, exist_ok=True)  # Snapshots._plan checked every existing parent already
-    if not is_inside(top, os.path.realpath(parent)):
-        raise UndoError(f"refusing to write {path}: its directory resolves outside {top}")
-    if os.path.isdir(full) and not os.path.islink(full):
-        raise UndoError(f"cannot restore {path}: a directory is in the way; move it and retry")
-    if mode == SYMLINK:
-        tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{os.path.basename(full)}")
-        os.symlink(read(), tmp)
-        os.replace(tmp, full)
-        return
-    data = read()
-    exe = mode == "100755"
-    try:
-        old = os.lstat(full)
-        perm = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else None
-    except FileNotFoundError:
-        perm = None
-    if perm is not None:  # an existing file keeps its other bits; only x follows the snapshot
-        perm = perm | (perm & 0o444) >> 2 if exe else perm & ~0o111
-    tmp = os.path.join(parent, f".nanocode-{os.getpid()}-{threading.get_ident()}.tmp")
-    try:  # a new file gets 0o777/0o666 minus the umask, applied by the kernel (thread-safe)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if exe else 0o666)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if perm is not None:
-            os.chmod(tmp, perm)
-        os.replace(tmp, full)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

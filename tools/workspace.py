@@ -20,6 +20,20 @@ component named `.git` (nested repositories included) or `.nanocode`, hook direc
 each place is taken both as named and as resolved, so `conf -> .nanocode` and a shipped
 `.nanocode -> conf` are both caught. `trust_problem` says why a root must not be trusted silently.
 
+Check = use: `identity(root, resolved)` is the (st_dev, st_ino) of what a check judged, found by
+the same no-follow walk (MISSING where nothing was); the permission layer records it and Read
+and Grep refuse to use any other file (tools/permissions.Decision).
+
+Project settings (`.nanocode/settings.json`, `settings.local.json`) ship with the repository, so
+they are read here through the guard (a `.nanocode` or settings file linking out of the project,
+a FIFO or a file over 1 MB is never loaded) and are trusted only once the user accepted them:
+`project_settings` reads each file's bytes once and says whether their sha256 is the one
+`accept_settings` recorded for this project (keyed by its real path) in the user settings folder
+(ACCEPTED_FILE, written atomically; the accepted text is kept so a changed file can be shown as
+a diff). The check and the load use the same bytes, so a file changed after the prompt is
+untrusted again, never silently honoured. The store is outside the project, so the model cannot
+accept settings for itself (Edit refuses outside writes; Bash sees it read-only in the sandbox).
+
 What remains: a directory already opened can still be renamed by another process to a place
 outside the root (that needs write access to both, i.e. an attacker who could copy the data
 anyway), hard links to outside files are the same file and are read, and the root path itself is
@@ -29,10 +43,15 @@ config files (editor tasks, CI) are ordinary files.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+
+from nanocode.common import write_atomic
 
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "package.json", "Cargo.toml", "go.mod",
                    "Makefile", "CMakeLists.txt", "pom.xml", "build.gradle", "Gemfile", "composer.json",
@@ -74,6 +93,13 @@ def resolve(root, path, *, write: bool, allow_outside: bool = False) -> Path:
     return resolved
 
 
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def open_dir(root, resolved_dir, *, create: bool = False) -> int:
     """Descriptor of the already-resolved directory `resolved_dir`, opened by walking from the real
     root (from `/` when it lies outside) one component at a time without following symlinks;
@@ -95,8 +121,8 @@ def open_dir(root, resolved_dir, *, create: bool = False) -> int:
             try:
                 nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as e:
-                if e.errno == errno.ELOOP:
-                    raise PathOutside(target) from e
+                if e.errno == errno.ELOOP or (e.errno == errno.ENOTDIR and _is_link(part, fd)):
+                    raise PathOutside(target) from e  # Linux says ENOTDIR for a link with O_DIRECTORY
                 raise
             os.close(fd)
             fd = nxt
@@ -130,6 +156,31 @@ def open_inside(root, path, flags: int = os.O_RDONLY, mode: int = 0o666, *, writ
     (unrepresentable path) or OSError (missing, permission, ...)."""
     p = resolve(root, path, write=write, allow_outside=allow_outside)
     return open_resolved(root, p, flags, mode), p
+
+
+MISSING = (-1, -1)  # the identity of a path where nothing exists: it matches no file
+
+
+def identity(root, resolved) -> tuple[int, int]:
+    """(st_dev, st_ino) of the already-resolved path as the no-follow walk finds it now (the last
+    component is not followed either); MISSING when nothing is there. Raises PathOutside when a
+    component is (now) a symlink, OSError for the rest."""
+    if os.fspath(resolved) == os.fspath(real_root(root)):
+        st = os.stat(resolved)
+        return st.st_dev, st.st_ino
+    try:
+        dfd = open_dir(root, os.path.dirname(os.fspath(resolved)))
+    except (FileNotFoundError, NotADirectoryError):
+        return MISSING
+    try:
+        st = os.stat(os.path.basename(os.fspath(resolved)), dir_fd=dfd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return MISSING
+    finally:
+        os.close(dfd)
+    if stat.S_ISLNK(st.st_mode):
+        raise PathOutside(os.fspath(resolved))
+    return st.st_dev, st.st_ino
 
 
 def is_regular(fd: int) -> bool:
@@ -231,3 +282,91 @@ def trust_problem(root, home=None) -> str | None:
     if not any(os.path.lexists(os.path.join(r, m)) for m in PROJECT_MARKERS):
         return "the folder has no project marker (.git, pyproject.toml, package.json, ...)"
     return None
+
+
+# ------------------------------------------------------------------ project settings, accepted once
+
+SETTINGS_FILES = ("settings.json", "settings.local.json")
+ACCEPTED_FILE = "accepted-project-settings.json"
+MAX_SETTINGS_BYTES = 1 << 20
+_KEPT_TEXT = 64 * 1024  # accepted text kept for the diff (larger: only its hash)
+
+
+@dataclass(frozen=True)
+class ProjectSettings:
+    """One project settings file that exists. data: its bytes as read through the guard (None
+    when it is never loaded; `problem` says why). trusted: data is what the user accepted for
+    this project. accepted: the text accepted before (None: never, or too large to keep)."""
+    path: Path
+    data: bytes | None
+    problem: str = ""
+    trusted: bool = False
+    accepted: str | None = None
+
+
+def accepted_store(home=None) -> Path:
+    return user_settings_dir(home) / ACCEPTED_FILE
+
+
+def _read_store(path: Path) -> dict:
+    """The accepted-settings store; {} when missing or unreadable (nothing accepted: safe)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    projects = data.get("projects") if isinstance(data, dict) else None
+    return projects if isinstance(projects, dict) else {}
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_settings_file(root, name: str) -> tuple[bytes | None, str]:
+    try:
+        fd, _ = open_inside(root, os.path.join(".nanocode", name))
+    except PathOutside:
+        return None, "it links outside the project"
+    except (OSError, ValueError) as e:
+        return None, f"cannot read it ({e})"
+    with os.fdopen(fd, "rb") as f:
+        if not is_regular(f.fileno()):
+            return None, "not a regular file"
+        data = f.read(MAX_SETTINGS_BYTES + 1)
+    if len(data) > MAX_SETTINGS_BYTES:
+        return None, f"over {MAX_SETTINGS_BYTES // 2**20} MB"
+    return data, ""
+
+
+def project_settings(root, home=None) -> list[ProjectSettings]:
+    """The project's settings files that exist, each read once through the guard, with whether
+    the user accepted exactly these bytes for this project."""
+    accepted = _read_store(accepted_store(home)).get(os.fspath(real_root(root)), {})
+    out = []
+    for name in SETTINGS_FILES:
+        path = Path(root) / ".nanocode" / name
+        if not os.path.lexists(path):
+            continue
+        data, problem = _read_settings_file(root, name)
+        entry = accepted.get(name) if isinstance(accepted.get(name), dict) else {}
+        trusted = data is not None and entry.get("sha256") == _sha256(data)
+        text = entry.get("text") if isinstance(entry.get("text"), str) else None
+        out.append(ProjectSettings(path, data, problem, trusted, text))
+    return out
+
+
+def accept_settings(root, files: list[ProjectSettings], home=None) -> Path:
+    """Record `files` (their bytes as read) as accepted for this project; returns the store's
+    path. Re-read just before the write (another session may have accepted meanwhile) and written
+    atomically (temp file, fsync, rename). Raises OSError when the folder is not writable."""
+    store = accepted_store(home)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    projects = _read_store(store)
+    mine = projects.setdefault(os.fspath(real_root(root)), {})
+    for f in files:
+        if f.data is None:
+            continue
+        text = f.data.decode("utf-8", "replace")
+        mine[f.path.name] = {"sha256": _sha256(f.data), **({"text": text} if len(text) <= _KEPT_TEXT else {})}
+    write_atomic(store, json.dumps({"projects": projects}, indent=1, sort_keys=True).encode())
+    return store

@@ -266,7 +266,8 @@ def add_import_nanochat_args(p: argparse.ArgumentParser) -> None:
 
 def add_export_sessions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("sessions", nargs="*", metavar="SESSION",
-                   help="session files or folders of them (default: ./.nanocode/sessions)")
+                   help="session files or folders of them (default: the sessions this agent saved in "
+                        "./.nanocode/sessions; files a clone brought along are skipped)")
     p.add_argument("--out", metavar="DIR", required=True,
                    help="folder for sft.jsonl and preference.jsonl")
 

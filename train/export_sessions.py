@@ -1,6 +1,6 @@
 """`train export-sessions`: the agent's saved sessions (agent/sessions.py) as training data.
 
-    train export-sessions [SESSIONS...] --out DIR     # default: ./.nanocode/sessions
+    train export-sessions [SESSIONS...] --out DIR     # default: ./.nanocode/sessions, the agent's own
     train sft --from default --data DIR/sft.jsonl ...
     train dpo --from my-sft --data DIR/preference.jsonl ...
 
@@ -17,11 +17,27 @@ limit, a repeated call, a cut reply or a full context.
   next, good turn. Trade-off: the user usually re-asked in other words, so the chosen side
   answers a neighbouring request; that is the signal a session has.
 Every row is validated (train/conversations.py) before it is written; bad ones are counted.
+
+Which files (session files are untrusted input: a cloned repository can ship .nanocode/sessions):
+- By default only sessions this user's agent saved: files in ./.nanocode/sessions whose current
+  bytes are the ones agent/sessions.py recorded in its manifest for that path; the others are
+  skipped and counted, with their names (a planted file, or one edited since it was saved).
+- Files and folders named on the command line are the user's choice: exported without the
+  manifest check. Trade-off: a session saved by another tool, or one whose manifest entry was
+  lost, is exported only when named.
+- Either way each file is read as agent/sessions.read_session reads it: a symlink (the file,
+  the folder named, or for a relative name any folder on the way, e.g. .nanocode), a FIFO or a
+  device named *.jsonl, or a file over agent/sessions.MAX_SESSION_BYTES is skipped with a
+  warning naming it; so is one that does not parse (bad JSON, too deeply nested, the wrong
+  shape). The rest are exported.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+from agent.sessions import is_recorded, manifest_path, parse_session, read_manifest, read_session
 
 GOOD_STOPS = ("done",)
 
@@ -71,46 +87,78 @@ def export_session(messages: list[dict], meta: dict) -> tuple[dict | None, list[
     return row, pairs
 
 
-def session_files(specs: list[str]) -> list[Path]:
-    out = []
+def _first_link(path: Path) -> Path | None:
+    """The first symlink among `path` and, when it is relative, its parents below the current folder."""
+    chain = [path] + ([] if path.is_absolute() else [p for p in path.parents if p != Path(".")])
+    return next((p for p in reversed(chain) if p.is_symlink()), None)
+
+
+def session_files(specs: list[str]) -> tuple[list[Path], list[str]]:
+    """(the *.jsonl files the specs name, warnings for the symlinks left out); no specs: the
+    default folder. FileNotFoundError for a name that does not exist."""
+    files, warnings = [], []
     for spec in specs or [".nanocode/sessions"]:
         p = Path(spec)
-        if p.is_dir():
-            out += sorted(p.glob("*.jsonl"))
-        elif p.is_file():
-            out.append(p)
+        if link := _first_link(p):
+            warnings.append(f"skipped {spec}: {link} is a symlink (links are not followed; "
+                            "name the real file or folder)")
+        elif p.is_dir():
+            files += sorted(p.glob("*.jsonl"))
+        elif os.path.lexists(p):
+            files.append(p)
         else:
             raise FileNotFoundError(f"{spec}: no such session file or folder (sessions are saved "
                                     "under <project>/.nanocode/sessions/)")
-    return out
+    return files, warnings
+
+
+def _export_file(path: Path, manifest: dict | None):
+    """(its turn records, its valid SFT rows, its valid pairs, how many rows were invalid), or None
+    when a manifest is given and does not record these bytes for this path. OSError, ValueError
+    or RecursionError (a structure just under json's depth limit walked deeper) for a file that
+    is not a saved session."""
+    from train.conversations import validate_row
+    data = read_session(path)
+    if manifest is not None and not is_recorded(path, data, manifest):
+        return None
+    messages, meta = parse_session(data, path)
+    row, found = export_session(messages, meta)
+    made = [("sft", r) for r in [row] if r is not None] + [("pair", p) for p in found]
+    valid = [(kind, r) for kind, r in made if not validate_row(r)]
+    records = [r for _, _, r in turn_spans(messages, meta)]
+    return (records, [r for kind, r in valid if kind == "sft"], [r for kind, r in valid if kind == "pair"],
+            len(made) - len(valid))
 
 
 def main(args) -> int:
-    from agent.sessions import load_session
-    from train.conversations import validate_row
-
-    files = session_files(args.sessions)
+    files, warnings = session_files(args.sessions)
+    for w in warnings:
+        print(w)
+    manifest = None if args.sessions else read_manifest()
     counts = {"sessions": 0, "unreadable": 0, "good turns": 0, "bad turns": 0, "sft rows": 0,
               "pairs": 0, "invalid rows": 0}
-    rows, pairs = [], []
+    rows, pairs, not_ours = [], [], []
     for path in files:
         try:
-            messages, meta = load_session(path)
-        except (OSError, ValueError) as e:
-            print(f"skipped {path}: {e}")
+            found = _export_file(path, manifest)
+        except (OSError, ValueError, RecursionError) as e:
+            print(f"skipped {path}: {e or type(e).__name__}")
             counts["unreadable"] += 1
             continue
+        if found is None:
+            not_ours.append(str(path))
+            continue
+        records, good_rows, good_pairs, invalid = found
         counts["sessions"] += 1
-        for _, _, record in turn_spans(messages, meta):
+        counts["invalid rows"] += invalid
+        for record in records:
             counts["good turns" if is_good(record) else "bad turns"] += 1
-        row, found = export_session(messages, meta)
-        for r, out in [(row, rows)] + [(p, pairs) for p in found]:
-            if r is None:
-                continue
-            if validate_row(r):
-                counts["invalid rows"] += 1
-            else:
-                out.append(r)
+        rows += good_rows
+        pairs += good_pairs
+    if not_ours:
+        print(f"skipped {len(not_ours)} session file(s) this user's agent did not save (or that "
+              f"changed since; not in {manifest_path()}): {', '.join(not_ours)}; name them on the "
+              "command line to export them anyway")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, items in (("sft.jsonl", rows), ("preference.jsonl", pairs)):

@@ -1,0 +1,187 @@
+"""The OpenAI chat-completions wire format on our side: a request's parameters checked (a
+RequestError names the parameter; `nanocode serve` answers it with a 400 in OpenAI's error
+shape), its messages turned into our conversation schema, and our reply turned into an OpenAI
+message.
+
+Conversion: an assistant message with several tool_calls becomes one of ours per call, each
+followed by the `tool` message answering it (by tool_call_id); content is a string or a list of
+text parts (their text joined; other parts are an error). A request the schema cannot hold (a
+tool message with no call before it, an unknown role) is an error saying which message and why.
+JSON is parsed with a depth cap (MAX_DEPTH) checked without recursion.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+from nanocode.protocol import TOOLS
+
+MAX_DEPTH = 64  # nesting of its JSON (and of a tool call's arguments)
+MAX_TOKENS = 1 << 20  # the largest max_tokens taken (then cut to the context's room)
+SEED_RANGE = (-(1 << 31), (1 << 31) - 1)
+
+
+class RequestError(ValueError):
+    """A request the server cannot answer; the message (and the parameter it names) goes back in
+    the 400 body."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> bytes:
+    """OpenAI's error shape."""
+    return json.dumps({"error": {"message": message, "type": kind, "param": param,
+                                 "code": code}}).encode()
+
+
+def parse_json(data: bytes | str, what: str = "the body"):
+    """JSON nested at most MAX_DEPTH levels: deeper is a RequestError, also where the decoder
+    itself would run out of recursion."""
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise RequestError(f"{what} is nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as e:  # JSONDecodeError, and bytes that are not UTF-8
+        raise RequestError(f"{what} is not JSON: {e}") from None
+    stack = [(value, 1)]
+    while stack:  # no recursion here: a list of (value, depth) to visit
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise RequestError(f"{what} is nested more than {MAX_DEPTH} levels deep")
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return value
+
+
+def _text(content, where: str) -> str:
+    """A message's content: a string, null, or a list of text parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise RequestError(f"{where}: content must be a string or a list of text parts",
+                           "messages")
+    for k, part in enumerate(content):
+        if not (isinstance(part, dict) and part.get("type") == "text"
+                and isinstance(part.get("text"), str)):
+            raise RequestError(f"{where}: content part {k} is not a text part "
+                               '({"type": "text", "text": "..."}); only text is read', "messages")
+    return "".join(p["text"] for p in content)
+
+
+def _number(req: dict, key: str, default: float, low: float, high: float) -> float:
+    v = req.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+        raise RequestError(f"{key} must be a number from {low:g} to {high:g}, not {v!r:.40}", key)
+    return float(v)
+
+
+def _integer(req: dict, key: str, default: int, low: int, high: int) -> int:
+    v = req.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise RequestError(f"{key} must be an integer from {low} to {high}, not {v!r:.40}", key)
+    return v
+
+
+def _tool_names(tools) -> list[str]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise RequestError("tools must be a list of function tools", "tools")
+    names = []
+    for k, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise RequestError(f"tools[{k}] must be {{\"type\": \"function\", \"function\": "
+                               "{\"name\": ...}}", "tools")
+        names.append(fn["name"])
+    return names
+
+
+def _calls(m: dict, i: int) -> list[tuple]:
+    """An assistant message's tool calls as (id, name, args)."""
+    calls = m.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise RequestError(f"message {i}: tool_calls must be a list", "messages")
+    out = []
+    for k, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                or not isinstance(fn.get("arguments") or "", str):
+            raise RequestError(f"message {i}: tool call {k} must have a function with a name and "
+                               "arguments as a JSON string", "messages")
+        args = parse_json(fn.get("arguments") or "{}", f"message {i}: tool call {k} arguments")
+        out.append((c.get("id"), fn["name"], args))
+    return out
+
+
+def to_conversation(messages: list) -> list[dict]:
+    """OpenAI chat messages -> nanocode's conversation schema (see the module docstring)."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list", "messages")
+    out, waiting = [], {}  # tool_call_id -> our assistant message waiting for its result
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role in ("system", "developer"):
+            if out:
+                raise RequestError(f"message {i}: a system message must come first", "messages")
+            out.append({"role": "system", "content": _text(m.get("content"), f"message {i}")})
+        elif role == "user":
+            out.append({"role": "user", "content": _text(m.get("content"), f"message {i}")})
+        elif role == "assistant":
+            calls = _calls(m, i)
+            text = _text(m.get("content"), f"message {i}")
+            if not calls:
+                out.append({"role": "assistant", "content": text})
+            for k, (call_id, name, args) in enumerate(calls):
+                waiting[call_id] = len(out)
+                out.append({"role": "assistant", "content": text if k == 0 else "",
+                            "tool_call": {"name": name, "args": args}})
+                out.append(None)  # its result's slot
+        elif role == "tool":
+            call_id = m.get("tool_call_id")
+            slot = waiting.pop(call_id, None) if isinstance(call_id, str) else None
+            if slot is None:
+                raise RequestError(f"message {i}: a tool message answers no earlier tool call "
+                                   "(check its tool_call_id)", "messages")
+            out[slot + 1] = {"role": "tool_result", "content": _text(m.get("content"), f"message {i}")}
+        else:
+            raise RequestError(f"message {i}: unknown role {str(role)[:40]!r} (system, user, "
+                               "assistant, tool)", "messages")
+    if any(m is None for m in out):
+        raise RequestError("a tool call has no tool message with its result", "messages")
+    return out
+
+
+def openai_message(res: dict) -> dict:
+    msg = {"role": "assistant", "content": res["content"]}
+    if res["tool_call"]:
+        msg["tool_calls"] = [openai_call(res["tool_call"])]
+    return msg
+
+
+def openai_call(call: dict) -> dict:
+    return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+            "function": {"name": call["name"], "arguments": json.dumps(call["args"])}}
+
+
+def parse_request(req: dict) -> dict:
+    """A chat-completions request's parameters, checked: {"temperature", "top_p", "seed",
+    "max_tokens" (before the context's room), "tools" (ours it lists, in TOOLS order),
+    "messages" (our conversation schema)}. Raises RequestError naming the parameter."""
+    if not isinstance(req.get("stream", False), (bool, type(None))):
+        raise RequestError("stream must be true or false", "stream")
+    limit = _integer(req, "max_tokens", 1024, 1, MAX_TOKENS)
+    names = _tool_names(req.get("tools"))
+    return {"temperature": _number(req, "temperature", 0.0, 0, 2),
+            "top_p": _number(req, "top_p", 1.0, 0, 1) or 1.0,
+            "seed": _integer(req, "seed", 0, *SEED_RANGE),
+            "max_tokens": _integer(req, "max_completion_tokens", limit, 1, MAX_TOKENS),
+            "tools": tuple(n for n in TOOLS if n in names),
+            "messages": to_conversation(req.get("messages"))}
