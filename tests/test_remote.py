@@ -44,10 +44,12 @@ def our_server(default_engine):
     httpd.server_close()
 
 
-@pytest.mark.parametrize("family,seed", [("run_command", 3), ("fix_bug", 5)])
+@pytest.mark.parametrize("family,seed", [("git_inspect", 1), ("fix_bug", 5)])
 def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server, tmp_path, family, seed):
     """Greedy, the same model in-process and behind the server: the same calls, the same
-    edits on disk, the same answer, the same verdict (the grammar mask applies on the server)."""
+    edits on disk, the same answer, the same verdict (the grammar mask applies on the server).
+    Not run_command: its answer follows a pytest run's "in 0.15s", which varies between runs, and
+    the greedy answer with it (fix_bug's, after its test run, has held across timings)."""
     from train.tasks import build_task, drive, resolved, setup_env, task_agent
     setup_env()
     runs = []

@@ -7,6 +7,7 @@ that a real `git commit` afterwards would run (marker file), settings on disk, t
 objects (and a working undo), the command's output. Where cheap, a control runs the same attack
 without the sandbox and shows that it does the damage."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -325,7 +326,17 @@ def test_secrets_never_reach_the_command(proj, secrets, command, sandboxed):
     out = run_tool(proj, "Bash", {"command": command}, sandbox=SBX if sandboxed else None,
                    env_names=("PASSED_ON",))
     assert not [v for v in SECRETS.values() if v in out], out
-    assert "GIT_CONFIG" not in out and "passed-4a1" in out and "PATH" in out
+    assert not re.search(r"GIT_CONFIG_(?!NOSYSTEM)", out) and "passed-4a1" in out and "PATH" in out
+
+
+def test_settings_that_take_git_config_away_pass(proj, monkeypatch):
+    """The task harness runs tools with no user git config: GIT_CONFIG_NOSYSTEM and a
+    GIT_CONFIG_GLOBAL of /dev/null reach the command; any other GIT_CONFIG_GLOBAL does not."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    out = run_tool(proj, "Bash", {"command": "env"})
+    assert f"GIT_CONFIG_GLOBAL={os.devnull}" in out and "GIT_CONFIG_NOSYSTEM=1" in out
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(proj / "other.cfg"))
+    assert "GIT_CONFIG_GLOBAL" not in run_tool(proj, "Bash", {"command": "env"})
 
 
 @pytest.mark.parametrize("sandboxed", [False, True], ids=["plain", "sandbox"])

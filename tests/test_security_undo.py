@@ -354,7 +354,7 @@ def test_all_undo_refs_and_objects_gone(repo):
     s.end(t)
     bash(repo, "git for-each-ref --format='delete %(refname)' refs/nanocode | git update-ref --stdin && "
                "git reflog expire --expire=now --all && git gc -q --prune=now")
-    shutil.rmtree_state(os.path.join(repo, ".git", "nanocode"))
+    shutil.rmtree(os.path.join(repo, ".git", "nanocode"))
     digest = hashlib.sha1(repr(git_state(repo)).encode()).hexdigest()
     with pytest.raises(UndoError, match="nothing has been recorded"):
         Snapshots(repo).undo()

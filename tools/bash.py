@@ -27,7 +27,8 @@ temp dir, the active virtualenv or conda env) and of the names the caller lists 
 ``env_names`` (a settings choice: e.g. a PYTHONPATH the tests need), plus ``PAGER=cat``,
 ``GIT_PAGER=cat``, ``NANOCODE=1``, ``TERM=dumb`` and a per-call marker ``NANOCODE_CALL=<uuid>``
 (see below). ``ENV_NEVER`` names (GIT_CONFIG_*, GIT_DIR and the other variables that point git
-at another repository or config) never pass: listing one in ``env_names`` is an error.
+at another repository or config, or carry config values such as tokens) never pass: listing one
+in ``env_names`` is an error; only settings that take git config away pass (``_no_config``).
 Trade-off: a tool that needs another variable (a proxy, a compiler flag) does not see it until
 the user lists it. stdin is /dev/null
 (``cat`` and ``read`` see EOF at once). The command runs in a new session
@@ -89,7 +90,7 @@ _PIPE_SIZE = 1 << 20
 
 MISSING = "error: missing argument command"
 ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
-             "TZ", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV")
+             "TZ", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONDONTWRITEBYTECODE")
 ENV_NEVER = ("GIT_CONFIG*", "GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
              "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
 
@@ -324,7 +325,14 @@ def command_env(env_names=()) -> dict:
             raise ValueError(f"env_names: {name} cannot be passed to Bash (it points git at another "
                              f"repository or config); remove it from the list")
     return {k: v for k, v in os.environ.items()
-            if (_matches(k, ENV_ALLOW) or k in env_names) and not _matches(k, ENV_NEVER)}
+            if (_matches(k, ENV_ALLOW) or k in env_names) and not _matches(k, ENV_NEVER) or _no_config(k, v)}
+
+
+def _no_config(name: str, value: str) -> bool:
+    """GIT_CONFIG_NOSYSTEM, and a GIT_CONFIG_GLOBAL/SYSTEM of /dev/null: they only take config away
+    (the task harness's "no user git config", train/tasks/projects.setup_env), so they pass."""
+    return (name == "GIT_CONFIG_NOSYSTEM" or name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM")
+            and value == os.devnull)
 
 
 def _format_secs(t: float) -> str:

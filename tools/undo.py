@@ -81,7 +81,7 @@ from tools.git import git, safe_env
 from tools.git_state import GitState
 from tools.snapshot import OWN, GitDir, GitError, names, names_list, under
 from tools.workspace import is_inside
-from tools.write_tree import UnsafeWrite, remove_created, restore_file
+from tools.write_tree import UnsafeWrite, blocked, remove_created, restore_file
 
 ABSENT, GITLINK, SYMLINK = "000000", "160000", "120000"
 
@@ -398,7 +398,7 @@ class Snapshots:
                             "those changes, then retry")
         removed = set(plan.remove)
         for path in plan.restore + plan.remove:
-            why = self._blocked(path, removed) if path in plan.restore else None
+            why = blocked(self.top, path, removed) if path in plan.restore else None
             if why:
                 raise UndoError(f"cannot undo turn {turn.id}: {why}, which undo would not remove; move it "
                                 "away and retry (nothing was changed)")
@@ -409,27 +409,6 @@ class Snapshots:
                                 f"the project {self.top}; remove that symlink and retry")
         plan.committed = self._committed(turn)
         return plan, entries
-
-    def _blocked(self, path, removed) -> str | None:
-        """What keeps `path` from being restored once the `removed` paths are gone: a parent that
-        is a symlink or a file, or a directory at `path` holding anything else; None when nothing."""
-        parts = path.split("/")
-        for i in range(1, len(parts)):
-            parent = "/".join(parts[:i])
-            full = os.path.join(self.top, parent)
-            if parent in removed or not os.path.lexists(full):
-                return None  # made afresh below it
-            if os.path.islink(full) or not os.path.isdir(full):
-                return f"{parent} is now a symlink or file"
-        full = os.path.join(self.top, path)
-        if os.path.islink(full) or not os.path.isdir(full):
-            return None
-        for cur, dirs, files in os.walk(full):
-            for x in files + [d for d in dirs if os.path.islink(os.path.join(cur, d))]:
-                rel = os.path.relpath(os.path.join(cur, x), self.top).replace(os.sep, "/")
-                if rel not in removed:
-                    return f"{path} is now a directory holding {rel}"
-        return None
 
     def _git_plan(self, turn) -> list[str]:
         """The git state undo puts back (Turn.git); UndoError when it cannot (tools/git_state.py)."""

@@ -10,8 +10,9 @@ not created and is returned instead; one that only leads out through another lin
 write (`a -> d/..` made before `d -> .`) is removed again once all are written.
 
 /undo's restore (tools/undo.py) writes here too, with `restore_file` and `remove_created`: the
-plan was checked first (nothing moved on since the turn), every parent is checked with realpath
-against the project's top, and each file goes through a temp file and os.replace.
+plan was checked first (nothing moved on since the turn; `blocked` names a type change in the
+way), every parent is checked with realpath against the project's top, and each file goes
+through a temp file and os.replace.
 """
 from __future__ import annotations
 
@@ -179,3 +180,25 @@ def restore_file(top: str, path: str, link: bool, exe: bool, read) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def blocked(top: str, path: str, removed: set[str]) -> str | None:
+    """What keeps `path` from being restored once the `removed` paths are gone: a parent that
+    is a symlink or a file, or a directory at `path` holding anything else; None when nothing."""
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        parent = "/".join(parts[:i])
+        full = os.path.join(top, parent)
+        if parent in removed or not os.path.lexists(full):
+            return None  # made afresh below it
+        if os.path.islink(full) or not os.path.isdir(full):
+            return f"{parent} is now a symlink or file"
+    full = os.path.join(top, path)
+    if os.path.islink(full) or not os.path.isdir(full):
+        return None
+    for cur, dirs, files in os.walk(full):
+        for x in files + [d for d in dirs if os.path.islink(os.path.join(cur, d))]:
+            rel = os.path.relpath(os.path.join(cur, x), top).replace(os.sep, "/")
+            if rel not in removed:
+                return f"{path} is now a directory holding {rel}"
+    return None
