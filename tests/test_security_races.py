@@ -80,14 +80,16 @@ def test_control_checking_then_resolving_again_leaks(repo, flipper, tool):
 @pytest.mark.parametrize("tool", ["Read", "Grep"])
 def test_agent_race_never_leaks_the_outside_secret(repo, flipper, mode, what, tool):
     name, target, path = race_target(repo, what)
+    make = (lambda: reads(path)) if tool == "Read" else (lambda: greps(path.split("/")[0]))  # noqa: E731
+    assert drive(repo, make()[:1], mode)[0][0].endswith("safe")  # the call works without the race
     flipper(name, target)
-    calls = reads(path) if tool == "Read" else greps(path.split("/")[0])
-    results, approvals, crashes = drive(repo, calls, mode)
+    results, approvals, crashes = drive(repo, make(), mode)
     assert not crashes
     assert not [r for r in results if SECRET in r]
-    assert any(r.endswith("safe") for r in results)  # the race ran against working calls
     assert len(results) + len(crashes) >= TRIES // 2  # most calls ran (an ask ends its turn)
     assert all(a["answer"] == "no" for a in approvals)  # headless: outside reads were refused
+    hit = [r for r in results if not r.endswith("safe")]  # refused, asked or failed: the swap was seen
+    assert len(hit) >= TRIES // 10, "the race never hit: this test would prove nothing"
 
 
 @pytest.mark.parametrize("tool", ["Read", "Grep"])
@@ -100,7 +102,6 @@ def test_approved_outside_read_uses_only_the_approved_file(repo, flipper, tool):
     (out / "pub" / "notes.txt").write_text("public\n")
     (out / "hidden").mkdir()
     (out / "hidden" / "notes.txt").write_text(SECRET + "\n")
-    flipper(out / "pub", out / "hidden")
     approved = str(out / "pub" / ("notes.txt" if tool == "Read" else ""))
 
     def approve(name, args, decision):
@@ -108,11 +109,13 @@ def test_approved_outside_read_uses_only_the_approved_file(repo, flipper, tool):
 
     calls = (reads(approved) if tool == "Read" else
              [("Grep", {"pattern": f"public|{SECRET}|n{i}", "path": approved}) for i in range(TRIES)])
+    assert "public" in drive(repo, calls[:1], "auto", approve)[0][0]  # approved reads work
+    flipper(out / "pub", out / "hidden")
     results, approvals, crashes = drive(repo, calls, "auto", approve)
     assert not crashes
     assert not [r for r in results if SECRET in r]
     assert any(a["answer"] == "yes" for a in approvals)
-    assert any("public" in r for r in results)  # approved reads still work
+    assert sum("public" not in r for r in results) >= TRIES // 10  # the race hit
 
 
 @pytest.mark.parametrize("what", ["dir", "file"])
