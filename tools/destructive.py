@@ -28,7 +28,8 @@ Contract:
 
 Trade-offs: this is a reason to ask, not the boundary. The unrestorable check costs a few git
 processes per command that names an existing project path for rm/mv/cp-like writes (none
-otherwise); it asks about an ignored build artefact too (`rm build/x.o` where build/ is ignored). Only the text is judged, so scripts,
+otherwise); it asks about an ignored build artefact too (`rm build/x.o` where build/ is
+ignored). Only the text is judged, so scripts,
 `$VAR` expansion and aliases can still hide anything; the boundary is the OS sandbox in
 tools/sandbox.py (writes only to the project, /tmp a private per-call tmpfs), and without it
 every Bash call asks anyway. That is also why temp dirs count as scratch (symlinks inside them
@@ -44,7 +45,7 @@ from pathlib import Path
 
 from tools.shell import GIT_GLOBAL_VALUE, KEYWORDS, SUB, braces, split_command, tokens, unwrap
 from tools.snapshot import unrestorable
-from tools.workspace import HOOK_DIRS, hooks_path, user_settings_dir
+from tools.workspace import HOOK_DIRS, hooks_paths, user_settings_dir
 
 
 _HOME_DOT = re.compile(r"^(?:~[\w.-]*|\$HOME|\$\{HOME\}|/home/[^/]+|/Users/[^/]+|/root)/+\.")
@@ -338,8 +339,9 @@ def _words_reason(words: list[str], wrappers: list[str], where: _Where, depth: i
         into = [t for t in targets if os.path.isdir(where.abspath(t) or "")]  # `cp a b dir/`: dir/a, dir/b
         targets = [f"{t.rstrip('/')}/{os.path.basename(a.rstrip('/'))}" for t in into
                    for a in _sources(args, files)] or targets
-        if cmd in ("cp", "mv") and where.lost(targets, computed=True):
-            return f"{cmd} overwrites {where.lost(targets, computed=True)}, which undo cannot restore"
+        lost = where.lost(targets, computed=True) if cmd in ("cp", "mv") else None
+        if lost:
+            return f"{cmd} overwrites {lost}, which undo cannot restore"
         if cmd == "mv" and any(map(where.scratch, targets)) and not all(map(where.scratch, files)):
             return f"mv moves files out of the project into a temp dir ({targets[0]})"
     return next((r for r in map(lambda t: _target_reason(t, where), targets) if r), None)
@@ -389,7 +391,7 @@ def _aliases(root) -> list[str]:
     and `.githooks` when they are symlinks, and core.hooksPath (relative to the root)."""
     if root is None:
         return []
-    out = [hooks_path(root) or ""]
+    out = [os.path.relpath(h, os.path.realpath(root)) for h in hooks_paths(root)]
     for name in (".nanocode",) + HOOK_DIRS:
         full = os.path.join(root, name)
         if os.path.islink(full):

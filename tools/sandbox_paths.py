@@ -7,58 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
+
+from tools.workspace import HOOK_DIRS, hooks_paths
 
 GIT_PROTECTED = ("hooks", "config", "config.worktree", "commondir", "modules", "worktrees")
-HOOK_DIRS = (".githooks", ".husky")  # what a project's set-up (`husky`, `make hooks`) points git at
 UNDO_STORE = ("refs/nanocode", "nanocode")  # tools/undo.py's refs and metadata, in the git dir
-
-
-def _hooks_paths(root: str) -> list[str]:
-    """Every core.hooksPath the user's git could use in this project, absolute: from each scope
-    git reads (system, global and XDG files, GIT_CONFIG_GLOBAL/SYSTEM, GIT_CONFIG_COUNT/KEY_n/
-    VALUE_n, the repository's config and its includes), asked of git itself in the project with
-    the agent's own environment, plus the repository config parsed here in case git refuses the
-    repository (safe.directory). `~` is expanded; relative values are taken from the work tree
-    top, where git runs hooks. All values are returned, not only the last one git would use."""
-    top = _work_tree_top(root)
-    values = [v for v in (_hooks_path(os.path.join(top, ".git", "config")),) if v]
-    for cwd in (root, os.sep):
-        try:
-            r = subprocess.run(["git", "config", "--type=path", "--get-all", "core.hooksPath"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError):
-            break
-        values += r.stdout.splitlines()
-        if r.returncode in (0, 1):  # found / not set: every scope was read
-            break
-    return [os.path.join(top, os.path.expanduser(v)) for v in dict.fromkeys(values) if v]
-
-
-def _work_tree_top(root: str) -> str:
-    """The nearest directory at or above root holding a .git (root when none)."""
-    d = root
-    while not os.path.lexists(os.path.join(d, ".git")):
-        if os.path.dirname(d) == d:
-            return root
-        d = os.path.dirname(d)
-    return d
-
-
-def _hooks_path(config: str) -> str | None:
-    """core.hooksPath as set in this config file (includes are not followed)."""
-    section = None
-    try:
-        with open(config, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                s = line.split("#")[0].split(";")[0].strip()
-                if s.startswith("["):
-                    section = s[1:s.find("]")].strip().lower()
-                elif section == "core" and "=" in s and s.split("=")[0].strip().lower() == "hookspath":
-                    return s.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    return None
 
 
 def _with_links(path: str, root: str) -> list[str]:
@@ -139,7 +92,7 @@ def project_protected(root) -> list[str]:
     refs/nanocode ref keeps, see `loosen_undo_refs`)."""
     root = os.path.realpath(root)
     git = os.path.join(root, ".git")
-    named = [os.path.join(root, n) for n in (".nanocode",) + HOOK_DIRS] + _hooks_paths(root)
+    named = [os.path.join(root, n) for n in (".nanocode",) + HOOK_DIRS] + hooks_paths(root)
     if not os.path.isdir(git) or os.path.islink(git):
         named.insert(0, git)
     else:

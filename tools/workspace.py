@@ -48,6 +48,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,11 +208,12 @@ def user_settings_dir(home=None) -> Path:
     return Path(Path.home() if home is None else home) / ".config" / "nanocode"
 
 
-def hooks_path(root) -> str | None:
-    """core.hooksPath from the project's .git/config (the last one set; None when unset or unreadable).
-    A line-based reading of git's format: `[core]` sections, `key = value`, `#`/`;` comments."""
+def _hooks_path(config: str) -> str | None:
+    """core.hooksPath as set in one git config file (the last one set; None when unset or
+    unreadable). A line-based reading of git's format: `[core]` sections, `key = value`, `#`/`;`
+    comments; includes are not followed."""
     try:
-        with open(os.path.join(os.fspath(root), ".git", "config"), encoding="utf-8", errors="replace") as f:
+        with open(config, encoding="utf-8", errors="replace") as f:
             lines = f.read(1 << 20).splitlines()
     except OSError:
         return None
@@ -227,14 +229,44 @@ def hooks_path(root) -> str | None:
     return value
 
 
-def _places(root, home) -> list[tuple[str, str]]:
+def _work_tree_top(root: str) -> str:
+    """The nearest directory at or above root holding a .git (root when none)."""
+    d = root
+    while not os.path.lexists(os.path.join(d, ".git")):
+        if os.path.dirname(d) == d:
+            return root
+        d = os.path.dirname(d)
+    return d
+
+
+def hooks_paths(root) -> list[str]:
+    """Every core.hooksPath the user's git could use in this project, absolute: from each scope
+    git reads (system, global and XDG files, GIT_CONFIG_GLOBAL/SYSTEM, GIT_CONFIG_COUNT/KEY_n/
+    VALUE_n, the repository's config and its includes), asked of git itself in the project with
+    this process's environment, plus the repository config parsed here in case git refuses the
+    repository (safe.directory). `~` is expanded; relative values are taken from the work tree
+    top, where git runs hooks. All values are returned, not only the last one git would use.
+    Costs one `git config` process."""
+    top = _work_tree_top(os.path.realpath(os.fspath(root)))
+    values = [v for v in (_hooks_path(os.path.join(top, ".git", "config")),) if v]
+    for cwd in (top, os.sep):
+        try:
+            r = subprocess.run(["git", "config", "--type=path", "--get-all", "core.hooksPath"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            break
+        values += r.stdout.splitlines()
+        if r.returncode in (0, 1):  # found / not set: every scope was read
+            break
+    return [os.path.normpath(os.path.join(top, os.path.expanduser(v))) for v in dict.fromkeys(values) if v]
+
+
+def _places(root, home, hooks: list[str]) -> list[tuple[str, str]]:
     """(absolute folder, why) of every protected place, each as named and as resolved."""
     root = os.fspath(root)
     named = [(os.path.join(root, ".nanocode"), "nanocode settings"), (os.path.join(root, ".git"), "git internals")]
     named += [(os.path.join(root, d), "git hooks") for d in HOOK_DIRS]
-    hp = hooks_path(root)
-    if hp:
-        named.append((os.path.join(root, os.path.expanduser(hp)), "git hooks (core.hooksPath)"))
+    named += [(h, "git hooks (core.hooksPath)") for h in hooks]
     named.append((os.fspath(user_settings_dir(home)), "nanocode user settings"))
     out = []
     for place, why in named:
@@ -261,7 +293,8 @@ def protected(root, path, home=None) -> str | None:
                 return f"changes git internals ({display(root, full)})"
             if part.lower() == ".nanocode":
                 return f"changes nanocode settings ({display(root, full)})"
-    for place, why in _places(rroot, home) + _places(os.path.abspath(os.fspath(root)), home):
+    hooks = hooks_paths(root)
+    for place, why in _places(rroot, home, hooks) + _places(os.path.abspath(os.fspath(root)), home, hooks):
         if _under(literal, place) or _under(resolved, place):
             return f"changes {why} ({display(root, resolved)})"
     return None
