@@ -33,14 +33,13 @@ Verifier (never a hidden check):
 - Code change: when any rollout changed files, the project's tests run in each changed copy:
   `test_command` (a shell line), else `python -m pytest -q -p no:cacheprovider` when the project
   has a tests/ directory or test_*.py / *_test.py files, within `test_timeout` seconds (past it:
-  failed). Score = (verdict, agreement, finished, -steps). Verdict: 3 changed and the tests pass,
-  2 changed with no verdict (no test command, or pytest collected nothing), 1 changed nothing, 0
-  changed and the tests fail, -1 tampered: a change the tests reject never beats leaving the tree
-  alone (a first version ranked any change above none and, on a real run of the shipped model
-  where no rollout fixed the bug, applied a junk new file). Agreement: how many other rollouts
-  made the identical change (same paths, same resulting files), self-consistency for when tests
-  cannot tell. Finished: the turn ended "done" (not at the step limit, a repeat, a cut reply).
-  Then fewer tool calls.
+  failed; nothing the run starts outlives it, test_guard.run_tests). Score = (verdict, agreement,
+  finished, -steps). Verdict: 3 changed and the tests pass, 2 changed with no verdict (no test
+  command, or pytest collected nothing), 1 changed nothing, 0 changed and the tests fail, -1
+  tampered: a change the tests reject never beats leaving the tree alone (ranking any change above
+  none would apply a junk change whenever no rollout fixed the bug). Agreement: how many other rollouts made the identical change (same
+  paths, same resulting files), self-consistency for when tests cannot tell. Finished: the turn
+  ended "done" (not at the step limit, a repeat, a cut reply). Then fewer tool calls.
 - Question: when no rollout changed files, agreement decides. From each answer (the copy's path
   stripped) the cited `path:line`s, the `backticked` spans and the numbers are extracted; each
   citation gets one vote per rollout whose answer has it, and only agreement (2+ votes) counts.

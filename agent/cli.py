@@ -146,11 +146,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def agent_options(args):
-    """The parsed flags as the library's AgentOptions (agent/model.py)."""
+    """The parsed flags as the library's AgentOptions (agent/model.py): each settings value gets
+    the flags named like its fields."""
     from dataclasses import fields
 
     from agent.model import AgentOptions
-    return AgentOptions(**{f.name: getattr(args, f.name) for f in fields(AgentOptions)})
+    from agent.settings import SamplerSettings, TurnSettings
+
+    def named(cls, **more):
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}, **more)
+    return named(AgentOptions, sampling=named(SamplerSettings), turn=named(TurnSettings))
 
 
 def _err(text: str) -> None:

@@ -1,9 +1,9 @@
 """The slash commands: one table (name, arguments, help, handler) that both faces use, the
 Textual TUI (agent/tui.py) and the --plain REPL (agent/repl.py); `help_text` is generated from it.
 
-A handler takes (agent, root, rest) and returns an `Out`: the text to show and what kind of
-thing it is, which is all a face needs to render it: "note" (plain text), "diff" (highlighted),
-"clear" (a new conversation: the TUI also empties its transcript), "quit". `agent` is None while
+A handler takes (agent, root, rest) and returns an `Out`, one of four classes a face `match`es
+on: Note (plain text), Diff (a unified diff, highlighted by the TUI), Cleared (a new conversation:
+the TUI also empties its transcript), Quit. `agent` is None while
 the TUI's model loads; a command with `needs_agent` then says so instead of running. `slow`
 commands (a KV-cache rebuild) run off the TUI's UI thread; `idle_only` ones wait for no turn to
 be running. Keys (Enter, Ctrl-C, Tab ...) are the faces' own and listed under the table.
@@ -15,9 +15,29 @@ from typing import Callable
 
 
 @dataclass(frozen=True)
-class Out:
+class Note:
+    """Text to show as it is."""
     text: str
-    kind: str = "note"  # note | diff | clear | quit
+
+
+@dataclass(frozen=True)
+class Diff:
+    """A unified diff of the project's files."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """The conversation was replaced by a new one; `text` says so."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Quit:
+    """Leave the face."""
+
+
+Out = Note | Diff | Cleared | Quit
 
 
 @dataclass(frozen=True)
@@ -32,12 +52,12 @@ class Command:
 
 
 def _help(agent, root, rest) -> Out:
-    return Out(help_text())
+    return Note(help_text())
 
 
 def _undo(agent, root, rest) -> Out:
     from agent.turn_undo import slash_undo
-    return Out(slash_undo(agent, rest))
+    return Note(slash_undo(agent, rest))
 
 
 def _diff(agent, root, rest) -> Out:
@@ -45,19 +65,19 @@ def _diff(agent, root, rest) -> Out:
     try:
         d = agent.diff()
     except UndoError as e:
-        return Out(str(e))
-    return Out(d, "diff") if d else Out("the last turn changed nothing")
+        return Note(str(e))
+    return Diff(d) if d else Note("the last turn changed nothing")
 
 
 def _clear(agent, root, rest) -> Out:
     agent.clear()
-    return Out("new conversation", "clear")
+    return Cleared("new conversation")
 
 
 def _compact(agent, root, rest) -> Out:
     freed = agent.compact()
-    return Out(f"compacted: old tool outputs dropped, {freed:,} tokens freed" if freed else
-               "nothing to compact: no old tool output is longer than its marker")
+    return Note(f"compacted: old tool outputs dropped, {freed:,} tokens freed" if freed else
+                "nothing to compact: no old tool output is longer than its marker")
 
 
 def _mode(agent, root, rest) -> Out:
@@ -65,24 +85,24 @@ def _mode(agent, root, rest) -> Out:
         try:
             agent.set_mode(rest)
         except ValueError as e:
-            return Out(str(e))
-    return Out(f"mode: {agent.mode}")
+            return Note(str(e))
+    return Note(f"mode: {agent.mode}")
 
 
 def _model(agent, root, rest) -> Out:
-    m = agent.sampler
-    return Out(f"model {agent.meta.get('model', '(in-memory engine)')}\n{m.describe()}; "
-               f"temperature {m.temperature}, max {m.max_tokens} tokens per reply, "
-               f"max {agent.max_steps} calls per request")
+    st = agent.sampler.settings
+    return Note(f"model {agent.meta.get('model', '(in-memory engine)')}\n{agent.sampler.describe()}; "
+                f"temperature {st.temperature}, max {st.max_tokens} tokens per reply, "
+                f"max {agent.settings.max_steps} calls per request")
 
 
 def _memory(agent, root, rest) -> Out:
     from tools.files import read_memory
     mem = read_memory(root)
     if mem is None:
-        return Out("no NANOCODE.md or AGENTS.md at the project root")
-    return Out(f"{mem[0]} (in the system prompt of new conversations, cut to its share of the "
-               f"context):\n{mem[1]}")
+        return Note("no NANOCODE.md or AGENTS.md at the project root")
+    return Note(f"{mem[0]} (in the system prompt of new conversations, cut to its share of the "
+                f"context):\n{mem[1]}")
 
 
 def _settings(agent, root, rest) -> Out:
@@ -92,20 +112,20 @@ def _settings(agent, root, rest) -> Out:
     for kind in ("allow", "ask", "deny", "session"):
         rules = getattr(p, kind)
         lines.append(f"{kind} rules: {', '.join(rules) if rules else '-'}")
-    return Out("\n".join(lines))
+    return Note("\n".join(lines))
 
 
 def _session(agent, root, rest) -> Out:
     path = getattr(agent.conv.store, "path", None)
-    return Out(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") +
-               " (continue it later with `nanocode --resume ID`)")
+    return Note(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") +
+                " (continue it later with `nanocode --resume ID`)")
 
 
 def _resume(agent, root, rest) -> Out:
     from agent.sessions import list_sessions, load_session
     found = list_sessions(root)[-10:]
     if not found:
-        return Out("no saved sessions in this project yet")
+        return Note("no saved sessions in this project yet")
     lines = []
     for p in reversed(found):
         try:
@@ -115,8 +135,8 @@ def _resume(agent, root, rest) -> Out:
         first = next((m["content"] for m in msgs if m["role"] == "user"), "")
         lines.append(f"{p.stem.rsplit('-', 1)[-1]}  {p.stem[:15]}  "
                      f"{first.splitlines()[0][:60] if first else '(empty)'}")
-    return Out("saved sessions, newest first (continue one with `nanocode --resume ID`):\n"
-               + "\n".join(lines))
+    return Note("saved sessions, newest first (continue one with `nanocode --resume ID`):\n"
+                + "\n".join(lines))
 
 
 def _mark(verdict: str):
@@ -124,14 +144,14 @@ def _mark(verdict: str):
         try:
             n = agent.mark(verdict)
         except ValueError as e:
-            return Out(str(e))
-        return Out(f"turn {n} marked {verdict} (`train export-sessions` "
+            return Note(str(e))
+        return Note(f"turn {n} marked {verdict} (`train export-sessions` "
                    f"{'trains on it' if verdict == 'good' else 'learns to avoid it'})")
     return run
 
 
 def _quit(agent, root, rest) -> Out:
-    return Out("", "quit")
+    return Quit()
 
 
 COMMANDS = [
@@ -181,9 +201,9 @@ def run(text: str, agent, root, running: bool = False) -> Out:
     """Run one slash command line as a face would (not `slow` ones on a UI thread)."""
     cmd, rest = find(text)
     if cmd is None:
-        return Out(f"unknown command {text.split()[0]}; /help lists them")
+        return Note(f"unknown command {text.split()[0]}; /help lists them")
     if cmd.needs_agent and agent is None:
-        return Out("the model is still loading; try again in a moment")
+        return Note("the model is still loading; try again in a moment")
     if cmd.idle_only and running:
-        return Out(f"a turn is running: Ctrl-C stops it, then {cmd.name}")
+        return Note(f"a turn is running: Ctrl-C stops it, then {cmd.name}")
     return cmd.run(agent, root, rest)

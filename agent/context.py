@@ -19,19 +19,16 @@ to the first change; summarising would cost a model call per compaction.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from nanocode.protocol import DROPPED, TurnResult
+from nanocode.protocol import DROPPED, Status, TurnResult
 
 TOKENS_PER_READ_LINE = 10  # a numbered line of code, roughly, at a 4k vocab (read_limit)
 
 
 class ContextFull(Exception):
-    """Even after dropping everything droppable the request does not fit the context. Carries
-    what was dropped on the way (the messages stay dropped) and the request's new index."""
-
-    def __init__(self, text: str, outputs: int = 0, turns: int = 0, turn_start: int = 0):
-        super().__init__(text)
-        self.outputs, self.turns, self.turn_start = outputs, turns, turn_start
+    """Even after dropping everything droppable the request does not fit the context. What was
+    dropped on the way stays dropped (and was said in a Status event)."""
 
 
 def droppable(messages: list[dict], count, end: int) -> list[int]:
@@ -41,43 +38,61 @@ def droppable(messages: list[dict], count, end: int) -> list[int]:
             and not m["content"].startswith(DROPPED) and count(m["content"]) > short]
 
 
-def drop_oldest(messages: list[dict], count, turn_start: int):
-    """Drop one thing from `messages` in place: the oldest tool output the marker shortens (never
-    the newest message), else the oldest whole turn before the current request. Returns (what:
-    "output" | "turn", turn_start after the drop), or None when nothing is left to drop."""
+def drop_oldest(conv, count) -> str | None:
+    """Drop one thing from conv.messages in place: the oldest tool output the marker shortens
+    (never the newest message), else the oldest whole turn before the current request
+    (conv.turn_start follows). Returns what: "output" | "turn", or None when nothing is left."""
+    messages = conv.messages
     idx = next(iter(droppable(messages, count, len(messages) - 1)), None)
     if idx is not None:
         messages[idx] = {"role": "tool_result", "content": DROPPED}
-        return "output", turn_start
+        return "output"
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-    if len(users) >= 2 and users[1] <= turn_start:
+    if len(users) >= 2 and users[1] <= conv.turn_start:
         del messages[users[0]:users[1]]
-        return "turn", turn_start - (users[1] - users[0])
+        conv.turn_start -= users[1] - users[0]
+        return "turn"
     return None
 
 
-def fit(messages: list[dict], tok, limit: int, extra: int, turn_start: int):
-    """Drop from `messages` in place until its render plus `extra` slots fit in `limit`.
-    Returns (ids, turn_start after drops, outputs dropped, turns dropped); raises ContextFull."""
-    dropped = {"output": 0, "turn": 0}
-    while True:
-        ids = tok.render_conversation({"messages": messages})[0] if messages else []
-        if len(ids) + extra <= limit:
-            return ids, turn_start, dropped["output"], dropped["turn"]
-        step = drop_oldest(messages, lambda text: len(tok.encode(text)), turn_start)
-        if step is None:
-            raise ContextFull(f"the request does not fit the context ({len(ids)} + {extra} tokens > "
-                              f"{limit}) even after dropping old output and turns; shorten it or "
-                              "/clear", dropped["output"], dropped["turn"], turn_start)
-        dropped[step[0]] += 1
-        turn_start = step[1]
+@dataclass
+class Dropped:
+    """What a fit dropped: old tool outputs and old turns."""
+    outputs: int = 0
+    turns: int = 0
+
+    def add(self, what: str) -> None:
+        if what == "output":
+            self.outputs += 1
+        else:
+            self.turns += 1
+
+    def say(self, emit) -> None:
+        """One Status event saying what was dropped (none when nothing was)."""
+        if self.outputs or self.turns:
+            what = " and ".join(x for x in (
+                f"{self.outputs} old tool output{'s' * (self.outputs != 1)}" if self.outputs else "",
+                f"{self.turns} earlier turn{'s' * (self.turns != 1)}" if self.turns else "") if x)
+            emit(Status(f"context full: dropped {what}", self.outputs, self.turns))
 
 
-def dropped_note(outputs: int, turns: int) -> str:
-    what = " and ".join(x for x in (
-        f"{outputs} old tool output{'s' * (outputs != 1)}" if outputs else "",
-        f"{turns} earlier turn{'s' * (turns != 1)}" if turns else "") if x)
-    return f"context full: dropped {what}"
+def fit(conv, count, size, limit: int, emit, strict: bool = True) -> Dropped:
+    """Drop from conv.messages in place (drop_oldest) until size(messages) <= limit; one Status
+    event says what was dropped. When nothing is left to drop: strict raises ContextFull, else
+    the conversation goes as it is (a server counts for itself)."""
+    dropped = Dropped()
+    try:
+        while (n := size(conv.messages)) > limit:
+            what = drop_oldest(conv, count)
+            if what is None:
+                if strict:
+                    raise ContextFull(f"the request does not fit the context ({n} tokens > {limit}) "
+                                      "even after dropping old output and turns; shorten it or /clear")
+                break
+            dropped.add(what)
+    finally:
+        dropped.say(emit)
+    return dropped
 
 
 DEFINES = re.compile(r"^ *\d+→\s*(?:async\s+)?(?:def|class)\s+(\w+)", re.M)

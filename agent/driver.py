@@ -1,8 +1,10 @@
 """The turn driver: one conversation with one model in one project, UI-independent. The TUI, the
 REPL and headless mode drive it through `Agent.run_turn(user_text, approve, on_event, cancel)` and
 only render its events. It is built from parts with small interfaces, each testable alone:
-    the model           agent/sampler.EngineSampler (our engine, KV-cached, grammar-masked) or
-                        agent/remote.RemoteSampler (any OpenAI-compatible server): reply(), sync()
+    the model           an agent/sampler.Sampler: agent/engine_sampler.EngineSampler (our engine,
+                        KV-cached, grammar-masked) or agent/remote.RemoteSampler (any
+                        OpenAI-compatible server), chosen where agents are built
+    the call rules      agent/call_rules.CallRules: take a reply back, let it stand, end on repeats
     the conversation    agent/conversation.Conversation: messages, meta, saving
     permissions         tools/permissions.Policy: allow / deny / ask, rules, modes
     undo                agent/turn_undo.TurnUndo: a snapshot before a turn's first change
@@ -20,11 +22,11 @@ Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-
 reply cut by `max_tokens` or for repeating itself (stop_reason "loop"), a request that does not
 fit the context, a model server that fails.
 
-Retries. A reply whose call is malformed, repeats a call made since the turn's last Edit or
-Bash, or fails with an `error:` from Read, Grep or Edit (which change nothing on disk) is taken
-back and resampled, `retries` times at most per step (the sampler samples a retry at its
-retry_temperature when greedy); then it stands (and three identical calls in a row end the
-turn). Taken-back replies are not in the conversation; `TurnResult.retries` counts them.
+Retries (agent/call_rules.py). A reply whose call is malformed, repeats a call made since the
+turn's last change, or fails with an `error:` that changed nothing is taken back and resampled,
+`retries` times at most per step (the sampler samples a retry at its retry_temperature when
+greedy); then it stands (and three identical calls in a row end the turn). Taken-back replies
+are not in the conversation; `TurnResult.retries` counts them.
 
 Context. Each tool result is cut to its share of the context (agent/context.py: result_budget,
 with a note saying how to see the rest), the memory file to its share, and a Read without
@@ -33,14 +35,15 @@ not fit; `compact()` (/compact) replaces old outputs by a one-line digest.
 
 Undo. The first Edit or Bash of a turn takes a snapshot (TurnUndo.begin); the turn's end records
 its changes and says which paths it could not snapshot. When the snapshot fails the call is
-refused (an `error:` result and a status: no change without undo; snapshots=False opts out).
+refused (an `error:` result and a status: no change without undo; TurnSettings.snapshots=False
+opts out).
 `undo()` / `diff()` / `undo_plan()` act on the last recorded turn of this conversation; what undo
 restored is said to the model at the start of the next user message.
 
 Questions. A turn whose request is a question (agent/request_kind.is_question) sets
 `policy.question`: an Edit that only the mode would allow asks, and headless (no `approve`) it is
 an `error:` result, resampled like other failed Edits, so the model answers instead.
-`question_guard = False` turns this off.
+TurnSettings.question_guard=False turns this off.
 
 Mode. The system prompt lists the tools the mode offers (plan: Read and Grep) and the sampler
 offers only those; a switch between modes with different tools mid-conversation is said in the
@@ -53,80 +56,51 @@ thread); set `cancel` from any thread.
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 
 from agent.approval import ask
+from agent.call_rules import CallRules, call_key
 from agent.context import ContextFull, compact, fit_memory, fit_result, memory_budget, read_limit, result_budget
 from agent.conversation import Conversation
 from agent.mentions import mentioned
 from agent.request_kind import is_question
-from agent.sampler import EngineSampler, SamplerError
+from agent.sampler import Reply, Sampler, SamplerError
+from agent.settings import TurnSettings
 from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
-    CANCELLED, MODE_TOOLS, MODES, REJECTED, REPEATED, Approval, Status, ToolCall, ToolResult, TurnEnd,
-    TurnResult, check_call, mode_note, system_prompt)
+    CANCELLED, MODE_TOOLS, MODES, REJECTED, REPEATED, TOOLS, Approval, Status, ToolCall, ToolResult,
+    TurnEnd, TurnResult, check_call, mode_note, system_prompt)
 from tools.dispatch import run_tool
 from tools.files import read_memory
-from tools.permissions import QUESTION_EDIT
+from tools.permissions import QUESTION_EDIT, Policy
 from tools.sandbox import for_commands
 
 STOP_NOTES = {"repeat": "the same call three times in a row: stopped; your turn",
               "cancelled": "cancelled", "rejected": "call rejected; your turn",
               "loop": "reply stopped: it was repeating itself"}
+REPLY_STOPS = {"stop": "done", "cancelled": "cancelled", "loop": "loop", "length": "max_tokens"}
 
 
 class Agent:
-    """One conversation with one model in one project.
+    """One conversation with `sampler` in the project at `root` under `policy` (a
+    tools.permissions.Policy: mode, rules, settings). messages / meta / store: a conversation to
+    continue and where to save it (agent/conversation.py). `sandbox_status` says what contains
+    the commands."""
 
-    model: an EngineSampler or RemoteSampler, or an engine (nanocode.engine.Engine with a
-    tokenizer), which gets an EngineSampler with the sampling options below. root: the project
-    directory. mode / policy: permission mode (ask, accept-edits, auto, plan) or a ready
-    tools.permissions Policy (settings files are read when only a mode is given). messages /
-    meta / store: a conversation to continue and where to save it (agent/conversation.py).
-    Sampling (engines only; see agent/sampler.py): temperature, top_k, top_p, seed, max_tokens,
-    reserve, extra_mask, constrain, ground, retry_temperature, copy_bias, loop_guard (replies that
-    never loop: agent/loop_guard.py), names (grounding's names option). max_steps: tool calls
-    per user turn. retries: how many times a failed or repeated call is resampled before it
-    stands. snapshots: False disables undo (no snapshot before a change). sandbox: run every
-    Bash call in the OS sandbox (tools/sandbox.py; network: let it reach the network); where none
-    can be had, or with sandbox=False, every Bash call asks, auto mode included.
-    question_guard: in a turn whose request is a question, an Edit asks (module docstring).
-    `sandbox_status` says which.
-    """
-
-    def __init__(self, model, root, *, mode: str = "ask", policy=None, messages=None, meta=None,
-                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-                 max_tokens: int = 1024, max_steps: int = 25, reserve: int | None = None,
-                 tool_timeout: float | None = 30.0, extra_mask=None, constrain: bool = True,
-                 memory: bool = True, store=None, snapshots: bool = True, ground: bool = True,
-                 retries: int = 2, retry_temperature: float = 0.7, copy_bias: float = 0.0,
-                 sandbox: bool = True, network: bool = False, question_guard: bool = True,
-                 loop_guard: bool = True, names: bool = True):
+    def __init__(self, sampler: Sampler, root, policy: Policy, settings: TurnSettings = TurnSettings(),
+                 messages=None, meta=None, store=None):
         self.root = os.path.realpath(os.fspath(root))
-        if not hasattr(model, "reply"):  # an engine
-            model = EngineSampler(model, self.root, temperature=temperature, top_k=top_k,
-                                  top_p=top_p, seed=seed, max_tokens=max_tokens, reserve=reserve,
-                                  extra_mask=extra_mask, constrain=constrain, ground=ground,
-                                  retry_temperature=retry_temperature, copy_bias=copy_bias,
-                                  loop_guard=loop_guard, names=names)
-        self.sampler = model
-        if policy is None:
-            from tools.permissions import Policy
-            policy = Policy.load(self.root, mode=mode)
-        self.policy = policy
-        self.sandbox, self.sandbox_status = for_commands(sandbox, network)
+        self.sampler, self.policy, self.settings = sampler, policy, settings
+        self.sandbox, self.sandbox_status = for_commands(settings.sandbox, settings.network)
         policy.sandboxed = self.sandbox is not None  # no sandbox: every Bash asks
-        self.max_steps, self.tool_timeout, self.memory, self.retries = max_steps, tool_timeout, memory, retries
-        self.question_guard = question_guard  # a question's Edit asks (Policy.question)
-        self.result_budget = result_budget(model.max_len, model.reserve)  # agent/context.py
+        self.result_budget = result_budget(sampler.max_len, sampler.reserve)  # agent/context.py
         self.read_limit = read_limit(self.result_budget)
         self.conv = Conversation(self.root, messages, meta, store)
         # a continued conversation goes on with its seeds: reply n uses seed + n
-        model.n_replies = sum(m["role"] == "assistant" for m in self.conv.messages)
-        self.undo_log = TurnUndo(self.root, snapshots)  # agent/turn_undo.py
+        sampler.n_replies = sum(m["role"] == "assistant" for m in self.conv.messages)
+        self.undo_log = TurnUndo(self.root, settings.snapshots)  # agent/turn_undo.py
         self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
         self._said_no_snapshot = False  # the "could not snapshot" note is said once
 
@@ -138,14 +112,6 @@ class Agent:
     @property
     def meta(self) -> dict:
         return self.conv.meta
-
-    @property
-    def store(self):
-        return self.conv.store
-
-    @store.setter
-    def store(self, store) -> None:
-        self.conv.store = store
 
     @property
     def mode(self) -> str:
@@ -207,7 +173,7 @@ class Agent:
     def _system_prompt(self) -> str:
         """The system message a new conversation starts with: the mode's tools, the folder and
         the memory file cut to its share of the context."""
-        memory = read_memory(self.root) if self.memory else None
+        memory = read_memory(self.root) if self.settings.memory else None
         memory = fit_memory(memory, self.sampler.count, memory_budget(self.sampler.max_len))
         return system_prompt(self.root, memory, self.mode)
 
@@ -230,10 +196,33 @@ class Agent:
     # ---- the turn --------------------------------------------------------------------------------
     def run_turn(self, user_text: str, approve=None, on_event=None,
                  cancel: threading.Event | None = None) -> TurnResult:
+        """Open the turn with the user's message; pin the @-mentioned files; then step (a reply
+        and its call) until a step says why the turn stops; bring the model up to the closed
+        conversation; record the turn for /undo and save it."""
         emit = on_event or (lambda event: None)
         cancel = cancel or threading.Event()
-        res = TurnResult()
-        started = time.perf_counter()
+        res, started = TurnResult(), time.perf_counter()
+        rules = CallRules(self.settings.retries)
+        self._open_turn(user_text, emit)
+        try:
+            for path in mentioned(user_text, self.root):  # @path: pinned as a Read step
+                rules.kept("Read", self._pin(path, res, emit), "")
+            stop = None
+            while stop is None:
+                stop = "cancelled" if cancel.is_set() else self._step(rules, res, approve, emit, cancel)
+            res.stop_reason = stop
+            try:
+                self.sampler.sync(self.conv, emit, res.usage)
+            except ContextFull as e:  # keep going: the next turn will compact or say so again
+                emit(Status(str(e)))
+        finally:
+            self._close_turn(res, emit, started)
+        emit(TurnEnd(res.stop_reason, res.steps, res.retries))
+        return res
+
+    def _open_turn(self, user_text: str, emit) -> None:
+        """The user's message, after the notes it carries: the system prompt for a new
+        conversation, a mode switch, what /undo restored."""
         raw_text = user_text  # the request as the user wrote it (agent/request_kind.py)
         for note in self._startup_notes:
             emit(Status(note))
@@ -247,95 +236,86 @@ class Agent:
         if self.undo_log.notes:
             user_text = "\n".join(self.undo_log.notes + [user_text])
             self.undo_log.notes = []
-        self.policy.question = self.question_guard and is_question(raw_text)
+        self.policy.question = self.settings.question_guard and is_question(raw_text)
         self.messages.append({"role": "user", "content": user_text})
         self.conv.turn_start = len(self.messages) - 1
-        last_calls: list[str] = []
-        attempt = 0  # retries spent on the current step
-        seen: set[str] = set()  # calls since the last Edit or Bash (after one, a call may rightly recur)
+
+    def _step(self, rules: CallRules, res: TurnResult, approve, emit, cancel):
+        """One reply and, for a call, its result: the turn's stop reason, or None to go on."""
         try:
-            for path in mentioned(user_text, self.root):  # @path: pinned as a Read step
-                seen.add(self._pin(path, res, emit))
-            while True:
-                if cancel.is_set():
-                    res.stop_reason = "cancelled"
-                    break
-                try:
-                    reply = self.sampler.reply(self.conv, MODE_TOOLS[self.mode], emit, cancel,
-                                               res.usage, retry=attempt > 0)
-                except (ContextFull, SamplerError) as e:
-                    emit(Status(str(e)))
-                    res.stop_reason = "context" if isinstance(e, ContextFull) else "model_error"
-                    break
-                call, error, stop = reply.call, reply.error, reply.stop
-                if call is None and error is None:
-                    res.answer = reply.message["content"]
-                    res.stop_reason = {"stop": "done", "cancelled": "cancelled", "loop": "loop"}.get(
-                        stop, "max_tokens")
-                    if res.stop_reason == "max_tokens":
-                        emit(Status(f"reply cut at {self.sampler.max_tokens} tokens"))
-                    elif res.stop_reason == "loop":
-                        emit(Status(STOP_NOTES["loop"]))
-                    break
-                name, args = (call["name"], call["args"]) if call else ("?", {})
-                key = json.dumps([name, args], sort_keys=True)
-                why = ("a malformed call" if error is not None else
-                       "a repeat of an earlier call" if key in seen else None)
-                if why and attempt < self.retries and stop != "cancelled":
-                    attempt = self._retry(attempt, why, res, emit)
-                    continue
-                emit(ToolCall(name, args, res.steps + 1))
-                last_calls = (last_calls + [key])[-3:]
-                stop_after = None
-                if error is not None:
-                    result = error
-                elif len(last_calls) == 3 and len(set(last_calls)) == 1:
-                    result, stop_after = REPEATED, "repeat"
-                else:
-                    result, stop_after = self._run_call(name, args, approve, emit, cancel)
-                if (stop_after is None and name in ("Read", "Grep", "Edit") and result.startswith("error:")
-                        and attempt < self.retries and not cancel.is_set()):  # no effect on disk: resample
-                    emit(ToolResult(name, args, result, res.steps + 1))
-                    last_calls.pop()
-                    attempt = self._retry(attempt, "a failed call", res, emit)
-                    continue
-                attempt = 0
-                changes = name in ("Edit", "Bash") and not result.startswith("error:")
-                seen = (set() if changes else seen) | {key}
-                res.steps += 1
-                res.tool_calls.append({"name": name, "args": args, "result": result})
-                emit(ToolResult(name, args, result, res.steps))
-                self.messages.append({"role": "tool_result", "content": result})
-                if stop_after is None and cancel.is_set():
-                    stop_after = "cancelled"
-                if stop_after is None and res.steps >= self.max_steps:
-                    stop_after = "step_limit"
-                if stop_after:
-                    res.stop_reason = stop_after
-                    emit(Status(STOP_NOTES.get(stop_after)
-                                or f"step limit ({self.max_steps} calls) reached; your turn"))
-                    break
-            try:
-                self.sampler.sync(self.conv, emit, res.usage)
-            except ContextFull as e:  # keep going: the next turn will compact or say so again
-                emit(Status(str(e)))
-        finally:
-            ck_id = None
-            try:
-                ended = self.undo_log.end()
-            except Exception as e:  # noqa: BLE001 - the changes are made: say so, go on
-                emit(Status(f"could not record this turn for /undo: {e}"))
-                ended = None
-            if ended:
-                res.files_changed, ck_id, skipped = ended
-                if skipped:  # untracked files too big, nested repos with too many files
-                    emit(Status(f"/undo cannot restore {', '.join(skipped[:5])}"
-                                f"{' and more' if len(skipped) > 5 else ''}: too big to snapshot"))
-            self.conv.record_turn(res.steps, res.stop_reason, res.files_changed, ck_id)
-            res.usage["seconds"] = time.perf_counter() - started
-            self.conv.save(emit)
-        emit(TurnEnd(res.stop_reason, res.steps, res.retries))
-        return res
+            reply = self.sampler.reply(self.conv, MODE_TOOLS[self.mode], emit, cancel, res.usage,
+                                       retry=rules.attempt > 0)
+        except ContextFull as e:
+            emit(Status(str(e)))
+            return "context"
+        except SamplerError as e:
+            emit(Status(str(e)))
+            return "model_error"
+        if reply.call is None and reply.error is None:
+            return self._answer(reply, res, emit)
+        name, args = (reply.call["name"], reply.call["args"]) if reply.call else ("?", {})
+        key = call_key(name, args)
+        why = rules.take_back(key, reply.error is not None, reply.stop == "cancelled")
+        if why:
+            return self._take_back(why, rules, res, emit)
+        emit(ToolCall(name, args, res.steps + 1))
+        three_in_a_row = rules.made(key)
+        stop = None
+        if reply.error is not None:
+            result = reply.error
+        elif three_in_a_row:
+            result, stop = REPEATED, "repeat"
+        else:
+            result, stop = self._run_call(name, args, approve, emit, cancel)
+        if stop is None and (why := rules.take_back_failure(name, result, cancel.is_set())):
+            emit(ToolResult(name, args, result, res.steps + 1))
+            return self._take_back(why, rules, res, emit)
+        rules.kept(name, key, result)
+        res.steps += 1
+        res.tool_calls.append({"name": name, "args": args, "result": result})
+        emit(ToolResult(name, args, result, res.steps))
+        self.messages.append({"role": "tool_result", "content": result})
+        if stop is None and cancel.is_set():
+            stop = "cancelled"
+        if stop is None and res.steps >= self.settings.max_steps:
+            stop = "step_limit"
+        if stop:
+            emit(Status(STOP_NOTES.get(stop) or f"step limit ({self.settings.max_steps} calls) reached; your turn"))
+        return stop
+
+    def _answer(self, reply: Reply, res: TurnResult, emit):
+        """A reply without a call ends the turn."""
+        res.answer = reply.message["content"]
+        stop = REPLY_STOPS[reply.stop]
+        if stop == "max_tokens":
+            emit(Status(f"reply cut at {self.sampler.settings.max_tokens} tokens"))
+        elif stop == "loop":
+            emit(Status(STOP_NOTES["loop"]))
+        return stop
+
+    def _take_back(self, why: str, rules: CallRules, res: TurnResult, emit) -> None:
+        """Take back the reply just made (its call is not kept) so the next one is resampled."""
+        self.messages.pop()
+        self.sampler.invalidate()  # the model saw the dropped reply: rebuilt before the next one
+        res.retries += 1
+        emit(Status(f"{why}: resampling ({rules.resampled()} of {self.settings.retries})"))
+
+    def _close_turn(self, res: TurnResult, emit, started: float) -> None:
+        """Record the turn's changes for /undo (saying what it could not snapshot) and save it."""
+        turn_id = None
+        try:
+            ended = self.undo_log.end()
+        except Exception as e:  # noqa: BLE001 - the changes are made: say so, go on
+            emit(Status(f"could not record this turn for /undo: {e}"))
+            ended = None
+        if ended is not None:
+            res.files_changed, turn_id = list(ended.changed), ended.id
+            if ended.skipped:  # untracked files too big, nested repos with too many files
+                emit(Status(f"/undo cannot restore {', '.join(ended.skipped[:5])}"
+                            f"{' and more' if len(ended.skipped) > 5 else ''}: too big to snapshot"))
+        self.conv.record_turn(res.steps, res.stop_reason, res.files_changed, turn_id)
+        res.usage["seconds"] = time.perf_counter() - started
+        self.conv.save(emit)
 
     # ---- one call ----------------------------------------------------------------------------------
     def _pin(self, path: str, res: TurnResult, emit) -> str:
@@ -351,9 +331,10 @@ class Agent:
             {"role": "tool_result", "content": result}])
         res.tool_calls.append({"name": "Read", "args": args, "result": result})
         emit(ToolResult("Read", args, result, res.steps))
-        return json.dumps(["Read", args], sort_keys=True)
+        return call_key("Read", args)
 
     def _run_call(self, name, args, approve, emit, cancel):
+        """Check, ask, snapshot, run: (result, the stop reason it causes or None)."""
         err = check_call(name, args)
         if err:
             return err, None
@@ -372,7 +353,8 @@ class Agent:
                 return REJECTED, "rejected"
             if answer == "cancelled":  # not the user's verdict on the call: nothing ran
                 return CANCELLED, "cancelled"
-        if name in ("Edit", "Bash"):
+        changes = TOOLS[name].changes_files
+        if changes:
             refused = self.undo_log.begin(self.messages[self.conv.turn_start]["content"], self.meta["id"])
             if refused:
                 if not self._said_no_snapshot:  # e.g. a read-only project: not on every call
@@ -385,17 +367,9 @@ class Agent:
         # descriptor-level open refuses what became outside), one judged outside reads only
         # there, and both refuse a file other than the one judged (tools/permissions.Decision)
         result = run_tool(self.root, name, args, allow_outside=d.inside is False, same_as=d.identity,
-                          timeout=self.tool_timeout, cancel=cancel, sandbox=self.sandbox,
+                          timeout=self.settings.tool_timeout, cancel=cancel, sandbox=self.sandbox,
                           env_names=tuple(self.policy.env))
         result = fit_result(name, result, self.sampler.count, self.result_budget)
-        if name in ("Edit", "Bash"):
+        if changes:
             self.sampler.tree_changed()  # grounding lists the project again
         return result, None
-
-    def _retry(self, attempt: int, why: str, res: TurnResult, emit) -> int:
-        """Take back the reply just made (its call is not kept) so the next one is resampled."""
-        self.messages.pop()
-        self.sampler.invalidate()  # the model saw the dropped reply: rebuilt before the next one
-        res.retries += 1
-        emit(Status(f"{why}: resampling ({attempt + 1} of {self.retries})"))
-        return attempt + 1

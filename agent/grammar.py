@@ -74,7 +74,7 @@ class Value:
         return state
 
 
-class Text(Value):
+class TextValue(Value):
     """Free text (ordinary tokens). State: whether the value may stop."""
     nonblank = False
 
@@ -89,7 +89,7 @@ class Text(Value):
         return state
 
 
-class Command(Text):
+class CommandValue(TextValue):
     """Bash.command: stops only once a non-blank byte came (Bash refuses a blank command)."""
     nonblank = True
 
@@ -275,7 +275,8 @@ class Grammar:
         self.name_lens = np.array([n for n, _ in names], np.int64)
         self.name_ids = np.array([i for _, i in names], np.int64)
         self.trie = VocabTrie(self.pieces)
-        self.free, self.command, self.count, self.limit = Text(self), Command(self), Digits(self), Limit(self)
+        self.free, self.command = TextValue(self), CommandValue(self)
+        self.count, self.limit = Digits(self), Limit(self)
         self._memo: dict = {}
         self._values: dict = {}  # grounding automaton -> its Value, the newest VALUES_KEPT
         self._lexicon = None

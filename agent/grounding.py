@@ -48,8 +48,6 @@ import subprocess
 import time
 from collections import OrderedDict
 
-import numpy as np
-
 from agent.spans import BOM, SPAN_TEXT_BYTES, AnchorText, Citations, SpanText, anchor_bytes
 from agent.vocab_trie import SortedStrings
 from tools.files import MAX_EDIT_BYTES, SNIFF_BYTES, is_binary_bytes

@@ -41,29 +41,33 @@ import threading
 import dataclasses
 
 from agent.display import format_call, printable, printable_json, summarize
-from nanocode.protocol import REJECTED
+from nanocode.protocol import REJECTED, Approval, Event, Status, StopReason, ToolCall, ToolResult
 
-EXIT_CODES = {"done": 0, "rejected": 3, "step_limit": 4, "repeat": 4, "max_tokens": 4, "loop": 4,
-              "context": 5, "model_error": 6, "cancelled": 130}
+EXIT_CODES: dict[StopReason, int] = {
+    "done": 0, "rejected": 3, "step_limit": 4, "repeat": 4, "max_tokens": 4, "loop": 4,
+    "context": 5, "model_error": 6, "cancelled": 130}
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 
 
-def on_event(ev) -> None:
+def on_event(ev: Event) -> None:
     """Progress on stderr: each call, a line of its result, approvals refused, status notes."""
-    if ev.kind == "tool_call":
-        print(f"> {format_call(ev.name, ev.args)}", file=sys.stderr, flush=True)
-    elif ev.kind == "tool_result" and ev.result == REJECTED:  # there is no user to reject it
-        print("  rejected: nobody can approve it in headless mode", file=sys.stderr, flush=True)
-    elif ev.kind == "tool_result":
-        print(f"  {summarize(ev.result)}", file=sys.stderr, flush=True)
-    elif ev.kind == "approval" and ev.answer == "no":
-        print(f"  (needs approval: {printable(ev.reason)}; rejected in headless mode, see --mode)",
-              file=sys.stderr, flush=True)
-    elif ev.kind == "status":
-        print(f"[{printable(ev.text)}]", file=sys.stderr, flush=True)
+    match ev:
+        case ToolCall(name=name, args=args):
+            line = f"> {format_call(name, args)}"
+        case ToolResult(result=result) if result == REJECTED:  # there is no user to reject it
+            line = "  rejected: nobody can approve it in headless mode"
+        case ToolResult(result=result):
+            line = f"  {summarize(result)}"
+        case Approval(answer="no", reason=reason):
+            line = f"  (needs approval: {printable(reason)}; rejected in headless mode, see --mode)"
+        case Status(text=text):
+            line = f"[{printable(text)}]"
+        case _:
+            return
+    print(line, file=sys.stderr, flush=True)
 
 
-def stream_event(ev) -> None:
+def stream_event(ev: Event) -> None:
     """One event as one JSON line on stdout: {"type": ev.kind, ...its fields}."""
     print(printable_json({"type": ev.kind, **dataclasses.asdict(ev)}), flush=True)
 
@@ -117,20 +121,18 @@ def _say_sandbox(agent) -> None:
 
 
 def rollout_agent(agent, root, temperature: float, seed: int):
-    """A fresh Agent like `agent` (its model forked: same engine or server, settings, grounding;
-    policy, retries, conversation) working in `root`, without undo snapshots (best_of takes its
-    own)."""
+    """A fresh Agent like `agent` working in `root`: its sampler forked (same engine or server,
+    its settings but temperature and seed), its policy and turn settings, its conversation, no
+    undo snapshots (best_of takes its own)."""
     import copy
     from dataclasses import replace
     from pathlib import Path
 
     from agent.driver import Agent
     policy = replace(agent.policy, root=Path(root), session=list(agent.policy.session))
-    return Agent(agent.sampler.fork(str(root), temperature, seed), root, policy=policy,
-                 messages=agent.messages, meta=copy.deepcopy(agent.meta), max_steps=agent.max_steps,
-                 tool_timeout=agent.tool_timeout, memory=agent.memory, snapshots=False,
-                 retries=agent.retries, sandbox=agent.sandbox is not None,
-                 network=agent.sandbox is not None and agent.sandbox.network)
+    sampler = agent.sampler.fork(str(root), replace(agent.sampler.settings, temperature=temperature, seed=seed))
+    return Agent(sampler, root, policy, replace(agent.settings, snapshots=False),
+                 agent.messages, copy.deepcopy(agent.meta))
 
 
 def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
@@ -141,7 +143,7 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
 
     def run():
         return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, n,
-                       seed=agent.sampler.seed, temperature=agent.sampler.temperature,
+                       seed=agent.sampler.settings.seed, temperature=agent.sampler.settings.temperature,
                        sample_temperature=sample_temperature, test_command=test_command,
                        on_event=stream_event if output_format == "stream-json" else on_event,
                        cancel=cancel)

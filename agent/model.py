@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.settings import SamplerSettings, TurnSettings
 from nanocode.common import ModelError, resolve_model  # noqa: F401 - the agent's names for them
 
 
@@ -37,53 +38,46 @@ class AgentOptions:
     model: a checkpoint directory or run tag (None: the default model), or with base_url the
     server's model name (None: the first it lists); context: the server's context when it does
     not say it; mode None: the settings files decide (ask when none does); trust_settings: the
-    project's .nanocode settings apply even if the user never accepted them (--trust-settings)."""
+    project's .nanocode settings apply even if the user never accepted them (--trust-settings);
+    sampling and turn: the agent's settings (agent/settings.py)."""
     model: str | None = None
     base_url: str | None = None
     context: int | None = None
     mode: str | None = None
-    temperature: float = 0.0
-    top_k: int = 0
-    seed: int = 0
-    max_tokens: int = 1024
-    max_steps: int = 25
-    sandbox: bool = True
-    network: bool = False
     trust_settings: bool = False
+    sampling: SamplerSettings = SamplerSettings()
+    turn: TurnSettings = TurnSettings()
 
 
-def remote_sampler(o: AgentOptions):
-    """The sampler for `--base-url`: the server is asked for its models first, so a wrong URL or
-    model name is a one-line ModelError at start-up, not a failed first turn."""
-    from agent.remote import RemoteSampler
-    from agent.sampler import SamplerError
-    try:
-        return RemoteSampler(o.base_url, o.model, temperature=o.temperature, seed=o.seed,
-                             max_tokens=o.max_tokens, context=o.context)
-    except SamplerError as e:
-        raise ModelError(str(e)) from None
+def load_sampler(o: AgentOptions, root, model_dir):
+    """The agent's model: our engine from `model_dir` (imports jax; the compilation cache is
+    enabled first), or with base_url a RemoteSampler, asked for its models first so a wrong URL
+    or model name is a one-line ModelError at start-up, not a failed first turn. Returns
+    (sampler, the name the session records)."""
+    if o.base_url:
+        from agent.remote import RemoteSampler
+        from agent.sampler import SamplerError
+        try:
+            sampler = RemoteSampler(o.base_url, o.model, o.sampling, context=o.context)
+        except SamplerError as e:
+            raise ModelError(str(e)) from None
+        return sampler, f"{o.base_url} {sampler.model}"
+    from agent.engine_sampler import EngineSampler
+    from nanocode.common import enable_compilation_cache
+    enable_compilation_cache()
+    return EngineSampler(load_engine(model_dir), root, o.sampling), str(model_dir)
 
 
 def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, store=None):
-    """The Agent for these options: our engine from `model_dir` (imports jax; the compilation
-    cache is enabled first), or with base_url a RemoteSampler. Every failure is a one-line
-    ModelError; the TUI calls this on its loader thread."""
-    if o.base_url:
-        model = remote_sampler(o)
-        name = f"{o.base_url} {model.model}"
-    else:
-        from nanocode.common import enable_compilation_cache
-        enable_compilation_cache()
-        model, name = load_engine(model_dir), str(model_dir)
+    """The Agent for these options (load_sampler). Every failure is a one-line ModelError; the
+    TUI calls this on its loader thread."""
+    sampler, name = load_sampler(o, root, model_dir)
     from agent.driver import Agent
     from agent.sessions import SessionStore
     from tools.permissions import Policy, SettingsError
     try:  # project settings apply once accepted (tools/workspace.project_settings) or trusted
         policy = Policy.load(root, mode=o.mode, trust_settings=o.trust_settings)
-        agent = Agent(model, root, policy=policy, messages=messages, meta=meta,
-                      temperature=o.temperature, top_k=o.top_k, seed=o.seed,
-                      max_tokens=o.max_tokens, max_steps=o.max_steps,
-                      sandbox=o.sandbox, network=o.network)
+        agent = Agent(sampler, root, policy, o.turn, messages, meta)
     except SettingsError as e:
         raise ModelError(str(e), 2) from None
     agent.refresh_system_prompt()  # a resumed session: today's AGENTS.md, folder and mode

@@ -1,26 +1,44 @@
-"""The OpenAI chat-completions wire format on our side: a request's parameters checked (a
-RequestError names the parameter; `nanocode serve` answers it with a 400 in OpenAI's error
-shape), its messages turned into our conversation schema, and our reply turned into an OpenAI
-message.
+"""The OpenAI chat-completions wire format on our side, both ways.
 
-Conversion: an assistant message with several tool_calls becomes one of ours per call, each
-followed by the `tool` message answering it (by tool_call_id); content is a string or a list of
-text parts (their text joined; other parts are an error). A request the schema cannot hold (a
-tool message with no call before it, an unknown role) is an error saying which message and why.
-JSON is parsed with a depth cap (MAX_DEPTH) checked without recursion.
+Requests (`nanocode serve`): parse_request checks a request's parameters (a RequestError names
+the parameter; the server answers it with a 400 in OpenAI's error shape, error_body); parse_json
+caps the nesting of JSON at MAX_DEPTH, checked without recursion.
+
+OpenAI -> ours. to_conversation: a request's messages in our conversation schema. An assistant
+message with several tool_calls becomes one of ours per call, each followed by the `tool` message
+answering it (by tool_call_id); content is a string or a list of text parts (their text joined;
+other parts are an error). A request the schema cannot hold (a tool message with no call before
+it, an unknown role, a call with no result) is an error saying which message and why.
+schema_args: a call's JSON arguments as a server streams them, checked into the schema (ints for
+INT_ARGS, strings otherwise, wire order), or the `error:` result the agent answers them with.
+
+Ours -> OpenAI. to_openai: a conversation as agent/remote.py sends it (a call gets the id
+`call_<index>`, its tool_result a `tool` message answering that id); tool_schema: one of our
+tools as a function tool (protocol.TOOLS: its arguments, which are required, which are integers);
+openai_message and openai_call: a reply as `nanocode serve` answers it.
+
+Round trip: to_conversation(to_openai(conv)) == conv for a conversation whose tool_results each
+answer the call before them. Two things do not come back: a tool_result that answers no call (a
+malformed call's `error:` result) goes as a user message "[tool result] ...", the only place
+OpenAI's schema has for it, and reads back as that user message; and a call with no result yet
+(the conversation's last message) is refused by to_conversation, which reads only requests a
+model can answer.
 """
 from __future__ import annotations
 
 import json
 import uuid
+from typing import NamedTuple
 
-from nanocode.protocol import TOOLS
+from agent.loop_guard import first_loop
+from nanocode.protocol import INT_ARGS, TOOLS, canonical_args, check_shape
 
 MAX_DEPTH = 64  # nesting of its JSON (and of a tool call's arguments)
 MAX_TOKENS = 1 << 20  # the largest max_tokens taken (then cut to the context's room)
 SEED_RANGE = (-(1 << 31), (1 << 31) - 1)
 
 
+# ---- requests ----------------------------------------------------------------------------------
 class RequestError(ValueError):
     """A request the server cannot answer; the message (and the parameter it names) goes back in
     the 400 body."""
@@ -56,21 +74,6 @@ def parse_json(data: bytes | str, what: str = "the body"):
     return value
 
 
-def _text(content, where: str) -> str:
-    """A message's content: a string, null, or a list of text parts."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise RequestError(f"{where}: content must be a string or a list of text parts",
-                           "messages")
-    for k, part in enumerate(content):
-        if not (isinstance(part, dict) and part.get("type") == "text"
-                and isinstance(part.get("text"), str)):
-            raise RequestError(f"{where}: content part {k} is not a text part "
-                               '({"type": "text", "text": "..."}); only text is read', "messages")
-    return "".join(p["text"] for p in content)
-
-
 def _number(req: dict, key: str, default: float, low: float, high: float) -> float:
     v = req.get(key)
     if v is None:
@@ -102,6 +105,38 @@ def _tool_names(tools) -> list[str]:
                                "{\"name\": ...}}", "tools")
         names.append(fn["name"])
     return names
+
+
+def parse_request(req: dict) -> dict:
+    """A chat-completions request's parameters, checked: {"temperature", "top_p", "seed",
+    "max_tokens" (before the context's room), "tools" (ours it lists, in TOOLS order),
+    "messages" (our conversation schema)}. Raises RequestError naming the parameter."""
+    if not isinstance(req.get("stream", False), (bool, type(None))):
+        raise RequestError("stream must be true or false", "stream")
+    limit = _integer(req, "max_tokens", 1024, 1, MAX_TOKENS)
+    names = _tool_names(req.get("tools"))
+    return {"temperature": _number(req, "temperature", 0.0, 0, 2),
+            "top_p": _number(req, "top_p", 1.0, 0, 1) or 1.0,
+            "seed": _integer(req, "seed", 0, *SEED_RANGE),
+            "max_tokens": _integer(req, "max_completion_tokens", limit, 1, MAX_TOKENS),
+            "tools": tuple(n for n in TOOLS if n in names),
+            "messages": to_conversation(req.get("messages"))}
+
+
+# ---- OpenAI -> ours ------------------------------------------------------------------------------
+def _text(content, where: str) -> str:
+    """A message's content: a string, null, or a list of text parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise RequestError(f"{where}: content must be a string or a list of text parts",
+                           "messages")
+    for k, part in enumerate(content):
+        if not (isinstance(part, dict) and part.get("type") == "text"
+                and isinstance(part.get("text"), str)):
+            raise RequestError(f"{where}: content part {k} is not a text part "
+                               '({"type": "text", "text": "..."}); only text is read', "messages")
+    return "".join(p["text"] for p in content)
 
 
 def _calls(m: dict, i: int) -> list[tuple]:
@@ -159,29 +194,80 @@ def to_conversation(messages: list) -> list[dict]:
     return out
 
 
+class CallArgs(NamedTuple):
+    """A call's arguments in the conversation schema, or None and the `error: ...` result that
+    says what is wrong with them."""
+    args: dict | None
+    error: str | None
+
+
+def schema_args(name: str, text: str) -> CallArgs:
+    """A call's JSON arguments (`text`, as a server sends them) in the conversation schema:
+    digit strings become ints for INT_ARGS, numbers become strings elsewhere, keys in wire order.
+    Arguments that are not a JSON object, of the wrong shape, or with a value that holds a loop
+    (agent/loop_guard.py) give an error instead."""
+    try:
+        args = json.loads(text or "{}")
+    except json.JSONDecodeError as e:
+        return CallArgs(None, f"error: the {name} call's arguments are not JSON ({e.msg}); send a "
+                        "JSON object")
+    if not isinstance(args, dict):
+        return CallArgs(None, f"error: the {name} call's arguments must be a JSON object")
+    fixed = {}
+    for key, value in args.items():
+        if key in INT_ARGS and isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        elif key not in INT_ARGS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        fixed[key] = value
+    try:
+        check_shape({"name": name, "args": fixed}, name)
+    except ValueError as e:
+        return CallArgs(None, f"error: {e}")
+    for key, value in fixed.items():
+        if isinstance(value, str) and first_loop(value.encode("utf-8", "replace")) is not None:
+            return CallArgs(None, f"error: the {name} call's {key} repeats itself; write it once")
+    return CallArgs(canonical_args(name, fixed), None)
+
+
+# ---- ours -> OpenAI ------------------------------------------------------------------------------
+def tool_schema(name: str) -> dict:
+    """One of our tools as an OpenAI function tool."""
+    t = TOOLS[name]
+    props = {a: {"type": "integer" if a in INT_ARGS else "string"} for a in t.args}
+    return {"type": "function", "function": {
+        "name": name, "description": t.prompt,
+        "parameters": {"type": "object", "properties": props, "required": list(t.required)}}}
+
+
+def to_openai(messages: list[dict]) -> list[dict]:
+    """Our conversation -> OpenAI chat messages. A tool_result that answers no call (a malformed
+    call's error) goes as a user message, the only place the schema has for it."""
+    out, last_id = [], None
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and m.get("tool_call"):
+            last_id = f"call_{i}"
+            out.append({"role": "assistant", "content": m["content"] or None,
+                        "tool_calls": [openai_call(m["tool_call"], last_id)]})
+        elif m["role"] == "tool_result":
+            out.append({"role": "tool", "tool_call_id": last_id, "content": m["content"]} if last_id
+                       else {"role": "user", "content": f"[tool result] {m['content']}"})
+            last_id = None
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+            last_id = None
+    return out
+
+
 def openai_message(res: dict) -> dict:
+    """A reply ({"content", "tool_call" or None}) as an OpenAI assistant message."""
     msg = {"role": "assistant", "content": res["content"]}
     if res["tool_call"]:
         msg["tool_calls"] = [openai_call(res["tool_call"])]
     return msg
 
 
-def openai_call(call: dict) -> dict:
-    return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+def openai_call(call: dict, call_id: str | None = None) -> dict:
+    """Our {"name", "args"} as an OpenAI tool call (call_id None: a fresh random id)."""
+    return {"id": call_id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
             "function": {"name": call["name"], "arguments": json.dumps(call["args"])}}
-
-
-def parse_request(req: dict) -> dict:
-    """A chat-completions request's parameters, checked: {"temperature", "top_p", "seed",
-    "max_tokens" (before the context's room), "tools" (ours it lists, in TOOLS order),
-    "messages" (our conversation schema)}. Raises RequestError naming the parameter."""
-    if not isinstance(req.get("stream", False), (bool, type(None))):
-        raise RequestError("stream must be true or false", "stream")
-    limit = _integer(req, "max_tokens", 1024, 1, MAX_TOKENS)
-    names = _tool_names(req.get("tools"))
-    return {"temperature": _number(req, "temperature", 0.0, 0, 2),
-            "top_p": _number(req, "top_p", 1.0, 0, 1) or 1.0,
-            "seed": _integer(req, "seed", 0, *SEED_RANGE),
-            "max_tokens": _integer(req, "max_completion_tokens", limit, 1, MAX_TOKENS),
-            "tools": tuple(n for n in TOOLS if n in names),
-            "messages": to_conversation(req.get("messages"))}

@@ -2,7 +2,7 @@
 server (vLLM, llama.cpp, Ollama, LM Studio, `nanocode serve`) runs under nanocode's permissions,
 sandbox, undo and session format, so its sessions can be distilled (`train export-sessions`).
 
-RemoteSampler keeps the sampler interface of agent/sampler.py. A reply is one streamed
+RemoteSampler keeps agent/sampler.Sampler. A reply is one streamed
 POST /chat/completions: the conversation as OpenAI messages (our assistant message with a
 tool_call -> `tool_calls` with an id, its tool_result -> a `tool` message answering that id), the
 mode's tools as function schemas (protocol.TOOLS: arguments, which are required, integers), one
@@ -38,6 +38,7 @@ the reply is dropped with a SamplerError (the turn's "model_error", exit 6 headl
 from __future__ import annotations
 
 import contextlib
+import copy
 import http.client
 import json
 import os
@@ -48,10 +49,12 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 
-from agent.context import ContextFull, drop_oldest, dropped_note
-from agent.loop_guard import Tail, first_loop
+from agent.context import ContextFull, Dropped, drop_oldest, fit
+from agent.loop_guard import Tail
+from agent.openai_wire import schema_args, to_openai, tool_schema
 from agent.sampler import Reply, SamplerError
-from nanocode.protocol import INT_ARGS, TOOLS, Status, Text, canonical_args, check_shape
+from agent.settings import SamplerSettings
+from nanocode.protocol import Status, Text
 
 DEFAULT_CONTEXT = 8192
 BYTES_PER_TOKEN = 3  # the size estimate: a little more tokens than most tokenizers make
@@ -146,79 +149,20 @@ def count_tokens(text: str) -> int:
     return len(text.encode("utf-8", "replace")) // BYTES_PER_TOKEN + 1
 
 
-def tool_schema(name: str) -> dict:
-    """One of our tools as an OpenAI function tool."""
-    t = TOOLS[name]
-    props = {a: {"type": "integer" if a in INT_ARGS else "string"} for a in t.args}
-    return {"type": "function", "function": {
-        "name": name, "description": t.prompt,
-        "parameters": {"type": "object", "properties": props, "required": list(t.required)}}}
-
-
-def to_openai(messages: list[dict]) -> list[dict]:
-    """Our conversation -> OpenAI chat messages. A tool_result that answers no call (a malformed
-    call's error) goes as a user message, the only place the schema has for it."""
-    out, last_id = [], None
-    for i, m in enumerate(messages):
-        if m["role"] == "assistant" and m.get("tool_call"):
-            last_id = f"call_{i}"
-            call = m["tool_call"]
-            out.append({"role": "assistant", "content": m["content"] or None, "tool_calls": [
-                {"id": last_id, "type": "function",
-                 "function": {"name": call["name"], "arguments": json.dumps(call["args"])}}]})
-        elif m["role"] == "tool_result":
-            out.append({"role": "tool", "tool_call_id": last_id, "content": m["content"]} if last_id
-                       else {"role": "user", "content": f"[tool result] {m['content']}"})
-            last_id = None
-        else:
-            out.append({"role": m["role"], "content": m["content"]})
-            last_id = None
-    return out
-
-
-def schema_args(name: str, text: str) -> tuple[dict | None, str | None]:
-    """A call's JSON arguments in the conversation schema, or (None, `error: ...`): also when a
-    value holds a loop (agent/loop_guard.py)."""
-    try:
-        args = json.loads(text or "{}")
-    except json.JSONDecodeError as e:
-        return None, f"error: the {name} call's arguments are not JSON ({e.msg}); send a JSON object"
-    if not isinstance(args, dict):
-        return None, f"error: the {name} call's arguments must be a JSON object"
-    fixed = {}
-    for key, value in args.items():
-        if key in INT_ARGS and isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        elif key not in INT_ARGS and isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = str(value)
-        fixed[key] = value
-    try:
-        check_shape({"name": name, "args": fixed}, name)
-    except ValueError as e:
-        return None, f"error: {e}"
-    for key, value in fixed.items():
-        if isinstance(value, str) and first_loop(value.encode("utf-8", "replace")) is not None:
-            return None, f"error: the {name} call's {key} repeats itself; write it once"
-    return canonical_args(name, fixed), None
-
-
 class RemoteSampler:
     """base_url: the API root (e.g. http://127.0.0.1:8000/v1). model: the server's model id (None:
-    the first /v1/models lists). Sampling: temperature, top_p, seed (reply n uses seed + n),
-    max_tokens; retry_temperature for a retry when greedy. context: max_len when the server does
-    not say it. timeout: seconds to wait for the server's next bytes; deadline: seconds for a
-    whole request; max_reply: bytes of one reply. api_key: None reads the environment (above)."""
+    the first /v1/models lists). settings: its temperature, top_p, seed, max_tokens, reserve and
+    retry_temperature apply (the rest is our engine's). context: max_len when the server does not
+    say it. timeout: seconds to wait for the server's next bytes; deadline: seconds for a whole
+    request; max_reply: bytes of one reply. api_key: None reads the environment (above)."""
 
-    def __init__(self, base_url: str, model: str | None = None, *, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int = 0, max_tokens: int = 1024, context: int | None = None,
-                 retry_temperature: float = 0.7, timeout: float = 300.0, deadline: float = DEADLINE,
-                 max_reply: int = MAX_REPLY, api_key: str | None = None, _listing: dict | None = None):
-        self.base_url = base_url.rstrip("/")
-        self.temperature, self.top_p, self.seed, self.max_tokens = temperature, top_p, seed, max_tokens
-        self.retry_temperature, self.timeout = retry_temperature, timeout
-        self.deadline, self.max_reply = deadline, max_reply
+    def __init__(self, base_url: str, model: str | None = None, settings: SamplerSettings = SamplerSettings(),
+                 *, context: int | None = None, timeout: float = 300.0, deadline: float = DEADLINE,
+                 max_reply: int = MAX_REPLY, api_key: str | None = None):
+        self.base_url, self.settings = base_url.rstrip("/"), settings
+        self.timeout, self.deadline, self.max_reply = timeout, deadline, max_reply
         self.api_key = api_key if api_key is not None else key_for(self.base_url)
-        listing = _listing if _listing is not None else self._get("/models")
+        listing = self._get("/models")
         models = [m for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id")]
         if model is None and not models:
             raise SamplerError(f"{self.base_url}/models lists no model; name one with --model")
@@ -229,17 +173,16 @@ class RemoteSampler:
         self.model = model or found["id"]
         known = (found or {}).get("context_length") or (found or {}).get("max_model_len")
         self.max_len = int(known or context or DEFAULT_CONTEXT)
-        self.reserve = min(max_tokens, self.max_len // 4)
-        self._listing = listing
+        self.reserve = settings.reserve_for(self.max_len)
         self.reset()
         self.count = count_tokens
 
-    def fork(self, root, temperature: float, seed: int) -> "RemoteSampler":
-        return RemoteSampler(self.base_url, self.model, temperature=temperature, top_p=self.top_p,
-                             seed=seed, max_tokens=self.max_tokens, context=self.max_len,
-                             retry_temperature=self.retry_temperature, timeout=self.timeout,
-                             deadline=self.deadline, max_reply=self.max_reply,
-                             api_key=self.api_key, _listing=self._listing)
+    def fork(self, root, settings: SamplerSettings) -> "RemoteSampler":
+        """The same server and model (not asked again) with `settings`, for a new conversation."""
+        twin = copy.copy(self)
+        twin.settings, twin.reserve = settings, settings.reserve_for(self.max_len)
+        twin.reset()
+        return twin
 
     # ---- the interface: nothing is cached here, so most of it is trivial -------------------------
     def reset(self) -> None:
@@ -262,9 +205,10 @@ class RemoteSampler:
 
     def reply(self, conv, tools, emit, cancel, usage, retry: bool = False) -> Reply:
         self._fit(conv, emit, self.reserve)
-        temperature = self.temperature or (self.retry_temperature if retry else 0.0)
-        body = {"model": self.model, "stream": True, "max_tokens": self.max_tokens,
-                "temperature": temperature, "top_p": self.top_p, "seed": self.seed + self.n_replies,
+        st = self.settings
+        body = {"model": self.model, "stream": True, "max_tokens": st.max_tokens,
+                "temperature": st.temperature_for(retry), "top_p": st.top_p,
+                "seed": st.seed + self.n_replies,
                 "stream_options": {"include_usage": True}}
         if tools:
             body.update(tools=[tool_schema(n) for n in tools], parallel_tool_calls=False)
@@ -274,11 +218,12 @@ class RemoteSampler:
                 return self._stream({**body, "messages": to_openai(conv.messages)}, conv, emit,
                                     cancel, usage)
             except ContextFull:  # the server counted more than we estimated: drop one more
-                step = drop_oldest(conv.messages, self.count, conv.turn_start)
-                if step is None:
+                what = drop_oldest(conv, self.count)
+                if what is None:
                     raise
-                conv.turn_start = step[1]
-                emit(Status(dropped_note(int(step[0] == "output"), int(step[0] == "turn"))))
+                dropped = Dropped()
+                dropped.add(what)
+                dropped.say(emit)
         raise ContextFull(f"the server at {self.base_url} still finds the request too long")
 
     # ---- HTTP ------------------------------------------------------------------------------------
@@ -447,13 +392,7 @@ class RemoteSampler:
             yield bytes(buf)
 
     def _fit(self, conv, emit, extra: int) -> None:
-        """Drop old outputs, then old turns, while the estimate exceeds max_len - extra."""
-        outputs = turns = 0
-        while self.context_used(conv.messages) + extra > self.max_len:
-            step = drop_oldest(conv.messages, self.count, conv.turn_start)
-            if step is None:
-                break  # the server decides: it may count fewer tokens than the estimate
-            conv.turn_start = step[1]
-            outputs, turns = outputs + (step[0] == "output"), turns + (step[0] == "turn")
-        if outputs or turns:
-            emit(Status(dropped_note(outputs, turns), outputs, turns))
+        """Drop old outputs, then old turns, while the estimate exceeds max_len - extra; past
+        that the server decides (it may count fewer tokens than the estimate)."""
+        fit(conv, self.count, lambda messages: self.context_used(messages) + extra, self.max_len,
+            emit, strict=False)

@@ -18,6 +18,7 @@ import sys
 import threading
 
 from agent.display import call_text, format_call, printable, rule_words, summarize
+from nanocode.protocol import Approval, Event, Status, Text, ToolCall, ToolResult
 
 DIM, RESET = "\033[2m", "\033[0m"
 
@@ -94,22 +95,22 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
                 f"({sum(m['role'] == 'user' for m in agent.messages)} earlier requests)")
     state = {"open": False}
 
-    def on_event(ev):
-        if ev.kind == "text":
-            con.write(ev.text)
-            state["open"] = True
-            return
-        if state["open"]:
+    def on_event(ev: Event):
+        if state["open"] and not isinstance(ev, Text):  # the streamed reply ends: close its line
             con.write("\n")
             state["open"] = False
-        if ev.kind == "tool_call":
-            con.dim(f"> {format_call(ev.name, ev.args)}")
-        elif ev.kind == "tool_result":
-            con.dim(f"  {summarize(ev.result)}")
-        elif ev.kind == "status":
-            con.dim(f"[{ev.text}]")
-        elif ev.kind == "approval" and ev.rule:
-            con.dim(f"  allowed from now on this session: {rule_words(ev.rule)}")
+        match ev:
+            case Text(text=piece):
+                con.write(piece)
+                state["open"] = True
+            case ToolCall(name=name, args=args):
+                con.dim(f"> {format_call(name, args)}")
+            case ToolResult(result=result):
+                con.dim(f"  {summarize(result)}")
+            case Status(text=text):
+                con.dim(f"[{text}]")
+            case Approval(rule=rule) if rule:
+                con.dim(f"  allowed from now on this session: {rule_words(rule)}")
 
     def approve(name, args, decision):
         if state["open"]:
@@ -168,8 +169,9 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
 def slash(agent, text: str, con) -> bool:
     """Run one slash command (agent/commands.py, the table both faces share); True means quit."""
     from agent import commands
-    out = commands.run(text, agent, agent.root)
-    if out.kind == "quit":
-        return True
-    con.write(out.text + "\n")
+    match commands.run(text, agent, agent.root):
+        case commands.Quit():
+            return True
+        case commands.Note(text=shown) | commands.Diff(text=shown) | commands.Cleared(text=shown):
+            con.write(shown + "\n")
     return False

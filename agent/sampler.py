@@ -1,51 +1,23 @@
-"""The model side of a conversation: our engine, KV-cached, grammar-masked. The turn driver
-(agent/driver.py) hands it the conversation and gets back one assistant message; agent/remote.py is
-the same interface over an OpenAI-compatible server.
+"""The model side of a conversation, as the turn driver (agent/driver.py) sees it: the `Sampler`
+protocol, the settings a sampler samples with, and what one reply is.
 
-The interface both samplers keep (the driver uses nothing else):
-    reply(conv, tools, emit, cancel, usage, retry) -> Reply   appends the assistant message
-    sync(conv, emit, usage)      bring the model up to a closed conversation (ContextFull)
-    invalidate()                 messages changed other than by appending: rebuild before use
-    reset()                      a new conversation (n_replies, the seed offset, back to 0)
-    tree_changed()               the project changed on disk (grounding lists it again)
-    fork(root, temperature, seed)    a sampler like this one for a rollout in another folder
-    count(text) -> int, max_len, reserve, max_tokens, temperature, seed, context_used(messages),
-    describe() -> str
+Two samplers keep the protocol: agent/engine_sampler.EngineSampler (our engine: KV-cached,
+grammar-masked, grounded in the project) and agent/remote.RemoteSampler (any OpenAI-compatible
+server). The driver uses nothing else, so a third (tests script one: tests/race_helpers.py) only
+has to keep this. Which one an agent gets is chosen where agents are built (agent/model.py for
+the CLI, tasks/harness.py for evals and rollouts), never inside the Agent.
 
-Token history. `cache` (an engine Decoder: KV cache + ids) always holds exactly the rendered
-conversation (the wire format of nanocode/protocol.py), plus an open `<|assistant_start|>` while
-the model writes. The model's own tokens are kept as sampled (only new tokens are prefilled,
-turn after turn; the history then equals the render byte for byte, and token for token unless
-the model picked a non-canonical split of its own text), except when its output cannot be
-represented in the conversation schema (an unterminated or malformed call, a Ctrl-C inside a
-call): then the message keeps what can be represented and the cache is rebuilt from the
-re-rendered conversation (one prefill of the history).
-
-Context. Before new tokens go in, they plus `reserve` slots for the reply must fit; if not,
-agent/context.fit drops old tool outputs and then old turns from the conversation in place, the
-cache is rebuilt and a status event says what was dropped.
-
-Masks. Every sampled token goes through the grammar (agent/grammar.py: only well-formed calls to
-the mode's tools; with `ground`, paths, edit anchors and grep names that exist in the project),
-ANDed with the loop guard's (agent/loop_guard.py: no token that would complete a loop in the
-prose or an argument value; after repeated near loops the prose may only end, and the reply's stop
-is "loop") and with `extra_mask(out)` when given (tests script the model with it); `copy_bias`
-adds +beta to tokens that continue a copy of the context, in prose only (agent/copy_bias.py).
+Settings are one frozen value (agent/settings.SamplerSettings), passed whole: a rollout's sampler
+is `fork(root, replace(settings, temperature=t, seed=s))`.
 """
 from __future__ import annotations
 
-import codecs
-import time
 from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
 
-import numpy as np
+from agent.settings import SamplerSettings
 
-from agent.context import ContextFull, dropped_note, fit
-from agent.copy_bias import CopyBias
-from agent.grammar import CONTENT, Grammar
-from agent.grounding import Grounding
-from agent.loop_guard import LoopGuard
-from nanocode.protocol import Status, Text
+ReplyStop = Literal["stop", "length", "cancelled", "loop"]
 
 
 class SamplerError(Exception):
@@ -53,264 +25,52 @@ class SamplerError(Exception):
     one line for the user. The turn ends with stop_reason "model_error"."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reply:
     """One model reply: the message appended to the conversation, its tool call (or None), an
-    `error: ...` result when the call was malformed, and why sampling stopped ("stop" | "length"
-    | "cancelled" | "loop": the reply was repeating itself and was cut)."""
+    `error: ...` result when the call was malformed, and why sampling stopped ("length": cut at
+    max_tokens; "loop": it was repeating itself and was cut)."""
     message: dict
     call: dict | None
     error: str | None
-    stop: str
+    stop: ReplyStop
 
 
-class EngineSampler:
-    """Our engine as the agent's model. Sampling: temperature, top_k, top_p, seed (reply n of the
-    conversation uses seed + n; a retry samples at retry_temperature when greedy), max_tokens per
-    reply; reserve: context slots kept free for a reply (default min(max_tokens, max_len // 4)).
-    constrain=False turns the grammar off; ground=True grounds it in the project at `root`
-    (names: Grounding's names option); loop_guard=False turns the loop guard off (for A/B runs)."""
+@runtime_checkable
+class Sampler(Protocol):
+    """What the turn driver asks of a model. `conv` is an agent/conversation.Conversation (the
+    sampler may drop old outputs and turns from it in place when the context is full: it says so
+    in a Status event); `emit` takes protocol events; `usage` is TurnResult.usage, added to."""
+    settings: SamplerSettings
+    max_len: int  # the context, in tokens
+    reserve: int  # context slots kept free for a reply
+    n_replies: int  # replies sampled in this conversation (the seed offset)
 
-    def __init__(self, engine, root=None, *, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int = 0, max_tokens: int = 1024, reserve: int | None = None,
-                 extra_mask=None, constrain: bool = True, ground: bool = True,
-                 retry_temperature: float = 0.7, copy_bias: float = 0.0, loop_guard: bool = True,
-                 names: bool = True):
-        if engine.tokenizer is None:
-            raise ValueError("the engine has no tokenizer (the checkpoint was saved without one)")
-        self.engine, self.tok, self.root = engine, engine.tokenizer, root
-        self.max_len = engine.max_len
-        self.temperature, self.top_k, self.top_p, self.seed = temperature, top_k, top_p, seed
-        self.max_tokens, self.retry_temperature, self.copy_bias = max_tokens, retry_temperature, copy_bias
-        self.reserve = reserve if reserve is not None else min(max_tokens, engine.max_len // 4)
-        self.extra_mask, self.constrain = extra_mask, constrain
-        self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
-        self.names = names
-        grounded = ground and constrain and root is not None
-        self.grounding = Grounding(root, names=names) if grounded else None
-        self.loops = LoopGuard.shared(self.grammar) if loop_guard else None  # agent/loop_guard.py
-        self._grounded = 0  # messages[:_grounded] were given to grounding.add_message
-        self._notes = 0  # grounding.notes[:_notes] were shown
-        self._copy, self._copy_cache, self._copy_seen = None, None, 0  # agent/copy_bias.py
-        self._full = np.ones(engine.cfg.vocab_size, bool)
-        self._device_masks: dict = {}  # id(numpy mask) -> (mask, device copy); masks are memoised
-        self.mask_time = 0.0  # seconds spent in the mask hook (for the overhead number)
-        self.mask_calls = 0
-        s = self.tok.special_ids
-        self._a_start, self._a_end = s["<|assistant_start|>"], s["<|assistant_end|>"]
-        self._call_start, self._call_end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
-        self._stops = (self._a_end, self._call_end)
-        self.reset()
-
-    def fork(self, root, temperature: float, seed: int) -> "EngineSampler":
-        return EngineSampler(self.engine, root, temperature=temperature, top_k=self.top_k,
-                             top_p=self.top_p, seed=seed, max_tokens=self.max_tokens,
-                             reserve=self.reserve, extra_mask=self.extra_mask,
-                             constrain=self.constrain, ground=self.grounding is not None,
-                             retry_temperature=self.retry_temperature, copy_bias=self.copy_bias,
-                             loop_guard=self.loops is not None, names=self.names)
-
-    # ---- the interface -------------------------------------------------------------------------
-    def reset(self) -> None:
-        self.cache = self.engine.decoder()
-        self._k = 0  # messages[:_k] are in the cache
-        self._dirty = True  # the cache must be rebuilt from a full render
-        self._grounded = 0
-        self.n_replies = 0  # replies sampled in this conversation (the seed offset)
-
-    def invalidate(self) -> None:
-        self._dirty = True
-
-    def tree_changed(self) -> None:
-        if self.grounding is not None:
-            self.grounding.refresh()
-
-    def count(self, text: str) -> int:
-        return len(self.tok.encode(text))
-
-    def context_used(self, messages) -> int:
-        return len(self.cache.ids)
-
-    def describe(self) -> str:
-        c = self.engine.cfg
-        return (f"{c.n_layer} layers, width {c.n_embd}, vocab {c.vocab_size}, context "
-                f"{self.max_len} tokens")
-
-    def rendered_ids(self, messages) -> list[int]:
-        """The canonical render of `messages` (what the cache holds, when no reply is open)."""
-        return self.tok.render_conversation({"messages": messages})[0] if messages else []
+    def reply(self, conv, tools: tuple[str, ...], emit, cancel, usage, retry: bool = False) -> Reply:
+        """Sample one assistant message (prose streamed as Text events) and append it to
+        conv.messages. Raises agent/context.ContextFull when no reply fits, SamplerError when
+        the model cannot be asked."""
 
     def sync(self, conv, emit, usage) -> None:
-        self._flush(conv, emit, usage, open_reply=False)
+        """Bring the model up to a closed conversation (ContextFull when it does not fit)."""
 
-    def reply(self, conv, tools, emit, cancel, usage, retry: bool = False) -> Reply:
-        """Open a reply, stream its prose (Text events), close it; the message is appended to
-        conv.messages. Raises ContextFull when no reply fits."""
-        out, stop = self._generate(conv, tools, emit, cancel, usage, retry)
-        return self._finish(conv.messages, out, stop, usage)
+    def invalidate(self) -> None:
+        """The messages changed other than by appending: rebuild before the next use."""
 
-    # ---- generation ------------------------------------------------------------------------------
-    def _hook(self, tools, loops):
-        """The engine's mask hook for one reply; `loops`: its ReplyLoops, or None."""
-        import jax
-        state = self.grammar.state(tools=tools, ground=self.grounding) if self.constrain else None
-        extra, full, dev, copy = self.extra_mask, self._full, self._device_masks, self._copy
+    def reset(self) -> None:
+        """A new conversation (n_replies back to 0)."""
 
-        def allowed(out):
-            t0 = time.perf_counter()
-            m = state.allowed(out) if state is not None else full
-            if loops is not None:
-                m = loops.mask(out, m, prose=state is None or state.phase == CONTENT)
-            e = extra(out) if extra is not None else None
-            row = None
-            if e is not None:
-                both = m & np.asarray(e, bool)
-                m = both if both.any() else m  # never an all-False row
-            elif copy is not None and (state is None or state.phase == CONTENT):
-                row = copy.bias(out, m)  # prose and answers: a float row, mask included
-            if row is not None:
-                m = row
-            elif e is None:  # hand the engine a device copy, memoised by identity (the grammar's
-                # and the loop guard's masks are memoised arrays; a fresh ban is rare)
-                d = dev.get(id(m))
-                if d is None:
-                    if len(dev) >= 1024:  # anchors make a mask per token: bounded
-                        dev.clear()
-                    d = dev[id(m)] = (m, jax.device_put(m))  # keeps m alive, so its id stays its
-                m = d[1]
-            self.mask_time += time.perf_counter() - t0
-            self.mask_calls += 1
-            return m
-        return allowed
+    def tree_changed(self) -> None:
+        """The project changed on disk (grounding lists it again)."""
 
-    def _generate(self, conv, tools, emit, cancel, usage, retry: bool):
-        """Returns (generated ids, "stop" | "length" | "cancelled" | "loop")."""
-        self._flush(conv, emit, usage, open_reply=True)
-        if self.grounding is not None:
-            for m in conv.messages[min(self._grounded, len(conv.messages)):]:
-                self.grounding.add_message(m)
-            self._grounded = len(conv.messages)
-        budget = min(self.max_tokens, self.cache.room() - 1)  # one slot for <|assistant_end|>
-        if budget < 1:
-            raise ContextFull("the context is full: no room left for a reply")
-        seed = self.seed + self.n_replies
-        self.n_replies += 1
-        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        out, in_call, cancelled = [], False, False
-        if self.copy_bias:  # the copy index follows the cache (rebuilt when the cache is)
-            if self._copy is None or self._copy_cache is not self.cache:
-                self._copy = CopyBias.for_tokenizer(self.tok, self.engine.cfg.vocab_size, self.copy_bias)
-                self._copy_cache, self._copy_seen = self.cache, 0
-            self._copy.extend(self.cache.ids[self._copy_seen:])
-            self._copy_seen = len(self.cache.ids)
-        temperature = self.temperature or (self.retry_temperature if retry else 0.0)
-        loops = self.loops.reply() if self.loops is not None else None
-        t0 = time.perf_counter()
-        for t in self.cache.generate(max_tokens=budget, temperature=temperature, top_k=self.top_k,
-                                     top_p=self.top_p, seed=seed, allowed=self._hook(tools, loops)):
-            out.append(t)
-            if t == self._call_start:
-                in_call = True
-                tail = dec.decode(b"", final=True)
-                if tail:
-                    emit(Text(tail))
-            elif not in_call and not self.tok.is_special(t):
-                piece = dec.decode(self.tok.id_to_bytes(t))
-                if piece:
-                    emit(Text(piece))
-            if cancel.is_set() and t not in self._stops:
-                cancelled = True
-                break
-        usage["generate_s"] += time.perf_counter() - t0
-        usage["completion_tokens"] += len(out)
-        if not in_call:
-            tail = dec.decode(b"", final=True)
-            if tail:
-                emit(Text(tail))
-        if self.grounding is not None:  # e.g. a project too large to ground: said once
-            for note in self.grounding.notes[self._notes:]:
-                emit(Status(note))
-            self._notes = len(self.grounding.notes)
-        if out and out[-1] in self._stops:
-            return out, "loop" if loops is not None and loops.ended else "stop"
-        return out, "cancelled" if cancelled else "length"
+    def fork(self, root, settings: SamplerSettings) -> "Sampler":
+        """A sampler on the same model for a new conversation in `root` with `settings`."""
 
-    def _finish(self, messages, out, stop, usage) -> Reply:
-        """Turn generated ids into an assistant message and close it in the cache."""
-        ends_reply = bool(out) and out[-1] == self._a_end
-        body = out[:-1] if ends_reply else list(out)
-        call, error = None, None
-        content_ids = body
-        if self._call_start in body:
-            content_ids = body[:body.index(self._call_start)]
-            if stop != "cancelled":
-                try:
-                    call = self.tok.parse_tool_call(body)
-                except ValueError as e:
-                    error = f"error: {e}"
-        msg = {"role": "assistant", "content": self.tok.decode(content_ids)}
-        if call is not None:
-            msg["tool_call"] = call
-        messages.append(msg)
-        # keep the sampled tokens when they are this message's render, up to the token split
-        sampled = list(out) + ([] if ends_reply else [self._a_end])
-        canonical = self._piece(msg)[1:]
-        same = (self._bytes(sampled) == self._bytes(canonical)
-                and [t for t in sampled if self.tok.is_special(t)]
-                == [t for t in canonical if self.tok.is_special(t)])
-        if same and not self._dirty:
-            if not ends_reply:
-                self._prefill([self._a_end], usage)
-            self._k = len(messages)
-        else:
-            self._dirty = True  # rebuilt from the render at the next flush
-        return Reply(msg, call, error, stop)
+    def count(self, text: str) -> int:
+        """Tokens `text` takes (an estimate where the tokenizer is not ours)."""
 
-    # ---- token bookkeeping ---------------------------------------------------------------------------
-    def _bytes(self, ids) -> bytes:
-        return b"".join(self.tok.id_to_bytes(t) for t in ids)
+    def context_used(self, messages: list[dict]) -> int:
+        """Tokens the conversation takes now."""
 
-    def _piece(self, msg) -> list[int]:
-        """The ids one (non-first) message renders to."""
-        return self.tok.render_message(msg)[0]
-
-    def _flush(self, conv, emit, usage, open_reply: bool) -> None:
-        """Bring the cache up to the conversation (+ an open <|assistant_start|>), compacting
-        the conversation when the new tokens plus the reply reserve do not fit."""
-        extra = self.reserve if open_reply else 0
-        tail = [self._a_start] if open_reply else []
-        messages = conv.messages
-        if not self._dirty and self._k > 0:
-            new = [t for m in messages[self._k:] for t in self._piece(m)] + tail
-            if len(new) + extra <= self.cache.room():
-                if new:
-                    self._prefill(new, usage)
-                self._k = len(messages)
-                return
-        self._dirty = True  # messages may change below: only a full render is right now
-        ids = self._fit(conv, emit, len(tail) + extra)
-        self.cache = self.engine.decoder()
-        self._prefill(ids + tail, usage)
-        self._k, self._dirty = len(messages), False
-
-    def _prefill(self, ids: list[int], usage) -> None:
-        t0, before = time.perf_counter(), self.cache.stats["prefilled_total"]
-        self.cache.append(ids)  # (it may also feed the last sampled token: counted)
-        usage["prefill_s"] += time.perf_counter() - t0
-        usage["prompt_tokens"] += self.cache.stats["prefilled_total"] - before
-
-    def _fit(self, conv, emit, extra: int) -> list[int]:
-        """The render, compacted (agent/context.py) to fit with `extra` more slots; one status
-        event says what was dropped, also when it still does not fit."""
-        try:
-            ids, conv.turn_start, outputs, turns = fit(conv.messages, self.tok, self.max_len, extra,
-                                                       conv.turn_start)
-        except ContextFull as e:
-            conv.turn_start = e.turn_start
-            if e.outputs or e.turns:
-                emit(Status(dropped_note(e.outputs, e.turns), e.outputs, e.turns))
-            raise
-        if outputs or turns:
-            emit(Status(dropped_note(outputs, turns), outputs, turns))
-        return ids
-
+    def describe(self) -> str:
+        """One line on the model for /model and the status bar."""

@@ -66,9 +66,7 @@ class Server:
         self.engine, self.tok, self.name = engine, engine.tokenizer, model_name
         self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
         self.lock = threading.Lock()
-        s = self.tok.special_ids
-        self.a_start, self.a_end = s["<|assistant_start|>"], s["<|assistant_end|>"]
-        self.call_start, self.call_end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
+        self.a_start = self.tok.special_ids["<|assistant_start|>"]
 
     def prepare(self, req: dict) -> dict:
         """Check a request and render it; a RequestError says what is wrong (a 400, also for a
@@ -83,45 +81,32 @@ class Server:
 
     def complete(self, job: dict, on_text=None) -> dict:
         """One chat completion of a prepared request: {"content", "tool_call" or None,
-        "finish_reason", "usage"}. on_text(piece) streams the prose as it is sampled."""
-        import codecs
-        ids = job["ids"]
+        "finish_reason", "usage"}. on_text(piece) streams the prose as it is sampled
+        (agent/reply_stream.py). finish_reason: "tool_calls" for a call that parsed, "length"
+        when the budget or the context cut the reply, else "stop" (a malformed call included:
+        its prose is the reply)."""
         from agent.grammar import CONTENT
         from agent.loop_guard import LoopGuard
+        from agent.reply_stream import stream_reply
         state = self.grammar.state(tools=job["tools"])
         loops = LoopGuard.shared(self.grammar).reply()  # no reply extends a loop (agent/loop_guard.py)
 
         def allowed(out):
             m = state.allowed(out)
             return loops.mask(out, m, prose=state.phase == CONTENT)
-        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        out, in_call = [], False
         with self.lock:
             t0 = time.perf_counter()
             decoder = self.engine.decoder()
-            decoder.append(ids)
-            for t in decoder.generate(max_tokens=job["max_tokens"], temperature=job["temperature"],
-                                      top_p=job["top_p"], seed=job["seed"], allowed=allowed):
-                out.append(t)
-                in_call = in_call or t == self.call_start
-                if on_text is not None and not in_call and not self.tok.is_special(t):
-                    piece = dec.decode(self.tok.id_to_bytes(t))
-                    if piece:
-                        on_text(piece)
+            decoder.append(job["ids"])
+            tokens = decoder.generate(max_tokens=job["max_tokens"], temperature=job["temperature"],
+                                      top_p=job["top_p"], seed=job["seed"], allowed=allowed)
+            reply = stream_reply(self.tok, tokens, on_text)
             seconds = time.perf_counter() - t0
-        body = out[:-1] if out and out[-1] in (self.a_end, self.call_end) else out
-        call, content = None, body
-        if self.call_start in body:
-            content = body[:body.index(self.call_start)]
-            try:
-                call = self.tok.parse_tool_call(out) if out[-1] == self.call_end else None
-            except ValueError:
-                call = None
-        finish = "tool_calls" if call else "stop" if out and out[-1] in (self.a_end, self.call_end) \
-            else "length"
-        return {"content": self.tok.decode(content), "tool_call": call, "finish_reason": finish,
-                "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out),
-                          "total_tokens": len(ids) + len(out), "seconds": round(seconds, 3)}}
+        finish = "tool_calls" if reply.call else "length" if reply.stop == "length" else "stop"
+        prompt, completion = len(job["ids"]), len(reply.ids)
+        return {"content": reply.content, "tool_call": reply.call, "finish_reason": finish,
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion, "seconds": round(seconds, 3)}}
 
 
 def host_name(value: str) -> str | None:

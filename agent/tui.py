@@ -15,7 +15,9 @@ answers. Ctrl-C sets the turn's cancel Event (stops generation or a running comm
 it clears the input, and twice within 2 s quits (as does /quit or Ctrl-Q). /compact also runs on
 a worker (it rebuilds the KV cache: a prefill). A resumed session is replayed into the transcript.
 
-Every string shown goes in as a Text or Syntax made by `plain` / `code_view` (escaped by
+The widgets live beside it: agent/tui_transcript.py (the transcript, the streamed reply, the tool
+cards) and agent/tui_input.py (the prompt and the approval panel). Every string shown goes in as
+a Text or Syntax made by tui_transcript's `plain` / `code_view` (escaped by
 agent/display.printable, never parsed as markup): no model output, tool result or file reaches
 the terminal as a control sequence, and `[bold]` shows as written.
 """
@@ -31,9 +33,11 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Input, Static
 
+from agent import commands
 from agent.display import edit_diff, rule_words
-from agent.tui_widgets import (ApprovalPanel, HistoryInput, Reply, ToolCard, Transcript, code_view, plain,
-                               status_line)
+from agent.tui_input import ApprovalPanel, HistoryInput, PendingApproval
+from agent.tui_transcript import ReplyView, ToolCard, Transcript, code_view, plain
+from nanocode.protocol import Approval, Event, Status, Text, ToolCall, ToolResult, TurnEnd
 
 PLACEHOLDER = "ask nanocode… (/help for commands, @path pins a file)"
 
@@ -80,13 +84,19 @@ def load_in_background(loader, done) -> None:
     threading.Thread(target=load, daemon=True, name="nanocode-load").start()
 
 
+# ---- the status bar ---------------------------------------------------------------------------
+def status_line(agent, model_name: str, tps: float | None, state: str) -> str:
+    """The status bar: model, mode, sandbox, context used of the model's, tokens/s, state."""
+    parts = [model_name or "nanocode"]
+    if agent is not None:
+        m = agent.sampler
+        parts += [f"mode {agent.mode}", "sandbox" if agent.sandbox is not None else "NO SANDBOX",
+                  f"context {m.context_used(agent.messages):,}/{m.max_len:,}",
+                  f"{tps:.1f} tok/s" if tps else "– tok/s"]
+    return " │ ".join(parts + [state])
+
+
 # ---- messages from the worker threads ---------------------------------------------------------
-class Approval:
-    def __init__(self, name, args, reason, always=""):
-        self.name, self.args, self.reason, self.always = name, args, reason, always
-        self.answer, self.done = "no", threading.Event()
-
-
 class Call(Message):
     """Run `fn(*args)` on the UI thread; posted from worker threads (post_message is thread
     safe and, unlike call_from_thread, does not wait)."""
@@ -122,12 +132,12 @@ class NanocodeApp(App):
         self.pending: list[str] = []  # prompts waiting for the model or for the running turn
         self.running = False
         self.cancel = threading.Event()
-        self.asking: Approval | None = None
+        self.asking: PendingApproval | None = None
         self.tps: float | None = None
         self.load_error: str | None = None
         self.exit_code = 0
         self.turns = 0  # finished turns (tests wait on it)
-        self._reply: Reply | None = None
+        self._reply: ReplyView | None = None
         self._cards: dict[int, ToolCard] = {}
         self._last_note = ""
         self._ctrl_c_at = 0.0
@@ -243,12 +253,14 @@ class NanocodeApp(App):
             error = f"error: the turn crashed: {type(e).__name__}: {e}"
         self.later(self.turn_done, tps, error)
 
-    def _on_event(self, ev) -> None:  # on the worker, before the call runs: an Edit's diff is
-        diff = edit_diff(ev.args, self.root) if ev.kind == "tool_call" and ev.name == "Edit" else None
-        self.later(self.agent_event, ev, diff)  # numbered where old_string still is
+    def _on_event(self, ev: Event) -> None:
+        """On the worker, before the call runs: an Edit's diff is made here, so it is numbered
+        where old_string still is in the file."""
+        is_edit = isinstance(ev, ToolCall) and ev.name == "Edit"
+        self.later(self.agent_event, ev, edit_diff(ev.args, self.root) if is_edit else None)
 
     def _approve(self, name, args, decision, cancel) -> str:
-        box = Approval(name, args, decision.reason, getattr(decision, "always", ""))
+        box = PendingApproval(name, args, decision.reason, getattr(decision, "always", ""))
         self.later(self.ask_approval, box)
         while not box.done.wait(0.05):
             if cancel.is_set():
@@ -262,34 +274,32 @@ class NanocodeApp(App):
     def on_call(self, msg: Call) -> None:
         msg.fn(*msg.args)
 
-    def agent_event(self, ev, diff: str | None = None) -> None:
-        if ev.kind == "text":
-            if self._reply is None:
-                self._reply = Reply()
-                self.add(self._reply)
-            self._reply.add(ev.text)
-            self.call_after_refresh(self.query_one("#transcript").scroll_end, animate=False)
-            return
-        self._reply = None
-        if ev.kind == "tool_call":
-            card = self._cards[ev.step] = ToolCard(ev.name, ev.args, diff)
-            self.add(card)
-        elif ev.kind == "tool_result":
-            card = self._cards.get(ev.step)
-            if card is not None:
-                card.set_result(ev.result)
-        elif ev.kind == "approval":
-            said = {"yes": "allowed once", "no": "rejected", "cancelled": "cancelled, not run",
-                    "always": f"allowed, and from now on this session: {rule_words(ev.rule)}"}
-            self.note(f"{ev.name}: {said.get(ev.answer, ev.answer)}")
-        elif ev.kind == "status":
-            self.note(f"[{ev.text}]")
-        elif ev.kind == "turn_end" and ev.stop_reason == "cancelled" \
-                and self._last_note != "[cancelled]":
-            self.note("[cancelled]")
+    def agent_event(self, ev: Event, diff: str | None = None) -> None:
+        match ev:
+            case Text(text=piece):
+                if self._reply is None:
+                    self._reply = ReplyView()
+                    self.add(self._reply)
+                self._reply.add(piece)
+                self.call_after_refresh(self.query_one(Transcript).scroll_end, animate=False)
+                return
+            case ToolCall(name=name, args=args, step=step):
+                card = self._cards[step] = ToolCard(name, args, diff)
+                self.add(card)
+            case ToolResult(result=result, step=step) if step in self._cards:
+                self._cards[step].set_result(result)
+            case Approval(name=name, answer=answer, rule=rule):
+                said = {"yes": "allowed once", "no": "rejected", "cancelled": "cancelled, not run",
+                        "always": f"allowed, and from now on this session: {rule_words(rule)}"}
+                self.note(f"{name}: {said.get(answer, answer)}")
+            case Status(text=text):
+                self.note(f"[{text}]")
+            case TurnEnd(stop_reason="cancelled") if self._last_note != "[cancelled]":
+                self.note("[cancelled]")  # only a cancel after a call has a status note of its own
+        self._reply = None  # the next prose is a new reply
         self.refresh_status()
 
-    def ask_approval(self, box: Approval) -> None:
+    def ask_approval(self, box: PendingApproval) -> None:
         self.asking = box
         if self.cancel.is_set() or not self.running:
             box.done.set()
@@ -375,7 +385,6 @@ class NanocodeApp(App):
     # ---- slash commands -----------------------------------------------------------------------
     def slash(self, text: str) -> None:
         """A slash command from the shared table (agent/commands.py); slow ones on a worker."""
-        from agent import commands
         cmd, _ = commands.find(text)
         if cmd is not None and cmd.slow and self.agent is not None and not self.running:
             self.running = True  # the KV-cache rebuild is a prefill: off the UI thread
@@ -385,11 +394,10 @@ class NanocodeApp(App):
         self.refresh_status()
 
     def _slow_command(self, text: str) -> None:  # on a worker thread
-        from agent import commands
         try:
             out = commands.run(text, self.agent, self.root)
         except Exception as e:  # noqa: BLE001 - shown, the session goes on
-            out = commands.Out(f"error: {text.split()[0]} failed: {type(e).__name__}: {e}")
+            out = commands.Note(f"error: {text.split()[0]} failed: {type(e).__name__}: {e}")
         self.later(self._slow_done, out)
 
     def _slow_done(self, out) -> None:
@@ -398,16 +406,18 @@ class NanocodeApp(App):
         self.refresh_status()
         self._next()
 
-    def show(self, out) -> None:
-        """Render a command's Out: a note, a highlighted diff, a cleared transcript, or quit."""
-        if out.kind == "quit":
-            self.shutdown()
-        elif out.kind == "diff":
-            self.add(Static(code_view(out.text), classes="diff"))
-        else:
-            if out.kind == "clear":
-                self.query_one("#transcript").remove_children()
-            self.note(out.text, style="" if "\n" in out.text else "dim")
+    def show(self, out: commands.Out) -> None:
+        """Render a command's output: a note, a highlighted diff, a cleared transcript, or quit."""
+        match out:
+            case commands.Quit():
+                self.shutdown()
+            case commands.Diff(text=diff):
+                self.add(Static(code_view(diff), classes="diff"))
+            case commands.Cleared(text=text):
+                self.query_one(Transcript).remove_children()
+                self.note(text)
+            case commands.Note(text=text):
+                self.note(text, style="" if "\n" in text else "dim")
 
 
 def run(agent, args=None) -> int:

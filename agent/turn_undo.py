@@ -5,16 +5,16 @@ Contract:
   turns that only read cost nothing). When the snapshot fails it returns the `error:` result
   that refuses the call: nothing may change that /undo could not restore (enabled=False opts
   out: calls then run without snapshots).
-- end() closes the open turn: (changed paths, turn id, paths it could not snapshot), or None
-  when the turn took no snapshot. It raises when recording fails (the changes are made; the
+- end() closes the open turn: its tools.undo.Turn (changed paths, turn id, paths it could not
+  snapshot), or None when the turn took no snapshot. It raises when recording fails (the changes are made; the
   caller says so and goes on).
 - undo / plan / diff act on the last recorded turn of `session` (None: of any session; a turn id
   reaches any). undo() keeps a note of what it restored in `notes`, which the agent puts at the
   start of the next user message so the model knows its edits are gone. Every refusal is an
   UndoError whose message says why (tools/undo.py: moved on since, committed since).
 The Snapshots object is made on first use: a project that is never edited never runs git.
-Where the old word survives for compatibility: the turn id saved as meta["turns"][i]["checkpoint"] (agent/conversation.py; users' saved
-sessions and `train export-sessions` read that field).
+The turn id is saved as meta["turns"][i]["checkpoint"] (agent/conversation.py): users' saved
+sessions and `train export-sessions` read that field name.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class TurnUndo:
         """The project's Snapshots; UndoError when undo is off or cannot work here."""
         from tools.undo import Snapshots, UndoError
         if not self.enabled:
-            raise UndoError("undo is off for this agent (snapshots=False)")
+            raise UndoError("undo is off for this agent (TurnSettings.snapshots=False)")
         if self._snapshots is None:
             try:
                 self._snapshots = Snapshots(self.root)
@@ -56,17 +56,16 @@ class TurnUndo:
             self.open = self.snapshots().begin(message[:200], session=session)
         except Exception as e:  # noqa: BLE001
             return (f"error: not run: the project could not be snapshotted for /undo ({e}); nothing "
-                    "was changed. Fix that, or turn snapshots off (snapshots=False) to change files "
+                    "was changed. Fix that, or turn snapshots off (TurnSettings.snapshots=False) to change files "
                     "without undo")
         return None
 
-    def end(self) -> tuple[list[str], str, list[str]] | None:
-        """Record the open turn: (changed, turn id, skipped paths), None when none is open."""
+    def end(self):
+        """Record the open turn: its tools.undo.Turn, None when none is open."""
         if self.open is None:
             return None
         turn, self.open = self.open, None
-        turn = self._snapshots.end(turn)
-        return list(turn.changed), turn.id, list(turn.skipped)
+        return self._snapshots.end(turn)
 
     def undo(self, session: str | None, turn=None, allow_committed: bool = False) -> list[str]:
         """Restore the turn; the restored and removed paths. The note goes to `notes`."""

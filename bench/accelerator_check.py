@@ -33,7 +33,7 @@ On the GPU machine (its own jax/optax; this project not installed), from the rep
 
     PYTHONPATH=. python bench/accelerator_check.py --out $OUT/accelerator_check.json
 
-Imports: only jax, numpy, optax and this repo's nanocode.{config,gpt,engine} and
+Imports: only jax, numpy, optax and this repo's nanocode.{config,gpt,engine,sharding} and
 train.{loop,base,optim} (train/loop.py imports checkpointing, orbax, only inside `run`); the
 JSON lists which of textual, datasets, tiktoken, orbax, tqdm got imported (it should be none).
 """
@@ -91,9 +91,9 @@ from nanocode.config import flops_per_token, param_counts, preset  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
 from nanocode.attention import attend, resolve_attn_impl  # noqa: E402
 from nanocode.gpt import init_params  # noqa: E402
+from nanocode.sharding import batch_sharding, make_mesh, tree_shardings  # noqa: E402
 from train.base import next_token_loss  # noqa: E402
-from train.loop import (batch_sharding, make_mesh, make_train_step, peak_flops,  # noqa: E402
-                        tree_shardings)
+from train.loop import make_train_step, peak_flops  # noqa: E402
 from train.optim import build_optimizer  # noqa: E402
 
 BACKEND = jax.default_backend()

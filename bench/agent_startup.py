@@ -117,6 +117,9 @@ def session_rows(engine, work: Path, replies) -> list[dict]:
     context a no-reuse engine would prefill at every generation, wall ms."""
     import numpy as np
     from agent.driver import Agent
+    from agent.engine_sampler import EngineSampler
+    from agent.settings import SamplerSettings
+    from tools.permissions import Policy
     at, starts = [-1], []  # reply index; context length at the start of each generation
 
     def force(out):  # the scripted model: only the next token of the current reply
@@ -130,7 +133,8 @@ def session_rows(engine, work: Path, replies) -> list[dict]:
         m[seq[len(out)]] = True
         return m
 
-    agent = Agent(engine, work, extra_mask=force, mode="auto", max_tokens=64)
+    agent = Agent(EngineSampler(engine, work, SamplerSettings(max_tokens=64), extra_mask=force), work,
+                  Policy.load(work, mode="auto"))
     rows, decoders = [], set()
     for i in range(10):
         st0, n0, t = dict(agent.sampler.cache.stats), len(starts), time.perf_counter()

@@ -26,6 +26,7 @@ def step_times(name: str, seq_len: int, remat: str | None) -> tuple[float, float
     import jax
     import jax.numpy as jnp
 
+    from nanocode import sharding
     from nanocode.config import preset
     from nanocode.gpt import init_params
     from train import loop
@@ -36,11 +37,11 @@ def step_times(name: str, seq_len: int, remat: str | None) -> tuple[float, float
     cfg = preset(name, sequence_len=seq_len, compute_dtype="bfloat16", attn_impl="xla", **overrides)
     params = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
     optimizer = build_optimizer(cfg, params, total_steps=1000, batch_tokens=seq_len)
-    mesh = loop.make_mesh("")
-    p_shard = loop.tree_shardings(params, mesh)
-    o_shard = loop.tree_shardings(jax.eval_shape(optimizer.init, params), mesh)
+    mesh = sharding.make_mesh("")
+    p_shard = sharding.tree_shardings(params, mesh)
+    o_shard = sharding.tree_shardings(jax.eval_shape(optimizer.init, params), mesh)
     step = jax.jit(loop.make_train_step(next_token_loss(cfg), optimizer), donate_argnums=0,
-                   in_shardings=((p_shard, o_shard), loop.batch_sharding(mesh)),
+                   in_shardings=((p_shard, o_shard), sharding.batch_sharding(mesh)),
                    out_shardings=((p_shard, o_shard), None))
     state = (params, jax.eval_shape(optimizer.init, params))
     tokens = jax.ShapeDtypeStruct((1, 1, seq_len), jnp.int32)  # (accum, rows, T)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def conversations(n: int, base: str) -> list[tuple[list[dict], str]]:
     """(oracle messages, untouched project root) for n tasks, one family after another."""
-    from train.tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, attempt_seeds, make_task
+    from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, attempt_seeds, make_task
     fams = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
     out = []
     for i in range(n):
@@ -59,7 +59,7 @@ def mask_work(tok, grammar, convs, ground: bool) -> tuple[float, int]:
     from agent.loop_guard import LoopGuard
     from nanocode.protocol import MODE_TOOLS, REJECTED
     from tools.dispatch import run_tool
-    from train.tasks import make_task
+    from tasks import make_task
     total, n = 0.0, 0
     for messages, seed, fam, base in convs:
         root = make_task(fam, seed, False, base).root  # the project as it was before the rollout
@@ -121,7 +121,7 @@ def main() -> int:
     from nanocode.engine import Engine
     from evals.codegen import load_model
     from nanocode.tokenizer import train_tokenizer
-    from train.tasks import setup_env
+    from tasks import setup_env
     enable_compilation_cache()
     setup_env()
     params, cfg, tok, *_ = load_model(str(DEFAULT_MODEL))

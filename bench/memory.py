@@ -227,8 +227,9 @@ def build_step(plan: dict, stage: str, devices: list, attn: str, compiler: str =
 
     from nanocode.config import param_counts
     from nanocode.gpt import init_params
+    from nanocode.sharding import batch_sharding, make_mesh, tree_shardings
     from train.base import model_config, next_token_loss
-    from train.loop import batch_sharding, make_mesh, make_train_step, tree_shardings
+    from train.loop import make_train_step
     from train.optim import ADAMW_GROUPS, auto_total_batch, build_optimizer, scaled_lrs
 
     n_dev = len(devices)

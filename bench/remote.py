@@ -23,16 +23,19 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agent.model import load_engine, resolve_model  # noqa: E402
+from agent.engine_sampler import EngineSampler  # noqa: E402
 from agent.remote import RemoteSampler  # noqa: E402
+from agent.settings import SamplerSettings, TurnSettings  # noqa: E402
 from agent.serve import Server, make_server  # noqa: E402
-from train.tasks import build_task, drive, setup_env, task_agent  # noqa: E402
+from tasks import build_task, drive, setup_env, task_agent  # noqa: E402
 
 TASKS = (("fix_bug", 5), ("run_command", 3), ("fix_bug", 11))
 
 
 def run(model, family: str, seed: int, base: str) -> dict:
     task = build_task(family, seed, False, base)
-    agent = task_agent(model, task, task.root, 0.0, 0, 300, 8, ground=False)
+    sampler = model(task.root, SamplerSettings(max_tokens=300, ground=False))
+    agent = task_agent(sampler, task, task.root, TurnSettings(max_steps=8))
     t0 = time.perf_counter()
     turns = drive(agent, task)
     seconds = time.perf_counter() - t0
@@ -50,7 +53,8 @@ def main() -> int:
     httpd = make_server(Server(engine, "default"))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    sides = {"engine": lambda: engine, "server": lambda: RemoteSampler(url)}
+    sides = {"engine": lambda root, st: EngineSampler(engine, root, st),
+             "server": lambda root, st: RemoteSampler(url, settings=st)}
     out = {"cpus": os.cpu_count(), "repeats": args.repeats, "tasks": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for family, seed in TASKS:
@@ -58,7 +62,7 @@ def main() -> int:
             seen = {}
             for r in range(args.repeats + 1):  # the first round warms both up (compiles)
                 for side, model in sides.items():
-                    res = run(model(), family, seed, os.path.join(tmp, f"{side}{r}"))
+                    res = run(model, family, seed, os.path.join(tmp, f"{side}{r}"))
                     seen[side] = res
                     if r:
                         times[side].append(res["seconds"])

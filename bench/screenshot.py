@@ -1,7 +1,7 @@
 """docs/screenshot.svg: the TUI after a turn with a Read card and an Edit with its highlighted diff.
 
 The session is real (agent/tui.py on agent/driver.Agent, real tools on a temporary git repo) but the
-model is a tiny random one whose every token is forced by a script through `Agent(extra_mask=...)`
+model is a tiny random one whose every token is forced by a script through `EngineSampler(extra_mask=...)`
 (as in tests/test_agent_tui.py), so the picture is reproducible and needs no trained checkpoint.
 Textual's pilot drives it and App.save_screenshot writes the SVG (a few seconds on a CPU). The
 status line shows the tiny model's name and its real tokens/s (decode compiled beforehand).
@@ -50,8 +50,11 @@ def main():
     import numpy as np
     import jax
     from agent.driver import Agent
+    from agent.engine_sampler import EngineSampler
+    from tools.permissions import Policy
     from nanocode.protocol import system_prompt
-    from agent.tui import HistoryInput, NanocodeApp
+    from agent.tui import NanocodeApp
+    from agent.tui_input import HistoryInput
     from nanocode.config import GPTConfig
     from nanocode.engine import Engine
     from nanocode.gpt import init_params
@@ -85,7 +88,7 @@ def main():
         git = ["git", "-c", "user.name=n", "-c", "user.email=n@n", "-C", str(root)]
         for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
             subprocess.run(git + cmd, check=True)
-        agent = Agent(engine, root, extra_mask=force, mode="accept-edits")
+        agent = Agent(EngineSampler(engine, root, extra_mask=force), root, Policy.load(root, mode="accept-edits"))
         app = NanocodeApp(agent=agent, model_name="tiny (scripted)")
 
         async def run():

@@ -28,8 +28,9 @@ def ours(args):
 
     from nanocode.config import flops_per_token, preset
     from nanocode.gpt import init_params
+    from nanocode.sharding import batch_sharding, make_mesh, tree_shardings
     from train.base import next_token_loss
-    from train.loop import batch_sharding, make_mesh, make_train_step, tree_shardings
+    from train.loop import make_train_step
     from train.optim import build_optimizer
 
     cfg = preset(args.preset, window_pattern=args.window_pattern, compute_dtype=args.dtype,

@@ -1,7 +1,7 @@
-"""`evals agent`: the agentic task suite. Held-out tasks from the task families (train.tasks: held-out
+"""`evals agent`: the agentic task suite. Held-out tasks from the task families (tasks: held-out
 names and phrasings; TRAIN_FAMILIES plus the EVAL_ONLY_FAMILIES never trained on), each run by the
 real agent loop headless in its own fresh temp git repo with a step limit, scored by the task's
-hidden check. Building a task, the headless agent, its turns and the verdict are train.tasks'
+hidden check. Building a task, the headless agent, its turns and the verdict are tasks'
 (build_task, task_agent, drive, resolved), shared with `train rollouts`.
 
 Trade-offs and numbers:
@@ -21,7 +21,7 @@ Trade-offs and numbers:
   model's edit made pytest hang past its timeout) is a failure. user_rejects also needs the
   refusal to have happened: its check alone passes any non-empty answer that changed nothing.
   A run that changed the project's tests, conftest.py, pytest config or interpreter hooks beyond
-  what the task asks (train.tasks.harness.resolved, tools/test_guard.py) is never resolved: the
+  what the task asks (tasks.harness.resolved, tools/test_guard.py) is never resolved: the
   record's `tampered` lists those files, and each group counts such tasks (`tamper` column).
   Each run asserts that the agent's system prompt equals task.system (train/inference identity).
 - Metrics beside the resolve rate (per family; trained, eval-only and all):
@@ -53,9 +53,9 @@ Trade-offs and numbers:
   (best-of-N). Each check runs pytest again in the copy, so a task costs N rollouts + N verifier
   runs + 2 checks. The system prompt check compares with task.system at the copy's path.
 - --no-ground, --retries, --copy-bias, --no-whole-names, --no-loop-guard, --no-question-guard
-  pass through to the Agent (grounded grammar, resampling of failed calls, copy bias, whole names
-  in Grep patterns and backticked prose, the loop mask, a question's Edit asking) and are recorded
-  in the summary, so paired runs are one flag apart.
+  set the agent's settings (agent/settings.py: grounded grammar, resampling of failed calls, copy
+  bias, whole names in Grep patterns and backticked prose, the loop mask, a question's Edit
+  asking); every setting is recorded in the summary, so paired runs are one flag apart.
 - Audits of a model's run (`audit`, evals/reply_audit.py), counted per group beside the verdict:
   looping_replies, invented_spans (answer spans found nowhere the model could read them),
   question_edits (Edits that ran in a task whose request is a question), and the stop reasons.
@@ -77,15 +77,16 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from agent.settings import SamplerSettings, TurnSettings
 from nanocode.protocol import REJECTED
-from train.tasks import (
+from tasks import (
     EVAL_ONLY_FAMILIES, EVAL_SEED0, TRAIN_FAMILIES, build_task, drive, oracle_first_call,
     pattern_symbol, resolved, setup_env, snapshot, task_agent)
 
 POLICIES = ("model", "oracle", "nothing")
-AGENT_OPTS = ("ground", "retries", "copy_bias", "names", "loop_guard", "question_guard")  # to Agent when in opts
 
 _engine = None  # the worker's engine, loaded once per process by _init
 _load_error = None  # or why it could not be loaded: raised by run_task, so the parent says it
@@ -156,16 +157,16 @@ def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | No
     """Resolution and the dense metrics of one finished task, its project at `root` (default:
     task.root; a best-of rollout's copy otherwise)."""
     root = root or task.root
-    ok, check_error, tampered = resolved(task, answer, calls, root)
+    verdict = resolved(task, answer, calls, root)
     edits = [c for c in calls if c["name"] == "Edit" and c["result"] != REJECTED]
     applied = [c for c in edits if not str(c["result"]).startswith("error")]
     first = calls[0] if calls else None
-    return {"resolved": ok, "steps": len(calls), "valid_calls": sum(map(valid_call, calls)),
+    return {"resolved": verdict.resolved, "steps": len(calls), "valid_calls": sum(map(valid_call, calls)),
             "edit_calls": len(edits), "edits_applied": len(applied),
             "first_call": first and {"name": first["name"], "args": first["args"]},
             "oracle_first_call": ref,
-            "first_call_correct": bool(first and ref and same_target(first, ref, root)), "tampered": tampered,
-            **({"check_error": check_error} if check_error else {})}
+            "first_call_correct": bool(first and ref and same_target(first, ref, root)), "tampered": list(verdict.tampered),
+            **({"check_error": verdict.check_error} if verdict.check_error else {})}
 
 
 def audit(task, messages: list[dict], calls: list[dict], root: str) -> dict:
@@ -201,25 +202,41 @@ def _init(model: str | None, step: int | None) -> None:
 
 
 def make_agent(task, opts: dict, root: str, temperature: float, seed: int):
-    """The headless Agent of one run of `task` in `root` (the task's project or a copy of it)."""
-    return task_agent(_engine, task, root, temperature, seed, opts["max_tokens"], opts["max_steps"],
-                      **{k: opts[k] for k in AGENT_OPTS if k in opts})
+    """The headless Agent of one run of `task` in `root` (the task's project or a copy of it):
+    opts' settings at this temperature and seed."""
+    from agent.engine_sampler import EngineSampler
+    sampling = replace(opts["sampling"], temperature=temperature, seed=seed)
+    return task_agent(EngineSampler(_engine, root, sampling), task, root, opts["turn"])
 
 
-def run_model(task, opts: dict) -> tuple[list[dict], dict, str, list[dict], list[str]]:
-    """The real loop, headless: (messages, meta, final answer, calls, stop reasons)."""
-    agent = make_agent(task, opts, task.root, opts["temperature"], task.seed)
+@dataclass
+class Run:
+    """What a policy did on a task: the transcript, the final answer, the calls ({"name", "args",
+    "result"}), each turn's stop reason, the folder its project ended in, and fields the record
+    adds (a best-of run's `at_1` and `best_of`)."""
+    messages: list[dict]
+    meta: dict
+    answer: str
+    calls: list[dict]
+    stops: list[str]
+    root: str
+    extra: dict = field(default_factory=dict)
+
+
+def run_model(task, opts: dict) -> Run:
+    """The real loop, headless."""
+    agent = make_agent(task, opts, task.root, opts["sampling"].temperature, task.seed)
     turns = drive(agent, task)
-    calls = [c for t in turns for c in t.tool_calls]
-    return agent.messages, agent.meta, turns[-1].answer, calls, [t.stop_reason for t in turns]
+    return Run(agent.messages, agent.meta, turns[-1].answer, [c for t in turns for c in t.tool_calls],
+               [t.stop_reason for t in turns], task.root)
 
 
-def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
-    """--best-of, copies under `workdir`: the pick's (messages, meta, answer, calls, stop reasons,
-    root) and the record's extra fields: `at_1` (rollout 0 scored in its copy) and `best_of`."""
+def run_best_of(task, opts: dict, ref: dict | None, workdir: str) -> Run:
+    """--best-of, copies under `workdir`: the pick's run (root: its copy), with `at_1` (rollout 0
+    scored in its copy) and `best_of` as extra fields."""
     from agent.best_of import best_of
     res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt,
-                  opts["best_of"], seed=task.seed, temperature=opts["temperature"],
+                  opts["best_of"], seed=task.seed, temperature=opts["sampling"].temperature,
                   sample_temperature=opts["best_of_temperature"],
                   drive=lambda agent, _: drive(agent, task), apply=False, workdir=workdir,
                   tests_allowed=task.tests_allowed, tests_view=task.tests_view)
@@ -228,10 +245,10 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str):
     calls = lambda r: [c for t in r.turns for c in t.tool_calls]  # noqa: E731
     at_1 = score(task, r0.result.answer, calls(r0), ref, r0.root)
     del at_1["oracle_first_call"]
-    return (pick.messages, {**pick.meta, "best_of": {"n": opts["best_of"], "pick": res.pick}},
-            pick.result.answer, calls(pick), [t.stop_reason for t in pick.turns], pick.root,
-            {"at_1": {**at_1, "stop_reasons": [t.stop_reason for t in r0.turns]},
-             "best_of": res.to_dict()})
+    return Run(pick.messages, {**pick.meta, "best_of": {"n": opts["best_of"], "pick": res.pick}},
+               pick.result.answer, calls(pick), [t.stop_reason for t in pick.turns], pick.root,
+               {"at_1": {**at_1, "stop_reasons": [t.stop_reason for t in r0.turns]},
+                "best_of": res.to_dict()})
 
 
 def run_task(job: tuple) -> dict:
@@ -248,25 +265,26 @@ def run_task(job: tuple) -> dict:
         task = build_task(family, seed, heldout, base)
         system, ref = task.system, oracle_first_call(task)
         rec.update(prompt=task.prompt, check=task.desc)
-        meta, root, extra = {"cwd": task.root}, task.root, {}
+        meta = {"cwd": task.root}
         if policy == "oracle":
             messages = task.rollout()["messages"]
-            answer, calls, stops = messages[-1]["content"], oracle_calls(messages), ["done"]
+            run = Run(messages, meta, messages[-1]["content"], oracle_calls(messages), ["done"], task.root)
         elif policy == "nothing":
             messages = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt},
                         {"role": "assistant", "content": ""}]
-            answer, calls, stops = "", [], ["done"]
+            run = Run(messages, meta, "", [], ["done"], task.root)
         elif opts.get("best_of", 1) > 1:
-            messages, meta, answer, calls, stops, root, extra = run_best_of(
-                task, opts, ref, os.path.join(base, "best_of"))
+            run = run_best_of(task, opts, ref, os.path.join(base, "best_of"))
         else:
-            messages, meta, answer, calls, stops = run_model(task, opts)
+            run = run_model(task, opts)
         if policy == "model":
-            rec.update(audit(task, messages, calls, root))
-        rec.update(score(task, answer, calls, ref, root), answer=answer, stop_reasons=stops,
-                   system_prompt_ok=messages[0]["content"] == system.replace(task.root, root), **extra)
+            rec.update(audit(task, run.messages, run.calls, run.root))
+        rec.update(score(task, run.answer, run.calls, ref, run.root), answer=run.answer,
+                   stop_reasons=run.stops,
+                   system_prompt_ok=run.messages[0]["content"] == system.replace(task.root, run.root),
+                   **run.extra)
         with open(Path(transcripts) / f"{tid}.jsonl", "w", encoding="utf-8") as f:
-            f.write(json.dumps({"messages": messages, "meta": {**meta, "task": tid, "policy": policy}},
+            f.write(json.dumps({"messages": run.messages, "meta": {**run.meta, "task": tid, "policy": policy}},
                                ensure_ascii=False) + "\n")
     except Exception as e:  # noqa: BLE001 - one broken task must not end the run; it is reported
         rec.update(resolved=False, steps=0, valid_calls=0, edit_calls=0, edits_applied=0,
@@ -390,6 +408,11 @@ def main(args) -> int:
         return 2
     info: dict = {"policy": args.policy}
     model = step = None
+    sampling = SamplerSettings(temperature=args.temperature, max_tokens=args.max_tokens,
+                               ground=not args.no_ground, copy_bias=args.copy_bias,
+                               names=not args.no_whole_names, loop_guard=not args.no_loop_guard)
+    turn = TurnSettings(max_steps=args.max_steps, retries=args.retries,
+                        question_guard=not args.no_question_guard)
     if args.policy == "model":
         if not args.model:
             print("error: evals agent needs --model PATH|TAG (or --policy oracle / nothing to check "
@@ -407,11 +430,9 @@ def main(args) -> int:
                   "`train sft`", file=sys.stderr)
             return 2
         model = str(ckpt)
-        info.update(model=tag, checkpoint=model, step=int(step), temperature=args.temperature,
-                    max_tokens=args.max_tokens, max_steps=args.max_steps, ground=not args.no_ground,
-                    retries=args.retries, copy_bias=args.copy_bias, best_of=args.best_of,
-                    names=not args.no_whole_names, loop_guard=not args.no_loop_guard,
-                    question_guard=not args.no_question_guard)
+        settings = {**asdict(sampling), **asdict(turn)}
+        del settings["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
+        info.update(model=tag, checkpoint=model, step=int(step), **settings, best_of=args.best_of)
         if args.best_of > 1:
             info["best_of_temperature"] = args.best_of_temperature
         dest, name = out_dir(args.out, tag), f"agent_step{step}"
@@ -421,11 +442,8 @@ def main(args) -> int:
     jobs = task_jobs(families, args.per_family, args.seed, args.limit, args.split)
     transcripts = dest / f"{name}_transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)
-    opts = {"temperature": args.temperature, "max_tokens": args.max_tokens, "max_steps": args.max_steps,
-            "ground": not args.no_ground, "retries": args.retries, "copy_bias": args.copy_bias,
-            "names": not args.no_whole_names, "loop_guard": not args.no_loop_guard,
-            "question_guard": not args.no_question_guard, "best_of": args.best_of, "best_of_temperature": args.best_of_temperature,
-            "split": args.split}
+    opts = {"sampling": sampling, "turn": turn, "best_of": args.best_of,
+            "best_of_temperature": args.best_of_temperature, "split": args.split}
     workers = max(1, min(args.workers or min(2, os.cpu_count() or 1), len(jobs)))
     bar = tqdm(total=len(jobs), desc=f"agent {args.policy}", unit="task", disable=args.quiet,
                file=sys.stderr, dynamic_ncols=True)

@@ -22,7 +22,8 @@ def main(args) -> int:
     enable_compilation_cache()
     from train.base import make_evaluator
     from train.loader import data_sources
-    from train.loop import make_mesh, place, tree_shardings
+    from nanocode.sharding import make_mesh, tree_shardings
+    from train.loop import place
     from train.shards import DataError
 
     t0 = time.perf_counter()

@@ -104,13 +104,13 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     a("--best-of-temperature", type=float, default=0.7, metavar="T",
       help="sampling temperature of rollouts 2..N (default 0.7); rollout 1 uses --temperature")
     a("--no-ground", action="store_true", help="the grammar does not ground paths, anchors and "
-      "names in the project (Agent ground=False)")
+      "names in the project (SamplerSettings.ground=False)")
     a("--no-whole-names", action="store_true", help="Grep names and backticked spans in prose need "
-      "not be whole names of the project or the conversation (Agent names=False)")
+      "not be whole names of the project or the conversation (SamplerSettings.names=False)")
     a("--no-loop-guard", action="store_true", help="replies may repeat themselves: no mask or cut "
-      "of a loop (Agent loop_guard=False)")
+      "of a loop (SamplerSettings.loop_guard=False)")
     a("--no-question-guard", action="store_true", help="a question's Edit runs in auto mode like a "
-      "change request's (Agent question_guard=False)")
+      "change request's (TurnSettings.question_guard=False)")
     a("--retries", type=int, default=2, help="resamples of a failed or repeated call per step (default 2)")
     a("--copy-bias", type=float, default=0.0, metavar="BETA",
       help="copy bias toward tokens seen in the context (default 0.0: off)")

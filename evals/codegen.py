@@ -67,7 +67,7 @@ def _bar(total: int, desc: str, quiet: bool):
 
 
 @dataclass(frozen=True)
-class Sampling:
+class CompletionSampling:
     """How run_model samples: n completions per problem (--n, --temperature, --top-k, --top-p,
     --max-tokens, --seed)."""
     n: int = 1
@@ -100,9 +100,10 @@ def _sample_row(solution: str, r: sandbox.Result, text: str | None = None) -> di
     return row
 
 
-def run_model(problems: list[tasks.Problem], model: str, limits: sandbox.Limits, sampling: Sampling, *,
-              step: int | None = None, mode: str = "auto", batch: int = 0, workers: int = 0,
-              desc: str = "sample+run", quiet: bool = False) -> tuple[list[dict], dict]:
+def run_model(problems: list[tasks.Problem], model: str, limits: sandbox.Limits,
+              sampling: CompletionSampling, *, step: int | None = None, mode: str = "auto",
+              batch: int = 0, workers: int = 0, desc: str = "sample+run",
+              quiet: bool = False) -> tuple[list[dict], dict]:
     """Sample sampling.n completions per problem (batch rows per generate call, 0: n) and execute
     them, `workers` programs at a time (0: core count)."""
     from nanocode.common import enable_compilation_cache
@@ -186,8 +187,8 @@ def main(args) -> int:
             rows, info = run_reference(problems, limits, stubs=args.stubs, workers=args.workers,
                                        quiet=args.quiet)
         else:
-            sampling = Sampling(n=args.n, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                max_tokens=args.max_tokens, seed=args.seed)
+            sampling = CompletionSampling(n=args.n, temperature=args.temperature, top_k=args.top_k,
+                                          top_p=args.top_p, max_tokens=args.max_tokens, seed=args.seed)
             rows, info = run_model(problems, args.model, limits, sampling, step=args.step, mode=args.mode,
                                    batch=args.batch, workers=args.workers, desc=f"{args.task} sample+run",
                                    quiet=args.quiet)

@@ -56,7 +56,8 @@ class BundleError(ValueError):
 
 
 @dataclass
-class Task:
+class IclTask:
+    """One in-context task of the bundle (a core.yaml `icl_tasks` entry and its baseline)."""
     label: str
     task_type: str
     dataset_uri: str
@@ -114,7 +115,7 @@ def download_bundle(dest: Path, quiet: bool = False) -> None:
         shutil.move(str(found[0]), str(dest))
 
 
-def load_tasks(bundle: Path) -> list[Task]:
+def load_tasks(bundle: Path) -> list[IclTask]:
     import yaml
     try:
         config = yaml.safe_load((bundle / "core.yaml").read_text(encoding="utf-8"))
@@ -135,14 +136,14 @@ def load_tasks(bundle: Path) -> list[Task]:
         if label not in baselines:
             raise BundleError(f"{bundle}/eval_meta_data.csv has no Random baseline for {label!r}")
         shots = t.get("num_fewshot", 0)
-        tasks.append(Task(label, kind, uri, int(shots[0] if isinstance(shots, list) else shots),
-                          t.get("continuation_delimiter", " "), baselines[label]))
+        tasks.append(IclTask(label, kind, uri, int(shots[0] if isinstance(shots, list) else shots),
+                             t.get("continuation_delimiter", " "), baselines[label]))
     if not tasks:
         raise BundleError(f"{bundle}/core.yaml lists no icl_tasks")
     return tasks
 
 
-def load_data(bundle: Path, task: Task) -> list[dict]:
+def load_data(bundle: Path, task: IclTask) -> list[dict]:
     """The task's rows, shuffled with Random(1337) as nanochat does."""
     path = bundle / "eval_data" / task.dataset_uri
     try:
@@ -154,7 +155,7 @@ def load_data(bundle: Path, task: Task) -> list[dict]:
 
 
 # ---- prompts ----------------------------------------------------------------------------------
-def render(task: Task, item: dict, shots: list[dict]) -> list[str]:
+def render(task: IclTask, item: dict, shots: list[dict]) -> list[str]:
     """nanochat's Jinja templates spelled out: each shot then a blank line, then the item.
     multiple_choice: one prompt per choice; schema: one per context option; language_modeling:
     [prompt without the continuation (stripped), prompt with it]."""
@@ -197,7 +198,7 @@ def fewshot_indices(i: int, n: int, k: int) -> list[int]:
     return [j + (j >= i) for j in random.Random(FEWSHOT_SEED + i).sample(range(n - 1), min(k, n - 1))]
 
 
-def build(tasks: list[Task], datas: list[list[dict]], tok, limit: int | None, max_len: int):
+def build(tasks: list[IclTask], datas: list[list[dict]], tok, limit: int | None, max_len: int):
     """-> (examples, rows of (int32 tokens, start, end)). Rows longer than max_len keep their
     last max_len tokens. int32 arrays, not lists: the full bundle is tens of millions of tokens
     (10-shot hellaswag alone is 40k rows of ~1k) and a list spends ~36 bytes per token."""
@@ -310,7 +311,7 @@ def metric_name(labels, limit: int | None = None) -> str:
     return name + (f", first {limit} examples/task" if limit else "")
 
 
-def summarize(tasks: list[Task], examples: list[Example], losses, matches):
+def summarize(tasks: list[IclTask], examples: list[Example], losses, matches):
     """-> (per-task results, per-example records, CORE value)."""
     per_task = {t.label: {"type": t.task_type, "num_fewshot": t.num_fewshot, "examples": 0,
                           "correct": 0, "random_baseline": t.baseline} for t in tasks}

@@ -1,4 +1,5 @@
-"""pass@k, the unbiased estimator of Chen et al. 2021 (Codex), as EVALS.md defines it.
+"""pass@k, the unbiased estimator of Chen et al. 2021 (Codex, "Evaluating Large Language Models
+Trained on Code", section 2.1).
 
 For one problem with n samples of which c pass, pass@k = 1 - C(n-c, k) / C(n, k): the chance that
 at least one of k samples drawn without replacement from the n passes. The binomials overflow

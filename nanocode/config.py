@@ -128,7 +128,8 @@ def _presets() -> dict:
     presets = {f"d{d}": dict(depth=d) for d in range(2, 33, 2)}
     for d in range(2, 9):
         presets[f"cpu-d{d}"] = dict(depth=d, head_dim=64, vocab_size=8192, sequence_len=512)
-    # The original nanocode runs: head_dim 256, seq 4096; d24 was widened to 2048 (1.34B params).
+    # The original nanocode (v1) shapes: head_dim 256, seq 4096, and d24 at width 2048 (aspect 85,
+    # 1.34B params), full attention and none of value embeddings, lambdas, smear or backout.
     presets["nanocode-v1-d12"] = dict(depth=12, head_dim=256, sequence_len=4096, **_NANOCODE_V1)
     presets["nanocode-v1-d20"] = dict(depth=20, head_dim=256, sequence_len=4096, **_NANOCODE_V1)
     presets["nanocode-v1"] = dict(depth=24, aspect=85, head_dim=256, sequence_len=4096,

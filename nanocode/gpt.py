@@ -130,7 +130,8 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
     real: a prompt padded to a bucket size compiles once per bucket, the cache advances by n_valid,
     and the padding's keys are never attended to (later chunks overwrite them). The cache must have
     room for all T positions (pos + T <= max_len). last_only: logits (B, 1, V) for the last real
-    token only (prefill: the head over every position was ~40% of a 256-token chunk's FLOPs).
+    token only (prefill needs no other, and the head over every position is a large share of a
+    short chunk's FLOPs).
     kv_len (static): attend to the first kv_len cache slots only (needs pos + T <= kv_len); decode
     reads a 128-slot prefix instead of a 2048-slot cache while the conversation is short."""
     x, cache = hidden(params, cfg, idx, cache, n_valid, kv_len)  # (B, T, C)
@@ -166,7 +167,7 @@ def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None
     optimizer and the sharding rules use); each step stacks a group position's weights over the
     groups, cast to the compute dtype first (value-embedding tables stay in their storage dtype so
     their scatter-add gradient accumulates in it). The trade: one copy of the (sharded) weights
-    per step, for compile time that no longer grows with depth. cfg.remat recomputes each layer's
+    per step, for compile time that does not grow with depth. cfg.remat recomputes each layer's
     activations in the backward pass (REMAT): `block` keeps only layer inputs, `dots` also keeps
     matmul outputs."""
     dt = jnp.dtype(cfg.compute_dtype)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 SPECIAL_TOKENS = [
     "<|bos|>",  # starts every document and every conversation
@@ -37,11 +37,18 @@ SPECIAL_TOKENS = [
 
 @dataclass(frozen=True)
 class Tool:
-    """One tool: its arguments in wire order, which are required, and its line in the prompt."""
+    """One tool: its arguments in wire order, which are required, its line in the prompt, and the
+    facts the agent acts on: whether it changes files (undo snapshots before it, grounding lists
+    the project again after it, a repeat after it is no repeat), whether an `error:` result means
+    it changed nothing (then the agent may take the call back and resample), and which argument
+    names the path the permission policy judges."""
     name: str
     args: tuple[str, ...]
     required: tuple[str, ...]
     prompt: str  # rendered after "- " in the system prompt's tool list
+    changes_files: bool
+    error_changes_nothing: bool
+    path_arg: str | None
 
     @property
     def optional(self) -> tuple[str, ...]:
@@ -50,20 +57,32 @@ class Tool:
 
 TOOLS = {t.name: t for t in (
     Tool("Read", ("file_path", "offset", "limit"), ("file_path",),
-         'Read(file_path, offset?, limit?): numbered lines of a file. e.g. Read(file_path="src/app.py")'),
+         'Read(file_path, offset?, limit?): numbered lines of a file. e.g. Read(file_path="src/app.py")',
+         changes_files=False, error_changes_nothing=True, path_arg="file_path"),
     Tool("Edit", ("file_path", "old_string", "new_string"), ("file_path", "new_string"),
          "Edit(file_path, old_string?, new_string): replace the unique old_string; no old_string "
          'creates the file. e.g. Edit(file_path="src/app.py", old_string="return a", '
-         'new_string="return a + b")'),
+         'new_string="return a + b")',
+         changes_files=True, error_changes_nothing=True, path_arg="file_path"),
     Tool("Grep", ("pattern", "path", "-A", "-B"), ("pattern",),
          "Grep(pattern, path?, -A?, -B?): regex search in every text file under path. "
-         'e.g. Grep(pattern="def main", path="src")'),
+         'e.g. Grep(pattern="def main", path="src")',
+         changes_files=False, error_changes_nothing=True, path_arg="path"),
     Tool("Bash", ("command",), ("command",),
-         'Bash(command): run a shell command in the project root. e.g. Bash(command="python -m pytest -q")'),
+         'Bash(command): run a shell command in the project root. e.g. Bash(command="python -m pytest -q")',
+         changes_files=True, error_changes_nothing=False, path_arg=None),
 )}
 TOOL_ARGS = {t.name: (t.required, t.optional) for t in TOOLS.values()}  # name -> (required, optional)
 INT_ARGS = frozenset({"offset", "limit", "-A", "-B"})  # decimal digits on the wire, ints once parsed
-PATH_ARGS = {"Read": "file_path", "Edit": "file_path", "Grep": "path"}
+
+def call_path(name: str, args: dict):
+    """The path a call names (its tool's path_arg; "." for an optional path left out), None for a
+    tool that names none. Not checked: the value may be any JSON the model wrote."""
+    key = TOOLS[name].path_arg
+    if key is None:
+        return None
+    return args.get(key) or ("." if key not in TOOLS[name].required else None)
+
 
 MODES = ("ask", "accept-edits", "auto", "plan")
 MODE_TOOLS = {"ask": tuple(TOOLS), "accept-edits": tuple(TOOLS), "auto": tuple(TOOLS),
@@ -75,8 +94,12 @@ CANCELLED = "cancelled by user: the call was not run"
 DROPPED = "[output dropped to save context]"
 REPEATED = "error: the same call three times in a row; stopped so the user can step in"
 PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
-STOP_REASONS = ("done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "loop",
-                "context", "model_error")
+# why a turn ended (TurnEnd, TurnResult): the model answered; a call was rejected; the same call
+# three times; max_steps calls; Ctrl-C; a reply cut at max_tokens or for repeating itself; the
+# request did not fit the context; the model server failed
+StopReason = Literal["done", "rejected", "repeat", "step_limit", "cancelled", "max_tokens", "loop",
+                     "context", "model_error"]
+STOP_REASONS: tuple[StopReason, ...] = get_args(StopReason)
 
 
 def tools_prompt(mode: str = "ask") -> str:
@@ -218,18 +241,20 @@ def _split(ids: list[int], sep: int) -> list[list[int]]:
 
 
 # --- events the agent loop emits (agent/driver.py); faces render them ------------------------------
+# Faces `match` on the classes; `kind` names each one where an event leaves the process (a
+# stream-json line's "type").
 
 @dataclass
 class Text:
     """A piece of the assistant's prose, streamed as it is sampled."""
-    kind: ClassVar[str] = "text"
+    kind: ClassVar[Literal["text"]] = "text"
     text: str
 
 
 @dataclass
 class ToolCall:
     """A call the model made (args may be invalid); step counts calls in the turn from 1."""
-    kind: ClassVar[str] = "tool_call"
+    kind: ClassVar[Literal["tool_call"]] = "tool_call"
     name: str
     args: dict
     step: int
@@ -239,7 +264,7 @@ class ToolCall:
 class Approval:
     """A call the policy asked about and the user's answer ("yes", "no", "always", or
     "cancelled": Ctrl-C at the prompt, which is not a verdict on the call)."""
-    kind: ClassVar[str] = "approval"
+    kind: ClassVar[Literal["approval"]] = "approval"
     name: str
     args: dict
     decision: str
@@ -250,7 +275,7 @@ class Approval:
 
 @dataclass
 class ToolResult:
-    kind: ClassVar[str] = "tool_result"
+    kind: ClassVar[Literal["tool_result"]] = "tool_result"
     name: str
     args: dict
     result: str
@@ -260,7 +285,7 @@ class ToolResult:
 @dataclass
 class Status:
     """A note for the user: context dropped, loop stopped, a retry, undo unavailable ..."""
-    kind: ClassVar[str] = "status"
+    kind: ClassVar[Literal["status"]] = "status"
     text: str
     dropped_outputs: int = 0
     dropped_turns: int = 0
@@ -268,8 +293,8 @@ class Status:
 
 @dataclass
 class TurnEnd:
-    kind: ClassVar[str] = "turn_end"
-    stop_reason: str
+    kind: ClassVar[Literal["turn_end"]] = "turn_end"
+    stop_reason: StopReason
     steps: int
     retries: int = 0
 
@@ -284,7 +309,7 @@ class TurnResult:
     tool_calls: list = field(default_factory=list)  # [{"name", "args", "result"}]
     files_changed: list = field(default_factory=list)
     steps: int = 0
-    stop_reason: str = "done"
+    stop_reason: StopReason = "done"
     retries: int = 0
     # tokens the model read (prefilled) and wrote (sampled, taken-back retries included), and the
     # seconds each took; `seconds` is the whole turn, approvals and tools included

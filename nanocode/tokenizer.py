@@ -105,8 +105,8 @@ class Tokenizer:
         return self.enc.encode_ordinary(text)
 
     def encode_batch(self, texts: Sequence[str], num_threads: int = 8) -> list[list[int]]:
-        """encode() over many texts on a thread pool (tiktoken releases the GIL). Threads only pay
-        with idle cores: on the shared 2-core dev machine it was no faster than a loop (~7 MB/s)."""
+        """encode() over many texts on a thread pool (tiktoken releases the GIL). Threads pay only
+        with idle cores: when every core is busy it is no faster than a loop."""
         return self.enc.encode_ordinary_batch(list(texts), num_threads=num_threads)
 
     def decode(self, ids: Iterable[int]) -> str:

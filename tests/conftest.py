@@ -1,3 +1,14 @@
+"""Fixtures shared by several test modules. Each is module-scoped where building it costs a
+compile or a tokenizer training, so one module builds it once. A module that needs a different
+one of the same name (another vocabulary, another project) defines its own, which pytest
+prefers within that module.
+
+  tok, engine, repo  the scripted agent's tiny world (tests/scripted_agent.py): a 512-token BPE
+                     on scripted_agent.TEXTS, a random tiny model with a 2048-token context, and
+                     a committed git project (a.py, big.py) with its own NANOCODE_HOME
+  tokenizer          the fine-tuning stages' 512-token BPE (tests/train_helpers.corpus_texts)
+  ckpt               a tiny random checkpoint with its tokenizer, as `train` saves one
+"""
 import atexit
 import os
 import shutil
@@ -31,3 +42,38 @@ def ckpt(tmp_path_factory):
     d = tmp_path_factory.mktemp("ckpt") / "checkpoints"
     save(d, 1, random_params(cfg), config=cfg, tokenizer=tok)
     return d
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from scripted_agent import TEXTS
+    from tiny_models import tiny_tokenizer
+    return tiny_tokenizer(TEXTS, 512)
+
+
+@pytest.fixture(scope="module")
+def engine(tok):
+    from nanocode.engine import Engine
+    from tiny_models import random_params, tiny
+    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=2048)
+    return Engine(random_params(cfg), cfg, tok, buckets=(64, 256, 1024))
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    from scripted_agent import BIG
+    from tiny_models import commit_all
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))  # no user settings, shadow dirs
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    (root / "big.py").write_text(BIG)
+    commit_all(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from nanocode.tokenizer import train_tokenizer
+    from train_helpers import corpus_texts
+    return train_tokenizer(iter(corpus_texts()), 512)

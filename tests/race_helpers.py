@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from agent.sampler import Reply
+from agent.settings import SamplerSettings
 
 FLIPPER = textwrap.dedent("""
     import ctypes, os, sys
@@ -65,9 +66,10 @@ def race_target(proj, what):
 
 
 class ScriptedModel:
-    """agent/sampler.py's interface with no model behind it: each reply is the next scripted
-    call [(name, args), ...], then a plain answer. Fast enough for thousands of driver calls."""
-    max_len, reserve, max_tokens, temperature, seed, n_replies = 1 << 16, 1024, 64, 0.0, 0, 0
+    """agent/sampler.Sampler with no model behind it: each reply is the next scripted call
+    [(name, args), ...], then a plain answer. Fast enough for thousands of driver calls."""
+    settings = SamplerSettings(max_tokens=64)
+    max_len, reserve, n_replies = 1 << 16, 1024, 0
 
     def __init__(self, calls):
         self.calls = list(calls)
@@ -95,3 +97,12 @@ class ScriptedModel:
 
     def tree_changed(self):
         pass
+
+    def fork(self, root, settings):
+        return ScriptedModel(self.calls)
+
+    def context_used(self, messages):
+        return sum(self.count(m["content"]) for m in messages)
+
+    def describe(self):
+        return "scripted calls"

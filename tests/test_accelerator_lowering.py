@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = r"""
 import json, re, sys
 import jax, jax.numpy as jnp
+from nanocode import sharding
 from nanocode.config import GPTConfig
 from nanocode.gpt import init_params
 from train import loop
@@ -33,10 +34,10 @@ for platform, impl, mesh_spec in (("tpu", "splash", "data=1,fsdp=8"), ("cuda", "
     params = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
     optimizer = build_optimizer(cfg, params, total_steps=10, batch_tokens=16 * 256)
     opt_state = jax.eval_shape(optimizer.init, params)
-    mesh = loop.make_mesh(mesh_spec)
-    p_shard, o_shard = loop.tree_shardings(params, mesh), loop.tree_shardings(opt_state, mesh)
+    mesh = sharding.make_mesh(mesh_spec)
+    p_shard, o_shard = sharding.tree_shardings(params, mesh), sharding.tree_shardings(opt_state, mesh)
     step = jax.jit(loop.make_train_step(next_token_loss(cfg), optimizer), donate_argnums=0,
-                   in_shardings=((p_shard, o_shard), loop.batch_sharding(mesh)),
+                   in_shardings=((p_shard, o_shard), sharding.batch_sharding(mesh)),
                    out_shardings=((p_shard, o_shard), None))
     tokens = jax.ShapeDtypeStruct((2, 16, 256), jnp.int32)  # (accum, rows, T)
     # cuDNN's custom calls carry no serialisation-stability guarantee, so export asks for consent

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agent import cli, headless, model
-from agent.driver import Agent
 from agent.repl import run_repl
 from agent.sessions import list_sessions, load_session
+from agent_builder import new_agent
 from tools.permissions import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,6 +174,11 @@ def test_headless_stream_json_from_stdin(ckpt, proj):
     assert load_session(path)[0][1]["content"] == "what is x?\n"
 
 
+def test_every_stop_reason_has_an_exit_code():
+    from nanocode.protocol import STOP_REASONS
+    assert set(headless.EXIT_CODES) == set(STOP_REASONS) and headless.EXIT_CODES["done"] == 0
+
+
 def test_ctrl_c_during_start_up_exits_at_once(ckpt, proj):
     """SIGINT while jax loads: exit 130 with one line, no traceback, nothing run or saved."""
     import signal
@@ -208,7 +213,7 @@ class FakeConsole:
 def test_repl_slash_commands_and_a_turn(ckpt, proj):
     from agent.model import load_engine
     engine = load_engine(ckpt)
-    agent = Agent(engine, proj, max_tokens=8)
+    agent = new_agent(engine, proj, max_tokens=8)
     con = FakeConsole(["/help", "/mode plan", "hello", "/diff", "/undo", "/mode nope", "/clear",
                        "/quit"])
     assert run_repl(agent, "tiny", console=con) == 0
@@ -219,7 +224,7 @@ def test_repl_slash_commands_and_a_turn(ckpt, proj):
     (proj / ".nanocode").mkdir()
     (proj / ".nanocode" / "settings.json").write_text('{"permissions": {"allow": ["Bash(pytest*)"]}}')
     (proj / "AGENTS.md").write_text("run pytest\n")
-    agent = Agent(engine, proj, max_tokens=8, policy=Policy.load(proj, trust_settings=True))
+    agent = new_agent(engine, proj, max_tokens=8, policy=Policy.load(proj, trust_settings=True))
     con = FakeConsole(["/model", "/memory", "/resume", "/settings", "/session", "/help", "/exit"])
     assert run_repl(agent, "tiny", console=con) == 0
     text = "".join(con.out)  # the TUI's commands, here too (one table: agent/commands.py)
@@ -229,7 +234,7 @@ def test_repl_slash_commands_and_a_turn(ckpt, proj):
         assert want in text, want
     from agent.commands import COMMANDS, help_text
     assert help_text() + "\n" in con.out and all(c.name in help_text() for c in COMMANDS)
-    off = Agent(engine, proj, max_tokens=8, sandbox=False)
+    off = new_agent(engine, proj, max_tokens=8, sandbox=False)
     con = FakeConsole(["/quit"])
     run_repl(off, "tiny", console=con)
     assert "warning: NO SANDBOX (turned off): every command asks\n" in con.out

@@ -4,20 +4,23 @@ when a request does not fit, /compact's digests, a request too long for any cont
 import pytest
 
 from nanocode.protocol import DROPPED
-from test_agent_driver import call, engine, make, reply, repo, tok  # noqa: F401 - fixtures
+from scripted_agent import call, make, reply
 
 
 def test_drop_oldest_takes_outputs_then_whole_turns_never_the_request():
+    from types import SimpleNamespace
+
     from agent.context import drop_oldest
     count = len  # characters stand in for tokens
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "one"},
             {"role": "assistant", "content": "", "tool_call": {"name": "Bash", "args": {"command": "ls"}}},
             {"role": "tool_result", "content": "x" * 100}, {"role": "assistant", "content": "ok"},
             {"role": "user", "content": "two"}]
-    assert drop_oldest(msgs, count, 5) == ("output", 5) and msgs[3]["content"] == DROPPED
-    assert drop_oldest(msgs, count, 5) == ("turn", 1)  # the first turn goes, the system prompt stays
+    conv = SimpleNamespace(messages=msgs, turn_start=5)
+    assert drop_oldest(conv, count) == "output" and msgs[3]["content"] == DROPPED and conv.turn_start == 5
+    assert drop_oldest(conv, count) == "turn" and conv.turn_start == 1  # the first turn goes, the system prompt stays
     assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "two"
-    assert drop_oldest(msgs, count, 1) is None
+    assert drop_oldest(conv, count) is None
 
 
 def test_context_drops_old_output_then_turns(engine, tok, repo):

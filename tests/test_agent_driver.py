@@ -1,7 +1,7 @@
-"""The agent loop on a REAL engine (tiny random model, real tokenizer, real tools in a temp git
-repo). The model is scripted through `Agent(extra_mask=...)`: at each step only the next scripted
-token is allowed, so the engine really runs (prefill, decode, cache reuse) and the loop's own
-grammar mask stays in the path."""
+"""The agent loop (agent/driver.py) on a REAL engine (tiny random model, real tokenizer, real
+tools in a temp git repo). The model is scripted (tests/scripted_agent.py): at each step only the
+next scripted token is allowed, so the engine really runs (prefill, decode, cache reuse) and the
+loop's own grammar mask and loop guard stay in the path."""
 
 import subprocess
 import threading
@@ -10,92 +10,13 @@ import time
 import numpy as np
 import pytest
 
-from agent.driver import Agent
-from agent.grammar import Grammar
+from agent.loop_guard import first_loop
 from agent.sessions import find_session, load_session
-from nanocode.engine import Engine
-from nanocode.protocol import REJECTED, REPEATED, check_call, system_prompt
-from tiny_models import commit_all, random_params, tiny, tiny_tokenizer
+from agent_builder import new_agent
+from nanocode.protocol import REJECTED, REPEATED, check_call
+from scripted_agent import call, make, reply, same_text
 from tools.dispatch import run_tool
 from tools.permissions import Policy
-
-BIG = "".join(f"value_{i} = {i} * 2\n" for i in range(100))
-TEXTS = [system_prompt("{cwd}")] * 3 + [BIG] * 3 + ["def main():\n    return 1\n" * 20,
-                                   "let me look. done: it returns 1. rejected by user error"]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer(TEXTS, 512)
-
-
-@pytest.fixture(scope="module")
-def engine(tok):
-    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=2048)
-    return Engine(random_params(cfg), cfg, tok, buckets=(64, 256, 1024))
-
-
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))  # no user settings, shadow dirs
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "a.py").write_text("x = 1\n")
-    (root / "big.py").write_text(BIG)
-    commit_all(root)
-    return root
-
-
-def same_text(tok, a, b):
-    """Byte-identical text and the same special tokens (a model may split text differently)."""
-    sp = lambda ids: [t for t in ids if tok.is_special(t)]  # noqa: E731
-    by = lambda ids: b"".join(tok.id_to_bytes(t) for t in ids)  # noqa: E731
-    return sp(a) == sp(b) and by(a) == by(b)
-
-
-class Script:
-    """extra_mask that allows only the next scripted token; one token list per generation.
-    Also checks, at the start of every generation, that the session holds exactly the rendered
-    conversation plus the open <|assistant_start|> (train/inference identity)."""
-
-    def __init__(self, tok, replies):
-        self.tok, self.replies, self.i = tok, replies, -1
-        self.agent = None
-        self.identity = []
-        self.V = None
-
-    def __call__(self, out):
-        if not out:
-            self.i += 1
-            a = self.agent
-            want = a.sampler.tok.render_conversation({"messages": a.messages})[0] + [
-                a.sampler.tok.encode_special("<|assistant_start|>")]
-            self.identity.append(a.sampler.cache.ids == want)
-        seq = self.replies[min(self.i, len(self.replies) - 1)]
-        if len(out) >= len(seq):
-            return None
-        m = np.zeros(self.V, bool)
-        m[seq[len(out)]] = True
-        return m
-
-
-def call(tok, text, name, **args):
-    return tok.encode(text) + tok.encode_tool_call({"name": name, "args": args})
-
-
-def reply(tok, text):
-    return tok.encode(text) + [tok.encode_special("<|assistant_end|>")]
-
-
-def make(engine, repo, replies, **kw):
-    """An Agent whose model writes `replies`, one per generation (no retries unless asked: a
-    retried reply would take the next scripted one)."""
-    kw.setdefault("retries", 0)
-    script = Script(engine.tokenizer, replies)
-    script.V = engine.cfg.vocab_size
-    agent = Agent(engine, repo, extra_mask=script, **kw)
-    script.agent = agent
-    return agent, script
 
 
 def test_read_call_runs_and_result_is_fed_back(engine, tok, repo):
@@ -364,7 +285,7 @@ def test_sessions_are_saved_and_render(engine, tok, repo):
     from agent.sessions import SessionStore
     agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="b.py", new_string="z"),
                                    reply(tok, "ok")])
-    agent.store = SessionStore(repo, agent.meta["id"])
+    agent.conv.store = SessionStore(repo, agent.meta["id"])
     agent.run_turn("make a.py", approve=lambda *a: "no")
     path = find_session(repo)
     assert path.name.endswith(f"-{agent.meta['id']}.jsonl") and path.parent.name == "sessions"
@@ -381,54 +302,10 @@ def test_sessions_are_saved_and_render(engine, tok, repo):
                                 capture_output=True, text=True).stdout.strip()
 
 
-# ---- the grammar mask --------------------------------------------------------------------------
-def test_mask_fuzz_every_terminated_call_is_valid(tok):
-    """Random walks through the mask (uniform over allowed tokens, terminators boosted) always
-    give calls that parse to a known tool with valid arguments."""
-    g = Grammar(tok, 512)
-    rng = np.random.default_rng(0)
-    start, end = tok.encode_special("<|tool_call_start|>"), tok.encode_special("<|tool_call_end|>")
-    special = [tok.encode_special(s) for s in ("<|tool_arg|>", "<|tool_val|>")] + [end]
-    done = 0
-    for _ in range(400):
-        st, out = g.state(), [start]
-        for _ in range(60):
-            m = st.allowed(out)
-            ok = np.flatnonzero(m)
-            boost = [t for t in special if m[t]]
-            t = int(rng.choice(boost) if boost and rng.random() < 0.3 else rng.choice(ok))
-            out.append(t)
-            if t == end:
-                break
-        if out[-1] == end:
-            c = tok.parse_tool_call(out)
-            assert check_call(c["name"], c["args"]) is None, (c, tok.decode(out))
-            done += 1
-    assert done > 100
-
-
-def test_mask_cost_per_token(engine, tok):
-    g = Grammar(tok, engine.cfg.vocab_size)
-    seq = [tok.encode_special("<|tool_call_start|>")] + tok.encode_tool_call(
-        {"name": "Edit", "args": {"file_path": "a.py", "old_string": "x", "new_string": "y"}})[1:]
-    st = g.state()
-    st.allowed([])
-    t = time.perf_counter()
-    n = 0
-    for _ in range(200):
-        st = g.state()
-        for k in range(len(seq) + 1):
-            st.allowed(seq[:k])
-            n += 1
-    per = (time.perf_counter() - t) / n
-    print(f"mask: {per * 1e6:.1f} us per token")
-    assert per < 1e-3
-
-
 def test_free_running_random_model_never_crashes(engine, tok, repo):
     """No script: the tiny random model writes freely (sampled) for a few turns. Nothing raises,
     the history stays the render, and every call it finishes is well-formed."""
-    agent = Agent(engine, repo, temperature=1.0, max_tokens=48, max_steps=3, mode="plan")
+    agent = new_agent(engine, repo, temperature=1.0, max_tokens=48, max_steps=3, mode="plan")
     calls = []
     for i in range(3):
         res = agent.run_turn(f"turn {i}", approve=lambda *a: "no")
@@ -444,8 +321,8 @@ def test_free_running_random_model_never_crashes(engine, tok, repo):
             m[opener] = True
             return m
         return None
-    agent = Agent(engine, repo, temperature=1.0, max_tokens=200, max_steps=3, mode="plan",
-                  extra_mask=first_opens, seed=1)
+    agent = new_agent(engine, repo, temperature=1.0, max_tokens=200, max_steps=3, mode="plan",
+                      extra_mask=first_opens, seed=1)
     for i in range(2):
         calls += agent.run_turn(f"call {i}", approve=lambda *a: "no").tool_calls
         assert same_text(tok, agent.sampler.cache.ids, agent.sampler.rendered_ids(agent.messages))
@@ -490,9 +367,34 @@ def test_a_failed_read_is_resampled_and_a_rerun_after_an_edit_is_not(engine, tok
 
 
 def test_copy_bias_runs_in_prose(engine, tok, repo):
-    agent = Agent(engine, repo, copy_bias=3.0, max_tokens=4, retries=0)
+    agent = new_agent(engine, repo, copy_bias=3.0, max_tokens=4, retries=0)
     res = agent.run_turn("what is x?")
     assert agent.sampler._copy is not None and agent.sampler._copy_seen > 0 and res.stop_reason in ("done", "max_tokens")
+
+
+# ---- the loop guard (agent/loop_guard.py) in the loop ------------------------------------------
+def test_loops_are_masked_in_arguments_and_a_looping_answer_stops(engine, tok, repo):
+    """The scripted model tries to write `tests/tests/...` as a Read path and a Bash command, then
+    `isisis...` as its answer: the loop guard turns each loop away (the real model then writes
+    another token, and the script goes on), so no value holds a loop, and the answer, which keeps
+    coming back to it, is cut: stop_reason "loop"."""
+    loop = "tests/" * 12
+    answer = tok.encode("it is " + "is" * 150)
+    agent, _ = make(engine, repo, [call(tok, "", "Read", file_path=loop), call(tok, "", "Bash", command=loop),
+                                   answer], policy=Policy(repo, mode="auto", deny=["Bash(tests*)"]),
+                      ground=False, max_tokens=300)
+    events = []
+    res = agent.run_turn("where?", on_event=events.append)
+    values = [v for c in res.tool_calls for v in c["args"].values()]
+    assert [c["name"] for c in res.tool_calls] == ["Read", "Bash"]
+    assert all(v.startswith("tests/tests/tests/") and first_loop(v.encode()) is None for v in values)
+    assert res.stop_reason == "loop" and first_loop(res.answer.encode()) is None
+    assert res.answer.startswith("it is isisis") and len(res.answer) < 100
+    assert "reply stopped: it was repeating itself" in [e.text for e in events if e.kind == "status"]
+    assert agent.messages[-1]["content"] == res.answer
+    assert agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
+    agent, _ = make(engine, repo, [answer], loop_guard=False, max_tokens=40)  # off: runs to max_tokens
+    assert agent.run_turn("again?").stop_reason == "max_tokens"
 
 
 # ---- the OS sandbox around Bash (tools/sandbox.py) ------------------------------------------------

@@ -46,10 +46,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agent.driver import Agent
+from agent_builder import new_agent
+from nanocode.engine import ContextOverflow
 from nanocode.protocol import REJECTED, SPECIAL_TOKENS, STOP_REASONS, TOOL_ARGS
 from nanocode.protocol import system_prompt
-from nanocode.engine import ContextOverflow
+from scripted_agent import same_text
 from tiny_models import commit_all, tiny_tokenizer
 from tools.permissions import Policy
 from tools.undo import UndoError
@@ -268,12 +269,6 @@ def world(tmp_path, monkeypatch):
                            skip={str(root), str(state)})
 
 
-def same_text(tok, a, b):
-    sp = lambda ids: [t for t in ids if tok.is_special(t)]  # noqa: E731
-    by = lambda ids: b"".join(tok.id_to_bytes(t) for t in ids)  # noqa: E731
-    return sp(a) == sp(b) and by(a) == by(b)
-
-
 def fuzz(tok, world, n_streams, seed=0):
     """Drive agents with random streams until n_streams generations ran. Returns tool results."""
     rng = np.random.default_rng(seed)
@@ -289,11 +284,11 @@ def fuzz(tok, world, n_streams, seed=0):
         engine = StreamEngine(tok, int(streams.pick([768, 2048, 8192])), streams.stream, rng,
                               obey=rng.random() < 0.5)
         policy = Policy(world.root, mode=streams.pick(["ask", "accept-edits", "plan"]))
-        agent = Agent(engine, world.root, policy=policy, tool_timeout=5.0,
-                      max_tokens=int(streams.pick([16, 64, 256, 1024, 4096])),
-                      max_steps=int(rng.integers(1, 8)), constrain=engine.obey,
-                      retries=2 if engine.obey else 0,  # raw streams: every bad call reaches the tools
-                      snapshots=rng.random() < 0.5)
+        agent = new_agent(engine, world.root, policy=policy, tool_timeout=5.0,
+                          max_tokens=int(streams.pick([16, 64, 256, 1024, 4096])),
+                          max_steps=int(rng.integers(1, 8)), constrain=engine.obey,
+                          retries=2 if engine.obey else 0,  # raw streams: every bad call reaches the tools
+                          snapshots=rng.random() < 0.5)
         engine.agent = agent
         for _ in range(int(rng.integers(1, 6))):
             cancel = threading.Event()

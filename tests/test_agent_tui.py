@@ -1,94 +1,23 @@
-"""The Textual TUI (agent/tui.py) driven by Textual's pilot, on a REAL tiny engine (random weights,
-real tokenizer, real tools in a temp git repo). The model is scripted through
-`Agent(extra_mask=...)` as in test_agent_driver.py; a `gate` can hold generation after a few
-tokens so a test knows a turn is still running while it types or presses Ctrl-C."""
+"""The Textual TUI's flow (agent/tui.py), driven by Textual's pilot on a REAL tiny engine (random
+weights, real tokenizer, real tools in a temp git repo): a prompt streams its reply, tool cards
+fill in, slash commands, a resumed session, Ctrl-C mid-turn, queued prompts, the model loading
+behind a live input. The engine, the project and the scripted model (tests/tui_pilot.py) can hold
+a turn mid-reply so a test knows it is still running while it types or presses Ctrl-C. The
+prompt and approvals: test_agent_tui_input.py."""
 
-import asyncio
 import threading
-import time
 
-import numpy as np
 import pytest
 
 from agent.driver import Agent
-from nanocode.protocol import DROPPED, REJECTED
-from nanocode.protocol import system_prompt
 from agent.sessions import SessionStore, find_session, load_session
-from agent.tui import ApprovalPanel, HistoryInput, NanocodeApp, Reply, ToolCard
-from nanocode.engine import Engine
-from test_agent_driver import call, reply  # scripted replies: the same token sequences
-from tiny_models import commit_all, random_params, tiny, tiny_tokenizer
-
-TEXTS = [system_prompt("{cwd}")] * 3 + ["def main():\n    return 1\n" * 20,
-                        "let me look. done: it returns 1. rejected by user error x = 2\n" * 5]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer(TEXTS, 400)
-
-
-@pytest.fixture(scope="module")
-def engine(tok):
-    cfg = tiny(vocab_size=tok.vocab_size, sequence_len=1024)
-    return Engine(random_params(cfg), cfg, tok, buckets=(64, 256, 1024))
-
-
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "a.py").write_text("x = 1\n")
-    commit_all(root)
-    return root
-
-
-class Script:
-    """extra_mask allowing only the next scripted token (one list per generation). With `hold`
-    set, generation blocks after `hold` tokens of a reply until `gate` is set."""
-
-    def __init__(self, V, replies, hold=None):
-        self.V, self.replies, self.i, self.hold = V, replies, -1, hold
-        self.gate, self.held = threading.Event(), threading.Event()
-
-    def __call__(self, out):
-        if not out:
-            self.i += 1
-        if self.hold is not None and len(out) == self.hold:
-            self.held.set()
-            self.gate.wait(30)
-        seq = self.replies[min(self.i, len(self.replies) - 1)]
-        if len(out) >= len(seq):
-            return None
-        m = np.zeros(self.V, bool)
-        m[seq[len(out)]] = True
-        return m
-
-
-def make(engine, repo, replies, hold=None, **kw):
-    script = Script(engine.cfg.vocab_size, replies, hold)
-    return Agent(engine, repo, extra_mask=script, **kw), script
-
-
-def drive(app, body, size=(100, 40)):
-    """Run `body(pilot)` inside app.run_test (a plain asyncio loop: no pytest plugin needed)."""
-    async def main():
-        async with app.run_test(size=size) as pilot:
-            await body(pilot)
-    asyncio.run(main())
-
-
-async def until(pilot, cond, timeout=120.0):  # a first turn compiles: slow on a busy CPU
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out waiting"
-        await pilot.pause(0.02)
-
-
-async def submit(pilot, text):
-    pilot.app.query_one(HistoryInput).value = text
-    await pilot.press("enter")
+from agent.tui import NanocodeApp
+from agent.tui_input import ApprovalPanel, HistoryInput
+from agent.tui_transcript import ReplyView, ToolCard
+from nanocode.protocol import DROPPED
+from scripted_agent import call, reply
+from tiny_models import random_params, tiny
+from tui_pilot import drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
 
 
 def test_prompt_streams_text_and_history(engine, tok, repo):
@@ -98,7 +27,7 @@ def test_prompt_streams_text_and_history(engine, tok, repo):
     async def body(pilot):
         await submit(pilot, "what is x?")
         await until(pilot, lambda: app.turns == 1)
-        replies = list(app.query(Reply))
+        replies = list(app.query(ReplyView))
         assert [r.text for r in replies] == ["let me look. done: it returns 1."]
         assert "> what is x?" in app.transcript_text()
         status = str(app.query_one("#status").content)
@@ -149,29 +78,6 @@ def test_edit_approved_with_y_then_undo(engine, tok, repo):
     drive(app, body)
 
 
-def test_edit_rejected_with_n(engine, tok, repo):
-    agent, script = make(engine, repo, [call(tok, "", "Edit", file_path="a.py",
-                                             old_string="x = 1", new_string="x = 2"),
-                                        reply(tok, "never")], mode="ask")
-    app = NanocodeApp(agent=agent)
-
-    async def body(pilot):
-        await submit(pilot, "set x to 2")
-        await until(pilot, lambda: app.asking is not None)
-        await pilot.press("n")
-        await until(pilot, lambda: app.turns == 1)
-        assert app.query_one(ToolCard).result_text == REJECTED
-        assert "call rejected; your turn" in app.transcript_text()
-        assert app.focused is app.query_one(HistoryInput)
-    drive(app, body)
-    assert (repo / "a.py").read_text() == "x = 1\n" and script.i == 0
-
-
-def approval_text(app):
-    shown = app.query_one("#approval-text").content
-    return "\n".join(r.code if hasattr(r, "code") else str(r) for r in shown.renderables)
-
-
 def test_read_card_then_edit_and_diff(engine, tok, repo):
     agent, _ = make(engine, repo, [call(tok, "let me look.", "Read", file_path="a.py"),
                                    call(tok, "", "Edit", file_path="a.py", old_string="x = 1",
@@ -194,31 +100,10 @@ def test_read_card_then_edit_and_diff(engine, tok, repo):
     drive(app, body)
 
 
-def test_bash_rejected_with_n(engine, tok, repo):
-    agent, script = make(engine, repo, [call(tok, "", "Bash", command="rm a.py"),
-                                        reply(tok, "never")], mode="accept-edits")
-    app = NanocodeApp(agent=agent)
-
-    async def body(pilot):
-        await submit(pilot, "delete a.py")
-        await until(pilot, lambda: app.asking is not None)
-        assert "Bash needs approval" in approval_text(app) and "rm a.py" in approval_text(app)
-        await pilot.press("n")
-        await until(pilot, lambda: app.turns == 1)
-        card = app.query_one(ToolCard)
-        assert card.header == "Bash rm a.py" and card.result_text == REJECTED
-        assert card.has_class("failed") and REJECTED in str(card.title)
-        assert "Bash: rejected" in app.transcript_text()
-    drive(app, body)
-    assert agent.messages[-1] == {"role": "tool_result", "content": REJECTED}  # the model's view
-    assert (repo / "a.py").exists() and script.i == 0
-    assert agent.meta["approvals"][-1]["answer"] == "no"
-
-
 def test_resumed_session_shows_history_and_continues(engine, tok, repo):
     first, _ = make(engine, repo, [call(tok, "let me look.", "Read", file_path="a.py"),
                                    reply(tok, "x is 1.")])
-    first.store = SessionStore(repo, first.meta["id"])
+    first.conv.store = SessionStore(repo, first.meta["id"])
     first.run_turn("what is x?")
     path = find_session(repo)
     messages, meta = load_session(path)
@@ -230,12 +115,12 @@ def test_resumed_session_shows_history_and_continues(engine, tok, repo):
         text = app.transcript_text()
         assert f"continuing session {meta['id']} (1 earlier requests)" in text
         assert "> what is x?" in text
-        assert [r.text for r in app.query(Reply)] == ["let me look.", "x is 1."]
+        assert [r.text for r in app.query(ReplyView)] == ["let me look.", "x is 1."]
         card = app.query_one(ToolCard)
         assert card.header == "Read a.py" and card.result_text.startswith("    1→x = 1")
         await submit(pilot, "and now?")
         await until(pilot, lambda: app.turns == 1)
-        assert app.query(Reply)[-1].text == "still 1."
+        assert app.query(ReplyView)[-1].text == "still 1."
     drive(app, body)
     assert [m["role"] for m in agent.messages] == ["system", "user", "assistant", "tool_result",
                                                    "assistant", "user", "assistant"]
@@ -268,7 +153,7 @@ def test_compact_drops_old_outputs(engine, tok, repo):
 def test_slash_commands(engine, tok, repo):
     (repo / "NANOCODE.md").write_text("use tabs\n")
     agent, _ = make(engine, repo, [reply(tok, "ok.")])
-    agent.store = SessionStore(repo, agent.meta["id"])
+    agent.conv.store = SessionStore(repo, agent.meta["id"])
     app = NanocodeApp(agent=agent, model_name="tiny")
 
     async def body(pilot):
@@ -305,7 +190,7 @@ def test_ctrl_c_cancels_a_turn_and_input_stays_live(engine, tok, repo):
     async def body(pilot):
         await submit(pilot, "go")
         await until(pilot, script.held.is_set)  # the worker is blocked mid-reply
-        await until(pilot, lambda: app.query(Reply) and app.query_one(Reply).text)
+        await until(pilot, lambda: app.query(ReplyView) and app.query_one(ReplyView).text)
         assert app.running and "working" in str(app.query_one("#status").content)
         await pilot.press("a", "b", "c")  # the UI is live while the turn runs
         assert app.query_one(HistoryInput).value == "abc"
@@ -316,17 +201,37 @@ def test_ctrl_c_cancels_a_turn_and_input_stays_live(engine, tok, repo):
         await until(pilot, lambda: app.turns == 1)
         assert agent.meta["turns"][-1]["stop_reason"] == "cancelled"
         assert "[cancelled]" in app.transcript_text()
-        assert len(app.query_one(Reply).text) < len("let me look. " * 40)
+        assert len(app.query_one(ReplyView).text) < len("let me look. " * 40)
         script.hold = None
         await submit(pilot, "again")  # the session survives
         await until(pilot, lambda: app.turns == 2)
-        assert app.query(Reply)[-1].text == "ok."
+        assert app.query(ReplyView)[-1].text == "ok."
         await pilot.press("ctrl+c")  # idle: twice quits
         assert app.is_running
         await pilot.press("ctrl+c")
         await until(pilot, lambda: not app.is_running)
     drive(app, body)
     assert app.return_code == 0
+
+
+def test_queued_prompts_show_in_the_order_they_run(engine, tok, repo):
+    agent, script = make(engine, repo, [reply(tok, "first reply."), reply(tok, "second reply.")],
+                         hold=2)
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "one")
+        await until(pilot, script.held.is_set)
+        await submit(pilot, "two")
+        await pilot.pause()
+        assert "queued (1), runs after the current turn: two" in app.transcript_text()
+        script.gate.set()
+        await until(pilot, lambda: app.turns == 2)
+        order = [str(w.content) if not isinstance(w, ReplyView) else w.text
+                 for w in app.query_one("#transcript").children
+                 if isinstance(w, ReplyView) or "user" in w.classes]
+        assert order == ["> one", "first reply.", "> two", "second reply."]
+    drive(app, body)
 
 
 def test_prompt_waits_for_the_loading_model(engine, tok, repo):
@@ -351,7 +256,7 @@ def test_prompt_waits_for_the_loading_model(engine, tok, repo):
         assert "still loading" in app.transcript_text()
         go.set()
         await until(pilot, lambda: app.turns == 1)
-        assert app.agent is agent and app.query_one(Reply).text == "ok."
+        assert app.agent is agent and app.query_one(ReplyView).text == "ok."
         assert agent.messages[1]["content"] == "hi"
     drive(app, body)
 
@@ -392,8 +297,8 @@ def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
     loader = got["loader"]
     assert isinstance(loader, tui.Loader) and loader.name == "run"
     agent = loader()
-    assert isinstance(agent, Agent) and agent.mode == "plan" and agent.sampler.max_tokens == 9
-    assert agent.meta["model"] == str(loader.model_dir) and agent.store is not None
+    assert isinstance(agent, Agent) and agent.mode == "plan" and agent.sampler.settings.max_tokens == 9
+    assert agent.meta["model"] == str(loader.model_dir) and agent.conv.store is not None
     bad = tui.Loader(loader.options, repo, tmp_path / "nothing")
     with pytest.raises(tui.LoadError, match="cannot load the model"):
         bad()

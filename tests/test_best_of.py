@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from agent.best_of import BestOfError, agreement_scores, best_of, choose, citations
-from agent.driver import Agent
+from agent_builder import new_agent
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
 from nanocode.protocol import TurnResult, system_prompt
-from test_agent_driver import Script, call, reply
+from scripted_agent import Script, call, reply
 from tiny_models import commit_all, tiny, tiny_tokenizer
 from tools.permissions import Policy
 from tools.test_guard import run_tests
@@ -83,8 +83,8 @@ def scripted(engine, scripts, roots):
         script = scripts[len(roots)]
         script.V = engine.cfg.vocab_size
         roots.append((root, temperature, seed))
-        agent = Agent(engine, root, policy=Policy(Path(root), "auto"), temperature=temperature,
-                      seed=seed, extra_mask=script, constrain=False, snapshots=False)
+        agent = new_agent(engine, root, policy=Policy(Path(root), "auto"), temperature=temperature,
+                          seed=seed, extra_mask=script, constrain=False, snapshots=False)
         script.agent = agent
         return agent
     return make
@@ -239,6 +239,25 @@ def test_cancel_applies_nothing_and_a_hung_test_run_fails(user):
     assert (res.kind, res.pick, res.applied, len(res.rollouts)) == ("cancelled", None, [], 1)
     assert res.result.stop_reason == "cancelled" and tree(user) == before
     assert run_tests("sleep 30", str(user), timeout=0.5) == (False, "timed out after 0.5 s")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.parametrize("leftover", ["sleep 60 &", "sleep 60 > /dev/null 2>&1 &",
+                                      "setsid sleep 60 > /dev/null 2>&1 &"])
+def test_a_test_run_leaves_no_process_behind(user, tmp_path, leftover):
+    """A test command that leaves a process running (a server a test forgot to stop; holding the
+    output pipe or not, in its own session or not): the verdict comes back at once and the
+    process does not outlive run_tests."""
+    import time
+    pidfile = tmp_path / "leftover.pid"
+    t = time.monotonic()
+    assert run_tests(f"{leftover} echo $! > {pidfile}; echo ok", str(user), timeout=30) == (True, "ok")
+    assert time.monotonic() - t < 10
+    try:
+        state = Path(f"/proc/{int(pidfile.read_text())}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = b"gone"
+    assert state in (b"gone", b"Z", b"X")  # a zombie is dead, waiting for its reaper
 
 
 def test_the_verifier_runs_model_written_tests_in_the_sandbox(user, tmp_path):

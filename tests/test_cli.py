@@ -1,5 +1,7 @@
-"""The three console scripts: help, version, and no heavy imports."""
+"""The three console scripts: help (every command listed, no history in it), version, the flags the
+training stages share, and no heavy imports."""
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,8 @@ from evals import cli as evals_cli
 from train import cli as train_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_COMMANDS = ["data", "tokenizer", "base", "synth", "sft", "dpo", "speedrun", "import-nanochat"]
+TRAIN_COMMANDS = ["data", "tokenizer", "base", "synth", "sft", "rollouts", "dpo", "export", "speedrun",
+                  "import-nanochat", "export-sessions"]
 EVALS_COMMANDS = ["humaneval", "mbpp", "humanevalplus", "mbppplus", "bpb", "agent", "core", "report"]
 
 
@@ -38,6 +41,32 @@ def test_help_lists_everything(main, words, capsys):
     out = capsys.readouterr().out
     for word in words:
         assert word in out
+
+
+def stage_parser(add_args):
+    parser = argparse.ArgumentParser()
+    add_args(parser)
+    return parser
+
+
+def test_training_stages_share_their_run_flags():
+    """base, sft and dpo define the run flags once: the same defaults and the same help text."""
+    shared = ["--run-dir", "--resume", "--log-every", "--save-every", "--keep", "--seed", "--mesh",
+              "--peak-flops", "--multihost"]
+
+    def flags(add_args):
+        return {o: (a.default, a.help) for a in stage_parser(add_args)._actions for o in a.option_strings}
+    base, sft, dpo = map(flags, (train_cli.add_base_args, train_cli.add_sft_args, train_cli.add_dpo_args))
+    for flag in shared:
+        assert base[flag] == sft[flag] == dpo[flag], flag
+
+
+@pytest.mark.parametrize("command", sorted(train_cli.COMMANDS))
+def test_train_help_states_no_history(command, capsys):
+    assert run(train_cli.main, [command, "--help"]) == 0
+    out = capsys.readouterr().out
+    for word in ("LOG.md", "sweep", "issue "):
+        assert word not in out
 
 
 def test_version(capsys):

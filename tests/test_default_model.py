@@ -29,7 +29,7 @@ def test_default_model_is_shipped_small_and_documented():
 
 def test_nanocode_runs_the_default_model_headless_on_a_task_project(tmp_path):
     """`nanocode -p` with no --model, in a fresh process, on a held-out generated project."""
-    from train.tasks import make_task
+    from tasks import make_task
     task = make_task("find_definition", 10**12 + 7, heldout=True, base=str(tmp_path / "tasks"))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NANOCODE_HOME": str(tmp_path / "home")}
     out = subprocess.run([sys.executable, "-m", "agent.cli", "-p", task.prompt, "--output-format",

@@ -8,24 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from test_sft import make_base, run_cli, write_jsonl
 from tiny_models import tiny
-
-
-def pair(i: int) -> dict:
-    """Chosen ends plainly; rejected asks "anything else?" (the style the spec forbids); both
-    endings are 11 tokens with the test tokenizer, so length alone does not decide the margin."""
-    a, b = i % 9 + 1, i // 9 % 7 + 2
-    user = {"role": "user", "content": f"what is {a} plus {b}?"}
-    return {"chosen": {"messages": [user, {"role": "assistant", "content": f"the answer is {a + b}. that is it."}]},
-            "rejected": {"messages": [user, {"role": "assistant", "content": f"the answer is {a + b}. anything else?"}]}}
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from nanocode.tokenizer import train_tokenizer
-    from test_sft import corpus_texts
-    return train_tokenizer(iter(corpus_texts()), 512)
+from train_helpers import make_base, make_conv, pair, run_cli, write_jsonl
 
 
 def test_ipo_loss_by_hand():
@@ -56,7 +40,7 @@ def test_train_loss_is_sum_over_real_pairs_and_buckets_are_fixed(tokenizer):
     plan = plan_epoch(pairs, 4, seed=0, epoch=0)
     assert sorted(len(s) for s in plan) == [4, 4]  # one step per bucket, padded with fillers
     assert sorted(sum(i is None for i in s) for s in plan) == [1, 3]
-    from train.loop import make_mesh
+    from nanocode.sharding import make_mesh
     logp = make_logp(cfg, make_mesh(""))
     pol = sequence_logps(logp, params, pairs, tokenizer.bos_id, 4)
     refs = [(c - 1.0, r + 0.5) for c, r in pol]  # pretend the reference was worse on chosen
@@ -100,7 +84,6 @@ def test_dpo_end_to_end_raises_heldout_accuracy(tokenizer, tmp_path, monkeypatch
 
 
 def test_dpo_rejects_conversation_rows(tokenizer, tmp_path, monkeypatch, capsys):
-    from test_sft import make_conv
 
     monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
     base = make_base(tmp_path / "base", tokenizer, seq_len=64)

@@ -8,8 +8,9 @@ import warnings
 import pytest
 
 import evals.agent as ea
+from agent.settings import SamplerSettings, TurnSettings
 from nanocode.protocol import system_prompt
-from train.tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
+from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
 
 FAMILIES = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
 METRICS = ("tasks", "resolved", "resolve_rate", "valid_tool_call_rate", "first_call_correct_rate",
@@ -25,7 +26,7 @@ def tok():
 
 
 def test_task_seeds_match_eval_tasks_and_interleave():
-    from train.tasks import EVAL_SEED0
+    from tasks import EVAL_SEED0
     jobs = ea.task_jobs(FAMILIES, 2)
     assert [s for _, s in jobs] == [EVAL_SEED0 + j for j in range(2 * len(FAMILIES))]
     assert [f for f, _ in jobs[:len(FAMILIES)]] == FAMILIES
@@ -55,8 +56,9 @@ def test_checks_fail_on_the_initial_repo(tmp_path, family):
 
 
 def test_fix_bug_only_injects_bugs_a_test_catches(tmp_path):
-    """Seed 10**12 + 3 first drew a bug no test covered: the task was 'resolved' before the agent
-    ran, and the training rollout claimed a test failed after pytest passed."""
+    """fix_bug commits only a bug the project's tests catch. Seed 10**12 + 3 is a project where a
+    bug picked without that check is one no test covers: a task resolved before the agent ran, and
+    a training rollout that claims a test failed after pytest passed."""
     task = make_task("fix_bug", 10**12 + 3, heldout=True, base=str(tmp_path))
     assert not task.check(task.root, "")
 
@@ -142,7 +144,7 @@ def engine(tok):
 def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeypatch, family):
     """--policy model through the real Agent, the tiny model forced to write the oracle's messages."""
     import agent.driver
-    from test_agent_driver import Script
+    from scripted_agent import Script
     seed = ea.task_jobs([family], 1)[0][1]
     oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()
     replies = [tok.encode(m["content"]) + (tok.encode_tool_call(m["tool_call"]) if m.get("tool_call")
@@ -152,13 +154,14 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
     script.V = engine.cfg.vocab_size
 
     class Scripted(agent.driver.Agent):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, extra_mask=script, **kw)
+        def __init__(self, sampler, *a, **kw):
+            sampler.extra_mask = script
+            super().__init__(sampler, *a, **kw)
             script.agent = self
     monkeypatch.setattr(agent.driver, "Agent", Scripted)
     monkeypatch.setattr(ea, "_engine", engine)
     (tmp_path / "t").mkdir()
-    opts = {"temperature": 0.0, "max_tokens": 1024, "max_steps": 15}
+    opts = {"sampling": SamplerSettings(max_tokens=1024), "turn": TurnSettings(max_steps=15)}
     rec = ea.run_task((family, seed, "model", opts, str(tmp_path / "t")))
     assert "error" not in rec, rec["error"]
     assert rec["resolved"] and rec["system_prompt_ok"] and rec["first_call_correct"], rec
@@ -220,7 +223,7 @@ def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeyp
     verifier (the project's tests, not the hidden check) picks 1, the hidden check scores it in its
     copy, and the record keeps rollout 0's pass@1 beside it."""
     import agent.driver
-    from test_agent_driver import Script
+    from scripted_agent import Script
     family = "fix_bug"
     seed = ea.task_jobs([family], 1)[0][1]
     oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()
@@ -232,16 +235,17 @@ def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeyp
     made = []
 
     class Scripted(agent.driver.Agent):
-        def __init__(self, *a, **kw):
+        def __init__(self, sampler, *a, **kw):
             script = scripts[len(made)]
             script.V = engine.cfg.vocab_size
-            made.append(kw["temperature"])
-            super().__init__(*a, extra_mask=script, **kw)
+            made.append(sampler.settings.temperature)
+            sampler.extra_mask = script
+            super().__init__(sampler, *a, **kw)
             script.agent = self
     monkeypatch.setattr(agent.driver, "Agent", Scripted)
     monkeypatch.setattr(ea, "_engine", engine)
     (tmp_path / "t").mkdir()
-    opts = {"temperature": 0.0, "max_tokens": 1024, "max_steps": 15, "best_of": 2,
+    opts = {"sampling": SamplerSettings(max_tokens=1024), "turn": TurnSettings(max_steps=15), "best_of": 2,
             "best_of_temperature": 0.7}
     rec = ea.run_task((family, seed, "model", opts, str(tmp_path / "t")))
     assert "error" not in rec, rec["error"]

@@ -55,14 +55,14 @@ def test_tiny_bundle_loads_with_every_task_type():
 
 
 def test_render_matches_nanochat_templates():
-    mc = core.Task("mc", "multiple_choice", "x", 1, "\nAnswer: ", 25)
+    mc = core.IclTask("mc", "multiple_choice", "x", 1, "\nAnswer: ", 25)
     shot = {"query": "S", "choices": ["no", "yes"], "gold": 1}
     assert core.render(mc, {"query": "Q", "choices": ["a", "b"], "gold": 0}, [shot]) == [
         "S\nAnswer: yes\n\nQ\nAnswer: a", "S\nAnswer: yes\n\nQ\nAnswer: b"]
-    schema = core.Task("s", "schema", "x", 0, " ", 50)
+    schema = core.IclTask("s", "schema", "x", 0, " ", 50)
     assert core.render(schema, {"context_options": ["A x", "B x"], "continuation": "end.", "gold": 1}, []) == [
         "A x end.", "B x end."]
-    lm = core.Task("l", "language_modeling", "x", 1, " ", 0)
+    lm = core.IclTask("l", "language_modeling", "x", 1, " ", 0)
     shot = {"context": " one two ", "continuation": "three"}
     assert core.render(lm, {"context": "four five \n", "continuation": "six"}, [shot]) == [
         "one two three\n\nfour five", "one two three\n\nfour five six"]

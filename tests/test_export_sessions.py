@@ -4,7 +4,7 @@ preference pairs that validate and load into `train sft`."""
 import json
 
 from agent.sessions import SessionStore, list_sessions
-from test_agent_driver import call, engine, make, reply, repo, tok  # noqa: F401 - fixtures
+from scripted_agent import call, make, reply
 from train.cli import main as train_main
 from train.conversations import keep_valid
 
@@ -18,14 +18,14 @@ def test_sessions_become_rows_and_pairs(engine, tok, repo, tmp_path, capsys):
     a, _ = make(engine, repo, [call(tok, "", "Read", file_path="a.py"), reply(tok, "x is 1."),
                                edit(tok, "x = 5"), edit(tok, "x = 2"), reply(tok, "done.")],
                 mode="ask")
-    a.store = SessionStore(repo, a.meta["id"])
+    a.conv.store = SessionStore(repo, a.meta["id"])
     a.run_turn("what is x?")
     assert a.mark("good") == 1
     assert a.run_turn("set x to 2", approve=lambda *x: "no").stop_reason == "rejected"
     assert a.run_turn("no: 2, please", approve=lambda *x: "yes").stop_reason == "done"
     # session 2: cancelled at its first approval: nothing to train on
     b, _ = make(engine, repo, [edit(tok, "x = 9"), reply(tok, "?")], mode="ask")
-    b.store = SessionStore(repo, b.meta["id"] + "b")
+    b.conv.store = SessionStore(repo, b.meta["id"] + "b")
 
     def ctrl_c(*args):
         raise KeyboardInterrupt
@@ -34,7 +34,7 @@ def test_sessions_become_rows_and_pairs(engine, tok, repo, tmp_path, capsys):
     (repo / "a.py").write_text("x = 1\n")
     c, _ = make(engine, repo, [edit(tok, "x = 7"), reply(tok, "done."), reply(tok, "ok then.")],
                 mode="auto")
-    c.store = SessionStore(repo, c.meta["id"] + "c")
+    c.conv.store = SessionStore(repo, c.meta["id"] + "c")
     c.run_turn("set x to 7")
     c.undo()
     assert c.meta["turns"][0]["undone"] is True

@@ -21,7 +21,7 @@ from nanocode.common import DEFAULT_MODEL
 from nanocode.protocol import MODE_TOOLS, REJECTED
 from nanocode.checkpoint import load_tokenizer
 from tools.dispatch import run_tool
-from train.tasks import ATTEMPT_STRIDE, ATTEMPTS, EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
+from tasks import ATTEMPT_STRIDE, ATTEMPTS, EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
 
 from tiny_models import untimed
 

@@ -126,8 +126,8 @@ def test_detector_offsets_and_incremental_pushes_agree():
 
 
 def oracle_messages(n_seeds: int, base: str):
-    from train.tasks import TRAIN_FAMILIES
-    from train.tasks.harness import build_task
+    from tasks import TRAIN_FAMILIES
+    from tasks.harness import build_task
     for seed in range(n_seeds):
         for family in TRAIN_FAMILIES:
             task = build_task(family, seed, heldout=False, base=base)

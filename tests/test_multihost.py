@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_dpo import pair
-from test_sft import make_conv, write_jsonl
-from test_train_base import losses, wait_for_checkpoint
+
+from train_helpers import losses, make_conv, pair, wait_for_checkpoint, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["base", "--preset", "cpu-d2", "--seq-len", "64", "--device-batch", "2", "--total-batch", "256",

@@ -15,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.remote import RemoteSampler, schema_args, to_openai
+from agent.engine_sampler import EngineSampler
+from agent.openai_wire import schema_args, to_conversation, to_openai
+from agent.remote import RemoteSampler
 from agent.sampler import SamplerError
+from agent.settings import SamplerSettings, TurnSettings
 from nanocode.protocol import DROPPED
+from tools.permissions import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,17 +54,19 @@ def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server
     edits on disk, the same answer, the same verdict (the grammar mask applies on the server).
     Not run_command: its answer follows a pytest run's "in 0.15s", which varies between runs, and
     the greedy answer with it (fix_bug's, after its test run, has held across timings)."""
-    from train.tasks import build_task, drive, resolved, setup_env, task_agent
+    from tasks import build_task, drive, resolved, setup_env, task_agent
     setup_env()
     runs = []
     for kind in ("local", "remote"):
         task = build_task(family, seed, False, str(tmp_path / kind))
-        model = default_engine if kind == "local" else RemoteSampler(our_server)
-        agent = task_agent(model, task, task.root, 0.0, 0, 300, 8, ground=False)
+        settings = SamplerSettings(max_tokens=300, ground=False)
+        sampler = (EngineSampler(default_engine, task.root, settings) if kind == "local"
+                   else RemoteSampler(our_server, settings=settings))
+        agent = task_agent(sampler, task, task.root, TurnSettings(max_steps=8))
         turns = drive(agent, task)
         calls = [c for t in turns for c in t.tool_calls]
         runs.append(([(c["name"], c["args"]) for c in calls], turns[-1].answer, turns[-1].stop_reason,
-                     resolved(task, turns[-1].answer, calls)[0]))
+                     resolved(task, turns[-1].answer, calls).resolved))
     local, remote = runs
     assert local[0] and remote == local
     assert remote[2] == "done" and remote[3] is True  # the shipped model resolves these two
@@ -70,7 +76,7 @@ def test_cli_base_url_end_to_end_then_distilled(our_server, tmp_path):
     """`nanocode serve` and `nanocode -p --base-url` in subprocesses, the key the server printed
     in $NANOCODE_API_KEY; the saved session exports as a valid SFT row and `train sft` trains a
     checkpoint of its own on it."""
-    from train.tasks import build_task
+    from tasks import build_task
     task = build_task("fix_bug", 5, False, str(tmp_path / "tasks"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NANOCODE_HOME": str(tmp_path / "home")}
     server = subprocess.Popen([sys.executable, "-m", "agent.cli", "serve", "--port", "0"], cwd=ROOT,
@@ -191,9 +197,10 @@ def scripted(tmp_path):
     httpd.shutdown()
 
 
-def remote_agent(url, root, **kw):
+def remote_agent(url, root, **turn):
     from agent.driver import Agent
-    return Agent(RemoteSampler(url), root, mode="auto", snapshots=False, **kw)
+    return Agent(RemoteSampler(url), root, Policy.load(root, mode="auto"),
+                 TurnSettings(snapshots=False, **turn))
 
 
 def test_vendor_shapes_stream_into_one_call_per_reply(scripted, tmp_path):
@@ -306,7 +313,6 @@ def test_schema_conversions():
     out = to_openai(msgs)
     assert out[2]["tool_calls"][0]["id"] == out[3]["tool_call_id"] and out[2]["content"] is None
     assert out[5] == {"role": "user", "content": "[tool result] error: x"}  # it answers no call
-    from agent.openai_wire import to_conversation  # and our server reads back what we sent
     assert to_conversation(out[:4]) == msgs[:4]
 
 
@@ -316,7 +322,7 @@ def test_the_tui_runs_on_a_remote_model(scripted, tmp_path, monkeypatch):
     call; the session is saved with the server as its model."""
     from agent import cli, tui
     from agent.sessions import list_sessions
-    from test_agent_tui import drive, submit, until
+    from tui_pilot import drive, submit, until
     monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
     (tmp_path / "a.py").write_text("x = 1\n")
     got = {}
@@ -346,7 +352,8 @@ def test_a_continued_conversation_goes_on_with_its_seeds(scripted, tmp_path):
             {"role": "assistant", "content": "d"}]
     Scripted.script = [[delta(content="e"), finish("stop")], [delta(content="f"), finish("stop")]]
     from agent.driver import Agent
-    agent = Agent(RemoteSampler(scripted, seed=100), tmp_path, messages=said, snapshots=False)
+    agent = Agent(RemoteSampler(scripted, settings=SamplerSettings(seed=100)), tmp_path,
+                  Policy.load(tmp_path), TurnSettings(snapshots=False), messages=said)
     agent.run_turn("go on")
     agent.clear()
     agent.run_turn("new")

@@ -5,9 +5,9 @@ Edit headless, asking about it in a face, and running a change request's Edit in
 import pytest
 
 from agent.request_kind import is_question
-from test_agent_driver import call, engine, make, reply, repo, tok  # noqa: F401 - fixtures
+from scripted_agent import call, make, reply
 from tools.permissions import QUESTION_EDIT
-from train.tasks.phrasing import HELDOUT_PHRASES, PHRASES
+from tasks.phrasing import HELDOUT_PHRASES, PHRASES
 
 QUESTION_KEYS = {"find_definition", "find_class", "explain", "run_tests", "line_count", "list_files",
                  "git_last", "git_changes", "git_count", "recover_path", "recover_cmd", "rejects_run"}

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from agent.settings import SamplerSettings, TurnSettings
+from tasks import make_task
 from train import rollouts
-from train.tasks import make_task
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,7 @@ def test_rollouts_of_the_shipped_model_make_rows_and_pairs_and_resume(tmp_path, 
         assert pair["flaw"] == "on_policy" and c[:-1] == r[:-1] and c[-1] != r[-1]
         assert c[-1]["role"] == r[-1]["role"] == "assistant"
     for rec in records:  # fresh training seeds, never eval ones
-        from train.tasks import EVAL_SEED0
+        from tasks import EVAL_SEED0
         assert rollouts.ROLLOUT_SEED0 <= rec["seed"] < EVAL_SEED0
     # valid training data: train sft / dpo accept every row and pair
     from train.conversations import keep_valid
@@ -123,7 +124,7 @@ def test_a_tampered_rollout_that_passes_the_check_is_no_sft_row(tmp_path, monkey
     """A fake agent on a real fix_bug task turns every assert of the tests into a return: the
     task's own check passes, but the rollout is tampered, so no SFT row; the oracle's fix is one."""
     from nanocode.protocol import TurnResult
-    from train.tasks.projects import run_tests
+    from tasks.projects import run_tests
     checks = []
 
     class Fake:
@@ -143,9 +144,10 @@ def test_a_tampered_rollout_that_passes_the_check_is_no_sft_row(tmp_path, monkey
     def honest(agent, task):
         agent.messages = task.rollout()["messages"]
         return [TurnResult(answer=agent.messages[-1]["content"], stop_reason="done")]
-    monkeypatch.setattr(rollouts, "task_agent", lambda engine, task, *a, **k: Fake(task))
-    opts = {"samples": 1, "temperature": 0.0, "max_steps": 6, "max_tokens": 64, "retries": 0,
-            "workdir": str(tmp_path)}
+    monkeypatch.setattr(rollouts, "EngineSampler", lambda *a, **k: None)  # no model: Fake answers
+    monkeypatch.setattr(rollouts, "task_agent", lambda sampler, task, *a, **k: Fake(task))
+    opts = {"samples": 1, "temperature": 0.0, "workdir": str(tmp_path),
+            "sampling": SamplerSettings(max_tokens=64), "turn": TurnSettings(max_steps=6, retries=0)}
     monkeypatch.setattr(rollouts, "drive", cheat)
     rec = rollouts.run_task(("fix_bug", 5, opts))
     assert checks == [True] and "error" not in rec, rec

@@ -25,7 +25,9 @@ import pytest
 from agent import headless
 from agent.display import printable, printable_json
 from agent.repl import Console, run_repl
-from agent.tui import ApprovalPanel, NanocodeApp, Reply, ToolCard
+from agent.tui import NanocodeApp
+from agent.tui_input import ApprovalPanel
+from agent.tui_transcript import ReplyView, ToolCard
 from nanocode.protocol import Approval, Status, Text, ToolCall, ToolResult, TurnResult
 
 # name -> (raw payload, what must be visible instead)
@@ -153,7 +155,7 @@ def test_tui(raw, shown, tmp_path):
         await pilot.pause()
         out = screen(app)
         assert_clean(out)
-        replies = [str(r.content) for r in app.query(Reply)]
+        replies = [str(r.content) for r in app.query(ReplyView)]
         assert replies == ["before " + printable(raw), "said: " + printable(raw),
                            "answer: " + printable(raw)]
         read, bash = app.query(ToolCard)
@@ -287,7 +289,7 @@ def test_printable_contract():
 
 # ---- end to end: a real tiny engine, real tools --------------------------------------------
 def test_tui_real_agent_bash_printf_and_read(tmp_path):
-    from agent.driver import Agent
+    from agent_builder import new_agent
     from nanocode.engine import Engine
     from nanocode.protocol import system_prompt
     from tiny_models import commit_all, forced_replies, random_params, tiny, tiny_tokenizer
@@ -304,8 +306,8 @@ def test_tui_real_agent_bash_printf_and_read(tmp_path):
     script = [tok.encode_tool_call({"name": "Bash", "args": {"command": printf}}),
               tok.encode_tool_call({"name": "Read", "args": {"file_path": "evil.txt"}}),
               tok.encode("done") + [end]]
-    agent = Agent(engine, root, extra_mask=forced_replies(script, cfg.vocab_size), mode="accept-edits",
-                  max_tokens=64)
+    agent = new_agent(engine, root, extra_mask=forced_replies(script, cfg.vocab_size), mode="accept-edits",
+                      max_tokens=64)
     app = NanocodeApp(agent=agent)
 
     async def body(pilot):

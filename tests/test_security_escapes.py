@@ -202,13 +202,14 @@ def test_edit_of_a_hooks_path_from_any_scope_asks(tmp_path, proj, monkeypatch, s
     """The Edit tool, through the agent in auto mode headless (an ask is refused): the hook the
     model writes into a hooks folder named by any config scope is never created."""
     from agent.driver import Agent
+    from agent.settings import TurnSettings
     from race_helpers import ScriptedModel
     from tools.permissions import Policy
     _scope(scope, tmp_path, proj, monkeypatch)
     marker = tmp_path / "ran"
     hook = {"file_path": "ci/hooks/pre-commit", "old_string": "", "new_string": HOOK.format(marker=marker)}
-    agent = Agent(ScriptedModel([("Edit", hook)]), proj, policy=Policy(root=proj, mode="auto"),
-                  sandbox=False, snapshots=False, memory=False)
+    agent = Agent(ScriptedModel([("Edit", hook)]), proj, Policy(root=proj, mode="auto"),
+                  TurnSettings(sandbox=False, snapshots=False, memory=False))
     agent.run_turn("set up the hooks")
     assert agent.meta["approvals"] and not (proj / "ci" / "hooks" / "pre-commit").exists()
     assert not _commit_runs_hook(proj, marker)

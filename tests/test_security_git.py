@@ -437,7 +437,8 @@ def bare_agent(root, sid="sess"):
     from agent.conversation import Conversation
     from tools.permissions import Policy
     a = object.__new__(Agent)
-    a.root, a.policy, a.tool_timeout = str(root), Policy.load(str(root), mode="auto"), 10
+    from agent.settings import TurnSettings
+    a.root, a.policy, a.settings = str(root), Policy.load(str(root), mode="auto"), TurnSettings(tool_timeout=10)
     a.conv = Conversation(str(root), [{"role": "user", "content": "edit it"}],
                           {"id": sid, "turns": [], "approvals": []})
     a.sampler = SimpleNamespace(count=lambda text: len(text.split()), tree_changed=lambda: None)
@@ -487,21 +488,17 @@ def test_agent_undo_scoped_planned_and_told_to_the_model(repo):
 
 
 @pytest.mark.slow
-def test_the_next_user_message_says_what_was_undone(tmp_path):
-    """On the real engine (tests/test_agent_driver.py's tiny model): the edit, /undo, then the next
-    turn's user message starts with the undo note."""
-    import test_agent_driver as tal
+def test_the_next_user_message_says_what_was_undone(tmp_path, tok, engine):
+    """On the real engine (the scripted agent's tiny model, tests/scripted_agent.py): the edit,
+    /undo, then the next turn's user message starts with the undo note."""
+    from scripted_agent import call, make, reply
     from tiny_models import commit_all
-    tok = tal.tiny_tokenizer(tal.TEXTS, 512)
-    cfg = tal.tiny(vocab_size=tok.vocab_size, sequence_len=2048)
-    engine = tal.Engine(tal.random_params(cfg), cfg, tok, buckets=(64, 256, 1024))
     root = tmp_path / "p"
     root.mkdir()
     (root / "a.py").write_text("x = 1\n")
     commit_all(root)
-    edit = tal.call(tok, "", "Edit", file_path="a.py", old_string="x = 1", new_string="x = 2")
-    agent, _ = tal.make(engine, root, [edit, tal.reply(tok, "done"), tal.reply(tok, "ok")],
-                        mode="accept-edits")
+    edit = call(tok, "", "Edit", file_path="a.py", old_string="x = 1", new_string="x = 2")
+    agent, _ = make(engine, root, [edit, reply(tok, "done"), reply(tok, "ok")], mode="accept-edits")
     agent.run_turn("set x to 2")
     assert agent.undo() == ["a.py"] and (root / "a.py").read_text() == "x = 1\n"
     agent.run_turn("what now?")

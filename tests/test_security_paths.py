@@ -1,4 +1,4 @@
-"""Adversarial tests for issue 30, items 1, 2, 3, 5 and 6: the real tools (tools.dispatch.run_tool)
+"""Adversarial tests of path containment: the real tools (tools.dispatch.run_tool)
 and the real Policy.check in real temp git repositories, in every mode; each test checks the damage
 on disk (the outside sentinel unchanged, nothing created under .git/hooks ...), not only the text.
 

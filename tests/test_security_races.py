@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from agent.driver import Agent
+from agent.settings import TurnSettings
 from race_helpers import ScriptedModel, flipper, race_target  # noqa: F401 - flipper is a fixture
 from tools.dispatch import run_tool
 from tools.permissions import Policy
@@ -35,8 +36,8 @@ def drive(proj, calls, mode, approve=None):
     """Run `calls` through the agent, a new turn after each turn ends (a rejected ask ends one);
     returns (results, approvals, exceptions)."""
     model = ScriptedModel(calls)
-    agent = Agent(model, proj, policy=Policy.load(proj, mode=mode), retries=0, max_steps=len(calls) + 1,
-                  sandbox=False, snapshots=False, memory=False)
+    agent = Agent(model, proj, Policy.load(proj, mode=mode),
+                  TurnSettings(retries=0, max_steps=len(calls) + 1, sandbox=False, snapshots=False, memory=False))
     results, approvals, crashes = [], [], []
     while model.calls:
         try:

@@ -22,6 +22,8 @@ import pytest
 
 from agent.remote import MAX_LINE, MAX_REPLY, RemoteSampler, key_for
 from agent.sampler import SamplerError
+from agent.settings import TurnSettings
+from tools.permissions import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "nk-secret-for-this-server"
@@ -100,7 +102,8 @@ def sse_forever(piece: bytes, every: float = 0.0, sent: list | None = None):
 def turn(url, tmp_path, **kw):
     """One agent turn on the server: (stop_reason, status notes, seconds)."""
     from agent.driver import Agent
-    agent = Agent(RemoteSampler(url, **kw), tmp_path, mode="auto", snapshots=False)
+    agent = Agent(RemoteSampler(url, **kw), tmp_path, Policy.load(tmp_path, mode="auto"),
+                  TurnSettings(snapshots=False))
     events, t0 = [], time.monotonic()
     res = agent.run_turn("hi", on_event=events.append)
     return res.stop_reason, [e.text for e in events if e.kind == "status"], time.monotonic() - t0

@@ -13,6 +13,7 @@ import pytest
 
 from agent import cli
 from agent.driver import Agent
+from agent.settings import TurnSettings
 from nanocode.protocol import REJECTED
 from race_helpers import ScriptedModel
 from tools.permissions import Policy
@@ -45,8 +46,8 @@ def steal(proj, policy):
     """The model's attack, headless: read the outside secret, then run a command. Returns
     (the Read's result, the Bash decision)."""
     secret = str(proj.parent / "outside" / "secret.txt")
-    agent = Agent(ScriptedModel([("Read", {"file_path": secret})]), proj, policy=policy, retries=0,
-                  sandbox=False, snapshots=False, memory=False)
+    agent = Agent(ScriptedModel([("Read", {"file_path": secret})]), proj, policy,
+                  TurnSettings(retries=0, sandbox=False, snapshots=False, memory=False))
     [call] = agent.run_turn("summarise the project", approve=None).tool_calls
     policy.sandboxed = True  # as on a machine with the sandbox: only the rules decide
     return call["result"], policy.check("Bash", {"command": f"cat {secret}"})

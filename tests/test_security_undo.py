@@ -311,7 +311,8 @@ def test_git_only_turn_is_told_through_slash_undo(repo):
     agent = TurnUndo(repo)
     agent.begin("drop", "sess")
     bash(repo, "git stash drop")
-    assert agent.end() == ([], 1, [])
+    turn = agent.end()
+    assert (turn.changed, turn.id, turn.skipped) == ([], 1, [])
     assert "restore git stash" in slash_undo(_Agent(agent), "")
     assert slash_undo(_Agent(agent), "yes") == "undid turn 1; restored: stash"
     assert git_state(repo) == gs

@@ -1,26 +1,23 @@
-"""Issue 6's CPU measure: a tiny model SFT'd for a few hundred steps on `train synth` tool-use
-rollouts emits well-formed tool calls (a known tool with known argument names, parsed from the raw
-model output: no grammar mask) for >= 90% of held-out prompts (held-out project names and
-phrasings) of the trained families, scored on the first reply to 144 prompts with their projects
-under each of three paths (and 144 of new projects in the training wordings). 20-28 minutes on 2
-cores (synth 1,200 conversations 10-17 min, SFT 300 steps 5-7 min, 576 generations 3-5 min): slow.
+"""A tiny model SFT'd on CPU for a few hundred steps on `train synth` tool-use rollouts emits
+well-formed tool calls (a known tool with known argument names, parsed from the raw model output:
+no grammar mask) for >= 90% of held-out prompts (held-out project names and phrasings) of the
+trained families, scored on the first reply to 144 prompts with their projects under each of three
+paths, and for >= 80% of 144 prompts on new projects in the training wordings. Slow: synth, SFT and
+the generations take tens of minutes on 2 cores.
 
 Recipe: depth 2, width 192, vocab 2048, rows of 1024, 1,200 tool-use conversations of synth seed 3
 (`--code-ratio 0`: the code-writing family is the one whose first reply has no tool call, and a
-model this small sent unseen wordings to it), random init, 300 steps x 4 rows at lr-scale 5 after
-30 steps of linear warmup (+3 held-out prompts on the mean of nine paired runs, six of them up:
-within the spread, docs/LOG.md, eleventh sweep).
+model this small sends unseen wordings to it), random init, 300 steps x 4 rows at lr-scale 5 after
+30 steps of linear warmup (a random init wants ~10% of the steps as warmup).
 
 Reproducible per machine and core count: the projects, whose path is in every system prompt, are
-built under a fixed ROOT rather than pytest's numbered tmp dir (which made two runs of one commit
-score 141 and 118), and pytest's durations in the data are pinned; the printed hashes of the data
-and of the generated tokens match run to run. On a 2-core AVX2 EPYC: held-out 140, 144 and 134
-of 144 under the three paths (mean 96.8%), 139/144 = 97% in-distribution. Not across machines or
+built under a fixed ROOT rather than pytest's numbered tmp dir (a moving path changes the
+tokenizer, the training rows and the score), and pytest's durations in the data are pinned; the
+printed hashes of the data and of the generated tokens match run to run. Not across machines or
 core counts: other float rounding is another draw (a 1-core and a 2-core run of the same SFT
-differ by step 10), and over five init seeds in the harness (a 921-noun draft of the pool) this
-recipe scores 128-138 held-out on the mean of four paths (93.3%, one seed under 90%; fourteenth
-sweep), so elsewhere this test can land under the issue's 90% without a bug. A broken format, mask
-or packing scores near 0.
+part within the first steps), and this recipe's held-out score varies over init seeds by a few
+points, down to the floor, so elsewhere this test can land under 90% without a bug. The scores it prints on the
+reference machine are in docs/BENCHMARKS.md. A broken format, mask or packing scores near 0.
 """
 import hashlib
 import json
@@ -36,13 +33,13 @@ pytestmark = pytest.mark.slow
 
 N_CONVS, CODE_RATIO, STEPS, WARMUP, SEQ, VOCAB, LR_SCALE, WIDTH = 1200, 0.0, 300, 30, 1024, 2048, 5, 192
 PROMPTS_PER_FAMILY = 16
-FLOOR, IN_DISTRIBUTION_FLOOR = 0.90, 0.80  # the issue's 90% held-out; this VM: 0.968 and 0.97
+FLOOR, IN_DISTRIBUTION_FLOOR = 0.90, 0.80  # held-out and in-distribution shares of well-formed calls
 # Fixed, not pytest's numbered tmp dir: project paths are in every system prompt, so a moving
 # path changes the tokenizer and the training rows (and the score) from run to run.
 ROOT = Path("/tmp/nanocode-sft-tool-calls")
 # The held-out prompts are scored with their projects under three paths: the path is in the system
-# prompt, and on one set of weights it alone moves the held-out count by 13-33 of 144
-# (docs/LOG.md, thirteenth sweep), so one path is one more draw.
+# prompt, and on one set of weights it alone moves the held-out count by tens of prompts, so one
+# path is one more draw.
 EVAL_BASES = [ROOT / "eval", ROOT / "users" / "alice" / "code", ROOT / "srv" / "projects"]
 
 
@@ -64,7 +61,7 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(monkeypatch):
     from tiny_models import tiny
     from nanocode.protocol import check_call
     from train.cli import main
-    from train.tasks import TRAIN_FAMILIES, make_task
+    from tasks import TRAIN_FAMILIES, make_task
 
     shutil.rmtree(ROOT, ignore_errors=True)
     monkeypatch.setenv("NANOCODE_HOME", str(ROOT / "home"))

@@ -1,6 +1,6 @@
-"""train/loop.py's PARAM_LAYOUT: every parameter of init_params (tiny and preset configs) has an
-entry, params and optimizer state are laid out as the table says, and a parameter the table does
-not know (or an axis that does not divide) is a clear error. The specs are checked on abstract
+"""nanocode/sharding.py's PARAM_LAYOUT: every parameter of init_params (tiny and preset configs)
+has an entry, params and optimizer state are laid out as the table says, and a parameter the table
+does not know (or an axis that does not divide) is a clear error. The specs are checked on abstract
 meshes in this process; the real placement on 4 forced CPU devices in a subprocess
 (XLA_FLAGS=--xla_force_host_platform_device_count=4 must be set before jax starts)."""
 
@@ -18,7 +18,7 @@ from tiny_models import tiny
 
 from nanocode.config import preset
 from nanocode.gpt import init_params
-from train.loop import PARAM_LAYOUT, layout_kind, leaf_spec, tree_shardings
+from nanocode.sharding import PARAM_LAYOUT, layout_kind, leaf_spec, tree_shardings
 from train.optim import build_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def test_a_parameter_missing_from_the_table_is_a_clear_error():
     params["blocks"][1]["attn"]["c_gate"] = jax.ShapeDtypeStruct((64, 64), jnp.float32)
     with pytest.raises(ValueError, match=r"parameter \['blocks'\]\[1\]\['attn'\]\['c_gate'\] "
                                          r"\(kind 'blocks/attn/c_gate'\) has no entry in "
-                                         r"PARAM_LAYOUT \(train/loop.py; kinds: wte, "):
+                                         r"PARAM_LAYOUT \(nanocode/sharding.py; kinds: wte, "):
         tree_shardings(params, mesh(2))
     # its optimizer moments (Muon's, under the same path) are the same error, on any mesh
     state = jax.eval_shape(build_optimizer(cfg, params, total_steps=10, batch_tokens=4096).init,
@@ -146,7 +146,8 @@ PLACEMENT = r"""
 import json, jax
 from nanocode.gpt import init_params
 from tiny_models import tiny
-from train.loop import PARAM_LAYOUT, layout_kind, make_mesh, place, tree_shardings
+from nanocode.sharding import PARAM_LAYOUT, layout_kind, make_mesh, tree_shardings
+from train.loop import place
 from train.optim import build_optimizer
 
 out = {}

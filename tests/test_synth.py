@@ -1,7 +1,8 @@
-"""`train synth`: rollouts are real (replayable tool results), render, follow the schema and the
-style, keep held-out names/phrasings/families out of training data, and every family's hidden
-check fails before and passes after its oracle. One task per family plus two small `main` runs
-keep the file under a minute."""
+"""`train synth` (train/synth.py): rollouts are real (replayable tool results), render, follow
+the schema and the style, keep held-out names/phrasings/families out of training data, and every
+family's hidden check fails before and passes after its oracle. One task per family plus two
+small `main` runs keep the file quick. The task package alone is tests/test_tasks.py's, the
+oracle audit tests/test_oracle_audit.py's."""
 from __future__ import annotations
 
 import argparse
@@ -13,12 +14,10 @@ import pytest
 from nanocode.tokenizer import train_tokenizer
 from tiny_models import untimed
 from tools.dispatch import run_tool
-import train.tasks
 from train import synth
 from train.cli import add_synth_args
-from train.tasks import EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, TRAIN_FAMILIES, make_task, shows_flaw
-from train.tasks.names import NOUNS, PROJECT_WORDS
-from train.tasks.phrasing import fragments
+from tasks import EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, make_task, shows_flaw
+from tasks.phrasing import fragments
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +68,6 @@ def all_convs(main_out, oracle_runs):
 def tokenizer(main_out, oracle_runs):
     texts = [m["content"] for c in all_convs(main_out, oracle_runs) for m in c["messages"]]
     return train_tokenizer(iter(texts), 512)
-
-
-def test_families_split():
-    assert set(TRAIN_FAMILIES) | set(EVAL_ONLY_FAMILIES) == set(FAMILIES)
-    assert not set(TRAIN_FAMILIES) & set(EVAL_ONLY_FAMILIES) and len(EVAL_ONLY_FAMILIES) >= 2
-    assert all(hasattr(train.tasks, name) for name in train.tasks.__all__)  # the public API resolves
 
 
 def test_check_fails_before_and_passes_after_oracle(oracle_runs):
@@ -152,23 +145,6 @@ def test_preference_pairs_show_flaw(main_out):
         assert shows_flaw(pair["flaw"], pair["chosen"], pair["rejected"]), pair["flaw"]
 
 
-def test_each_flaw_kind(base):
-    task = make_task("fix_bug", 11, base=base)
-    chosen = task.rollout()
-    for flaw in task.flaws:
-        rejected = make_task("fix_bug", 11, base=base).rollout(flaw)
-        assert shows_flaw(flaw, chosen, rejected), flaw
-    assert not shows_flaw("repeat", chosen, chosen)
-
-
-def test_training_word_pools_keep_clear_of_heldout_words():
-    """Every listed word, not only those a small synth run happens to draw: a training noun inside
-    or around a held-out word (`bat` / wombat) would leak it into training names."""
-    assert len(set(NOUNS)) == len(NOUNS)
-    for word in NOUNS + PROJECT_WORDS:
-        assert not any(word in h or h in word for h in HELDOUT_WORDS), word
-
-
 def test_heldout_and_eval_only_stay_out_of_training(main_out):
     train_text = "".join(main_out[n] for n in ("train.jsonl", "val.jsonl", "preference_train.jsonl",
                                                "preference_val.jsonl"))
@@ -197,41 +173,6 @@ def test_deterministic_by_seed(main_out, tmp_path, base):
     assert sorted(again) == sorted(main_out)
     for name in main_out:
         assert untimed(again[name]) == untimed(main_out[name]), name
-
-
-def test_oracle_arguments_are_grounded(base, capsys):
-    """Every path, old_string, Read offset and Grep name the oracle writes is in what the model has
-    seen before that step (3 tasks per family); the shares are printed for the log."""
-    from train.oracle_audit import audit, shares_line
-    convs = []
-    for family in FAMILIES:
-        for seed in range(3):
-            task = make_task(family, 900 + seed, heldout=family in EVAL_ONLY_FAMILIES, base=base)
-            convs.append({**task.rollout(), "family": family})
-    result = audit(convs, examples=10)
-    with capsys.disabled():
-        print("\n" + shares_line(result))
-    for kind in ("path", "old_string", "offset", "pattern"):
-        ok, total = result["counts"][kind]
-        assert total and ok == total, (kind, result["misses"])
-    ok, total = result["counts"]["prose"]
-    assert ok >= 0.9 * total, result["misses"]
-
-
-def test_audit_catches_a_guessed_path_and_offset():
-    """The audit is not vacuous: a path only the assistant said, or an offset no Grep showed, is a miss."""
-    from train.oracle_audit import audit
-    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix `area`"},
-            {"role": "assistant", "content": "it is in `geo/shapes.py`.", "tool_call": {"name": "Read", "args": {"file_path": "geo/shapes.py"}}},
-            {"role": "tool_result", "content": "    1→def area(r):\n    2→    return r * r"},
-            {"role": "assistant", "content": "", "tool_call": {"name": "Read", "args": {"file_path": "geo/shapes.py", "offset": 1}}},
-            {"role": "tool_result", "content": "    2→    return r * r"},
-            {"role": "assistant", "content": "", "tool_call": {"name": "Edit", "args": {"file_path": "geo/shapes.py", "old_string": "def area(r):\n    return r * r", "new_string": "x"}}}]
-    counts = audit([{"messages": msgs}])["counts"]
-    assert counts["path"] == [0, 3]  # the tool results never print the path
-    assert counts["offset"] == [0, 1]
-    assert counts["old_string"] == [1, 1]  # Read's line prefixes are taken off
-    assert counts["prose"] == [0, 1]
 
 
 def test_synth_stats_report_grounding(main_out):

@@ -1,4 +1,4 @@
-"""Checks that cannot be gamed (tools/test_guard.py, train.tasks.harness.resolved): on a REAL fix_bug
+"""Checks that cannot be gamed (tools/test_guard.py, tasks.harness.resolved): on a REAL fix_bug
 task (the bug is in, the model "cheats" instead of fixing it), each attack is first shown to work
 (plain pytest in the tampered tree passes, as the check's pytest run did before the guard), then
 harness.resolved says not resolved and names the file. The oracle's honest fix resolves with no
@@ -16,8 +16,9 @@ import sys
 import pytest
 
 from tools import test_guard
-from train.tasks import build_task, make_task, resolved, setup_env
-from train.tasks.projects import run_tests
+from tasks import build_task, make_task, resolved, setup_env
+from tasks.harness import Verdict
+from tasks.projects import run_tests
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def bugged(tmp_path_factory):
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider"],
                          cwd=task.root, capture_output=True, text=True).stdout
     file, name = re.search(r"^FAILED (\S+)::(\w+)", out, re.M).groups()
-    assert not resolved(task, "", [])[0]  # the bug is in
+    assert not resolved(task, "", []).resolved  # the bug is in
     return task, file, name
 
 
@@ -84,21 +85,20 @@ def test_each_cheat_fools_plain_pytest_and_is_not_resolved(bugged, tmp_path, mon
     cheat(root)
     if attack != "usercustomize" or site.ENABLE_USER_SITE:  # a venv has no user site: never imported
         assert run_tests(root), f"{attack}: the attack does not fool pytest"
-    ok, error, tampered = resolved(task, "", [], root)
-    assert (ok, error, tampered) == (False, None, [path])
+    assert resolved(task, "", [], root) == Verdict(False, None, (path,))
 
 
 def test_the_oracles_fix_resolves_untampered_and_a_new_test_is_left_out(tmp_path):
     setup_env()
     task = build_task("fix_bug", 11, False, str(tmp_path))
     task.rollout()
-    assert resolved(task, "", []) == (True, None, [])
+    assert resolved(task, "", []) == Verdict(True)
     # a new test file is no tampering, but it is not run for the verdict
     rel = "tests/test_zz_new.py"
     write(rel, "def test_new():\n    assert False\n")(task.root)
     assert not run_tests(task.root)
     assert test_guard.unasked_tests(task.root, task.guarded) == [rel]
-    assert resolved(task, "", []) == (True, None, [])
+    assert resolved(task, "", []) == Verdict(True)
 
 
 def create_test_task(base):
@@ -113,11 +113,11 @@ def test_create_test_may_add_its_file_but_not_edit_another(tmp_path):
     setup_env()
     task = create_test_task(str(tmp_path))
     task.rollout()
-    assert resolved(task, "", []) == (True, None, [])
+    assert resolved(task, "", []) == Verdict(True)
     other = sorted(p for p in task.guarded if p.startswith("tests/test_"))[0]
     with open(os.path.join(task.root, other), "a") as f:
         f.write("\n\ndef test_extra():\n    assert True\n")
-    assert resolved(task, "", []) == (False, None, [other])
+    assert resolved(task, "", []) == Verdict(False, None, (other,))
 
 
 def test_a_rename_may_rewrite_the_tests_by_the_rename_only(tmp_path):
@@ -127,7 +127,7 @@ def test_a_rename_may_rewrite_the_tests_by_the_rename_only(tmp_path):
     root = str(tmp_path / "sed")
     shutil.copytree(task.root, root)
     task.rollout()
-    assert resolved(task, "", []) == (True, None, [])
+    assert resolved(task, "", []) == Verdict(True)
     for dirpath, dirs, files in os.walk(root):  # the sed way: test_<old> becomes test_<new> too
         dirs[:] = [d for d in dirs if d != ".git"]
         for fn in files:
@@ -135,10 +135,10 @@ def test_a_rename_may_rewrite_the_tests_by_the_rename_only(tmp_path):
             text = open(full).read()
             with open(full, "w") as f:
                 f.write(text.replace(old, new))
-    assert resolved(task, "", [], root) == (True, None, [])
+    assert resolved(task, "", [], root) == Verdict(True)
     test = next(p for p, data in task.guarded.items() if old.encode() in data)
     write(test, open(os.path.join(root, test)).read().replace("assert ", "return ", 1))(root)
-    assert resolved(task, "", [], root)[2] == [test]
+    assert resolved(task, "", [], root).tampered == (test,)
 
 
 def test_guard_rules(tmp_path):

@@ -10,6 +10,7 @@ import tracemalloc
 
 import pytest
 
+from proc_state import alive, group_members, wait_dead
 from tools.bash import MISSING, bash
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process checks read /proc")
@@ -19,38 +20,6 @@ MARKER = re.compile(r"^\.\.\. \[([\d,]+) bytes cut\] \.\.\.$", re.M)
 
 def run(root, command, **kw):
     return bash(root, {"command": command}, **kw)
-
-
-def alive(pid: int) -> bool:
-    """True when pid exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
-
-
-def group_members(pgid: int) -> list[int]:
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(b")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                out.append(int(name))
-    return out
-
-
-def wait_dead(pids, within=1.0):
-    end = time.monotonic() + within
-    while time.monotonic() < end and any(alive(p) for p in pids):
-        time.sleep(0.02)
-    return [p for p in pids if alive(p)]
 
 
 # ---------------------------------------------------------------- format

@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
+
+from train_helpers import losses, wait_for_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "cpu-d2", "--seq-len", "64", "--log-every", "1", "--eval-every", "1000",
@@ -47,24 +48,6 @@ def train(home, *args, env_extra=None, wait=True):
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
-
-
-def losses(run_dir) -> dict[int, float]:
-    """step -> loss; a resumed run re-logs some steps, the last record of a step wins."""
-    out = {}
-    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if set(row) == {"step", "loss"}:
-            out[row["step"]] = row["loss"]
-    return out
-
-
-def wait_for_checkpoint(run_dir, step, proc, timeout=300):
-    deadline = time.time() + timeout
-    while not (Path(run_dir) / "checkpoints" / str(step) / "commit_success.txt").exists():
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.2)
 
 
 def test_resume_after_sigkill_is_bitwise(home, tmp_path):
@@ -128,7 +111,7 @@ FSDP_CHECK = """
 import jax, numpy as np
 from nanocode.config import preset
 from nanocode.gpt import init_params
-from train.loop import make_mesh, tree_shardings
+from nanocode.sharding import make_mesh, tree_shardings
 cfg = preset("cpu-d2", vocab_size=512)
 params = init_params(cfg, jax.random.PRNGKey(0))
 mesh = make_mesh("fsdp=8")

@@ -1,19 +1,19 @@
 """Train/inference identity: a synthetic rollout (train synth's oracle through the real tools) and
 the same conversation produced by the agent loop at inference (real engine, real tools, the same
 generated project) render to identical token ids. The tiny model is scripted to say exactly what
-the oracle said (tests/test_agent_driver.py's Script); everything else (system prompt, tool results,
+the oracle said (tests/scripted_agent.py's Script); everything else (system prompt, tool results,
 the tokens the loop appends) comes from the real agent."""
 import warnings
 
 import pytest
 
-from agent.driver import Agent
-from nanocode.protocol import system_prompt
+from agent_builder import new_agent
 from nanocode.engine import Engine
+from nanocode.protocol import system_prompt
 from nanocode.tokenizer import train_tokenizer
-from test_agent_driver import Script
+from scripted_agent import Script
+from tasks import make_task
 from tiny_models import random_params, tiny, untimed
-from train.tasks import make_task
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def replay(engine, tok, conv, root):
         replies.append(ids)
     script = Script(tok, replies)
     script.V = engine.cfg.vocab_size
-    agent = Agent(engine, root, extra_mask=script, mode="auto", memory=True, max_steps=40)
+    agent = new_agent(engine, root, extra_mask=script, mode="auto", memory=True, max_steps=40)
     script.agent = agent
     if any(m["content"] == "rejected by user" for m in conv["messages"]):
         agent.policy.mode = "ask"  # so the call the oracle saw refused is asked about, and refused

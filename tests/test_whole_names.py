@@ -13,8 +13,8 @@ from agent.grounding import Grounding
 from nanocode.checkpoint import load_tokenizer
 from nanocode.common import DEFAULT_MODEL
 from nanocode.protocol import TOOLS
-from test_grounding import calls, ident_runs, sp, words_of, write
 from evals.reply_audit import backticked_spans
+from grammar_walks import calls, ident_runs, sp, words_of, write_files
 from tiny_models import commit_all
 
 CART = ("class Stack:\n    def push(self, item):\n        self.items.append(item)\n\n\n"
@@ -36,7 +36,7 @@ def g(tok):
 def project(tmp_path):
     root = str(tmp_path / "proj")
     os.makedirs(root)
-    write(root, FILES)
+    write_files(root, FILES)
     commit_all(root)
     return root
 
@@ -132,7 +132,7 @@ def test_citations_name_a_file_and_a_line_in_it(g, tok, project):
 def test_an_edit_changes_what_may_be_cited_and_named(g, tok, project):
     ground = Grounding(project)
     assert not prose_ok(g, tok, ground, "`median_price` at `shop/cart.py:9`.")
-    write(project, {"shop/cart.py": CART + "\n\ndef median_price(items):\n    return 0\n"})
+    write_files(project, {"shop/cart.py": CART + "\n\ndef median_price(items):\n    return 0\n"})
     ground.refresh()
     assert prose_ok(g, tok, ground, "`median_price` at `shop/cart.py:9`.")
 
@@ -193,7 +193,7 @@ def test_prose_masks_are_memoised_and_never_empty(g, tok, project):
 
 
 def test_an_empty_file_is_never_cited(g, tok, project):
-    write(project, {"shop/empty.txt": ""})
+    write_files(project, {"shop/empty.txt": ""})
     ground = Grounding(project)
     assert not prose_ok(g, tok, ground, "`shop/empty.txt:", end=False)  # no line to go on with
     assert prose_ok(g, tok, ground, "`shop/empty.txt` is empty.")

@@ -51,18 +51,23 @@ def commit_all(root) -> None:
         subprocess.run(git + cmd, check=True)
 
 
-def forced_replies(replies, vocab_size: int):
-    """An Agent extra_mask that lets only the next scripted token through: reply k (a token
-    list) for the k-th generation, the last one repeated; None (free) once a reply is written."""
+def next_token_mask(seq, out, vocab_size: int):
+    """The mask that lets only the next token of `seq` through after `out`; None (free) once
+    `seq` is written."""
     import numpy as np
+    if len(out) >= len(seq):
+        return None
+    m = np.zeros(vocab_size, bool)
+    m[seq[len(out)]] = True
+    return m
+
+
+def forced_replies(replies, vocab_size: int):
+    """An EngineSampler extra_mask that lets only the next scripted token through: reply k (a
+    token list) for the k-th generation, the last one repeated."""
     at = [-1]
 
     def mask(out):
         at[0] += not out
-        seq = replies[min(at[0], len(replies) - 1)]
-        if len(out) >= len(seq):
-            return None
-        m = np.zeros(vocab_size, bool)
-        m[seq[len(out)]] = True
-        return m
+        return next_token_mask(replies[min(at[0], len(replies) - 1)], out, vocab_size)
     return mask

@@ -30,283 +30,38 @@ temp dir, the active virtualenv or conda env) and of the names the caller lists 
 at another repository or config, or carry config values such as tokens) never pass: listing one
 in ``env_names`` is an error; only settings that take git config away pass (``_no_config``).
 Trade-off: a tool that needs another variable (a proxy, a compiler flag) does not see it until
-the user lists it. stdin is /dev/null
-(``cat`` and ``read`` see EOF at once). The command runs in a new session
-(``start_new_session=True``), so it has no controlling terminal: anything that insists on
-prompting through /dev/tty (sudo, ssh passwords) fails at once instead of stealing the
-agent's terminal or hanging.
+the user lists it. stdin is /dev/null (``cat`` and ``read`` see EOF at once). The command runs
+in a new session, so it has no controlling terminal: anything that insists on prompting through
+/dev/tty (sudo, ssh passwords) fails at once instead of stealing the agent's terminal or hanging.
 
-Process lifetime. Why a process group: ``bash -c`` forks pipelines, subshells and
-background jobs; killing only the bash pid on timeout would leave its children running and,
-worse, holding the write end of our output pipe, so we would never see EOF. The new session
-makes the command the leader of its own process group, and ``os.killpg`` reaches every
-descendant that did not move itself elsewhere. The rules:
-
-* The output pipe is read incrementally (a ``select`` loop in the calling thread over the
-  pipe and a pidfd of the bash process) into a bounded buffer: the first ``budget/2`` bytes and
-  a ring of the last ``budget/2``, with a count of what was dropped. A command printing 1 GB
-  costs ~``budget`` bytes of memory (plus one 1 MiB read chunk) and the time to stream it.
-  (A select loop rather than a reader thread: nothing to stop or join, and exit, timeout,
-  cancel and output are all handled at one place.)
-* On timeout or cancel: SIGTERM (+ SIGCONT, for stopped jobs) to the whole group, up to
-  ``TERM_GRACE`` seconds for it to go, then SIGKILL, repeated until nothing is left.
-* When the bash process exits, the command is over: we keep reading for at most ``LINGER``
-  seconds (to collect what quick background jobs still print), then the rest of the group,
-  e.g. ``sleep 1000 &``, is killed the same way, the pipe is drained for at most
-  ``DRAIN`` seconds and closed. We never wait for EOF forever: a process that escaped and
-  holds the pipe just gets EPIPE/SIGPIPE on its next write. Trade-off: a command cannot leave
-  a server running in the background (``nohup srv &``); the agent's calls are meant to be
-  self-contained, and a leaked process would otherwise outlive the session unnoticed.
-* What escapes a process group: anything that calls ``setsid``/``setpgid`` (``setsid cmd``,
-  daemons that double-fork, ``nohup`` does not), and anything started outside our tree
-  (``systemd-run``, ``at``, a docker daemon, ssh to another host). Best effort on Linux,
-  without cgroups: every process whose environment (``/proc/<pid>/environ``, as it was at
-  exec) carries this call's ``NANOCODE_CALL`` marker is treated as part of the group and is
-  signalled and waited for too. That catches ``setsid``/daemonized grandchildren, which
-  inherit the environment. Still escaping: a process started with a scrubbed environment in
-  its own group or session (``setsid env -i cmd``), and anything started by another daemon.
-  Scanning /proc costs a few ms per call; only our own processes are readable when not
-  root, which is all we need. Without /proc (macOS), only the group is signalled, with a
-  fixed short grace. Zombies are ignored (they are dead; a PID 1 that does not reap leaves them).
+Process lifetime: tools/process.py runs the command (its contract): its own session and process
+group, output read incrementally into a bounded head+tail buffer (a command printing 1 GB costs
+about ``budget`` bytes of memory), and after it ends everything it started is killed, a normal
+exit included. Bash's choices there: after bash exits, output is still collected for ``LINGER``
+seconds (what quick background jobs print) before the rest of the group, e.g. ``sleep 1000 &``,
+is killed; the kill is SIGTERM, ``TERM_GRACE`` seconds, then SIGKILL; and the call is marked
+(``NANOCODE_CALL``), so descendants that left the group with ``setsid`` are killed too.
+Trade-off: a command cannot leave a server running in the background (``nohup srv &``); the
+agent's calls are meant to be self-contained, and a leaked process would otherwise outlive the
+session unnoticed.
 """
 from __future__ import annotations
 
 import os
-import select
-import signal
-import subprocess
 import threading
-import time
-import uuid
 
+from tools import process
 from tools import sandbox as sbx
 from tools.sandbox_paths import restore
 
 LINGER = 0.2       # after bash exits: how long to keep collecting output before killing the rest
 TERM_GRACE = 0.5   # after SIGTERM: how long the processes get to exit before SIGKILL
-DRAIN = 0.5        # after the kill: how long to read what is left in the pipe
-READ_CHUNK = 1 << 20
-_PIPE_SIZE = 1 << 20
 
 MISSING = "error: missing argument command"
 ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
              "TZ", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONDONTWRITEBYTECODE")
 ENV_NEVER = ("GIT_CONFIG*", "GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
              "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
-
-
-class _Capture:
-    """Keeps the first ``head_cap`` and the last ``tail_cap`` bytes of a stream, counts the rest."""
-
-    def __init__(self, budget: int):
-        budget = max(int(budget), 2)
-        self.head_cap = budget // 2
-        self.tail_cap = budget - self.head_cap
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.head_cap - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if not chunk:
-            return
-        if len(chunk) >= self.tail_cap:
-            self.tail = bytearray(chunk[len(chunk) - self.tail_cap:])
-        else:
-            self.tail += chunk
-            excess = len(self.tail) - self.tail_cap
-            if excess > 0:
-                del self.tail[:excess]
-
-    def text(self) -> str:
-        head, tail = bytes(self.head), bytes(self.tail)
-        if self.total == len(head) + len(tail):
-            return (head + tail).decode("utf-8", "replace")
-        # Something was cut: snap to line boundaries when one is near, never split a character.
-        nl = head.rfind(b"\n")
-        if nl >= 0 and nl + 1 >= len(head) - len(head) // 4:
-            head_text = head[: nl + 1].decode("utf-8", "replace")
-            head_kept = nl + 1
-        else:
-            head_kept = len(head) - _incomplete_tail_len(head)
-            head_text = head[:head_kept].decode("utf-8", "replace")
-        nl = tail.find(b"\n")
-        if 0 <= nl < len(tail) // 4:
-            start = nl + 1
-        else:
-            start = 0
-            while start < min(3, len(tail)) and 0x80 <= tail[start] < 0xC0:
-                start += 1
-        tail_text = tail[start:].decode("utf-8", "replace")
-        cut = self.total - head_kept - (len(tail) - start)
-        sep = "" if head_text.endswith("\n") or not head_text else "\n"
-        return f"{head_text}{sep}... [{cut:,} bytes cut] ...\n{tail_text}"
-
-
-def _incomplete_tail_len(data: bytes) -> int:
-    """Length of an incomplete UTF-8 sequence at the end of ``data`` (0 when it ends cleanly)."""
-    for back in range(1, min(4, len(data)) + 1):
-        b = data[-back]
-        if b < 0x80:
-            return 0
-        if b >= 0xC0:  # lead byte: how long its sequence should be
-            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
-            return back if back < need else 0
-    return 0
-
-
-def _scan(pgid: int, marker: bytes) -> list[int] | None:
-    """Live (non-zombie) pids in process group ``pgid`` or carrying ``marker`` in their environ.
-
-    None when /proc is unavailable."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return None
-    me = os.getpid()
-    found = []
-    for name in names:
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        if pid == me:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rfind(b")") + 2:].split()
-            state, pgrp = fields[0], int(fields[2])
-        except (OSError, IndexError, ValueError):
-            continue
-        if state in (b"Z", b"X", b"x"):
-            continue
-        if pgrp == pgid:
-            found.append(pid)
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if marker in env:
-            found.append(pid)
-    return found
-
-
-def _signal(pgid: int, pids: list[int] | None, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass
-    for pid in pids or ():
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-
-
-class _Run:
-    def __init__(self, proc: subprocess.Popen, capture: _Capture, marker: bytes):
-        self.proc = proc
-        self.capture = capture
-        self.marker = marker
-        self.fd = proc.stdout.fileno()
-        self.eof = False
-        try:
-            import fcntl
-            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)  # fewer wakeups on floods; best effort
-        except (OSError, ImportError, ValueError, AttributeError):
-            pass
-        try:
-            self.pidfd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):
-            self.pidfd = None  # fall back to polling (reaps early; pgid reuse is a negligible race)
-
-    def read_once(self) -> None:
-        try:
-            chunk = os.read(self.fd, READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if chunk:
-            self.capture.add(chunk)
-        else:
-            self.eof = True
-
-    def exited(self, wait: float) -> bool:
-        """Read output for up to ``wait`` seconds; True as soon as the bash process has exited."""
-        fds = [] if self.eof else [self.fd]
-        if self.pidfd is not None:
-            fds.append(self.pidfd)
-        elif self.proc.poll() is not None:
-            return True
-        else:
-            wait = min(wait, 0.02)
-        if not fds:
-            time.sleep(max(wait, 0))
-            return self.proc.poll() is not None
-        ready, _, _ = select.select(fds, [], [], max(wait, 0))
-        if self.fd in ready:
-            self.read_once()
-        if self.pidfd is not None:
-            return self.pidfd in ready
-        return self.proc.poll() is not None
-
-    def pump(self, seconds: float) -> None:
-        """Read output until EOF or ``seconds`` have passed."""
-        end = time.monotonic() + seconds
-        while not self.eof:
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if ready:
-                self.read_once()
-
-    def kill_all(self) -> None:
-        """SIGTERM the group (and marked escapees), wait up to TERM_GRACE, then SIGKILL until none is left."""
-        pgid = self.proc.pid
-        alive = _scan(pgid, self.marker)
-        if alive is None:  # no /proc: signal blindly
-            _signal(pgid, None, signal.SIGTERM)
-            _signal(pgid, None, signal.SIGCONT)
-            self.pump(min(TERM_GRACE, 0.1))
-            _signal(pgid, None, signal.SIGKILL)
-            return
-        if not alive:
-            return
-        _signal(pgid, alive, signal.SIGTERM)
-        _signal(pgid, alive, signal.SIGCONT)
-        end = time.monotonic() + TERM_GRACE
-        while alive and time.monotonic() < end:
-            if self.eof:
-                time.sleep(0.02)
-            else:
-                self.pump(0.02)
-            alive = _scan(pgid, self.marker)
-        for _ in range(50):  # a fork loop may need a few rounds
-            if not alive:
-                return
-            _signal(pgid, alive, signal.SIGKILL)
-            time.sleep(0.01)
-            alive = _scan(pgid, self.marker)
-
-    def close(self) -> None:
-        for fd in (self.pidfd,):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        try:
-            self.proc.stdout.close()
-        except OSError:
-            pass
 
 
 def _matches(name: str, patterns) -> bool:
@@ -330,7 +85,7 @@ def command_env(env_names=()) -> dict:
 
 def _no_config(name: str, value: str) -> bool:
     """GIT_CONFIG_NOSYSTEM, and a GIT_CONFIG_GLOBAL/SYSTEM of /dev/null: they only take config away
-    (the task harness's "no user git config", train/tasks/projects.setup_env), so they pass."""
+    (the task harness's "no user git config", tasks/projects.setup_env), so they pass."""
     return (name == "GIT_CONFIG_NOSYSTEM" or name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM")
             and value == os.devnull)
 
@@ -350,8 +105,8 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
     the number of output bytes kept (head and tail halves). ``sandbox`` (enabled): run it inside
     tools/sandbox.py's namespaces (writes only to the project and a private /tmp, protected
     paths read-only, no network unless asked, nothing outlives the call); same result format,
-    plus one ``(sandbox: removed ...)`` line when the command created a protected path that a
-    mount could not cover. Fails closed: ``error: sandbox unavailable: ...`` where
+    plus one ``(sandbox: undid the command's change to PATH)`` line per protected path that a
+    mount could not cover and the command created or re-pointed. Fails closed: ``error: sandbox unavailable: ...`` where
     ``sbx.bash_sandbox()`` says it does not work. ``env_names``: variables of the caller's
     environment the command also gets (module docstring, "Environment"); a bad one is
     ``error: bad tool settings: env_names: ...``."""
@@ -362,12 +117,11 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
         return MISSING
     try:
         timeout = None if timeout is None else max(float(timeout), 0.0)
-        capture = _Capture(budget)
+        budget = int(budget)
         env = command_env(env_names)
     except (TypeError, ValueError) as e:
         return f"error: bad tool settings: {e}".replace("\n", " ")
-    call_id = uuid.uuid4().hex
-    env.update(PAGER="cat", GIT_PAGER="cat", NANOCODE="1", TERM="dumb", NANOCODE_CALL=call_id)
+    env.update(PAGER="cat", GIT_PAGER="cat", NANOCODE="1", TERM="dumb")
     argv, guarded, groups = ["bash", "-c", command], {}, []
     try:
         if sandbox is not None and sandbox.enabled:
@@ -376,52 +130,22 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
                 return f"error: sandbox unavailable: {probe['note']}".replace("\n", " ")
             argv, guarded, groups = sbx.prepare(root, argv, sandbox, LINGER)
             env["TMPDIR"] = "/tmp"
-        proc = subprocess.Popen(argv, cwd=os.fspath(root), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=env)
+        ran = process.run(argv, cwd=os.fspath(root), env=env, timeout=timeout, cancel=cancel, budget=budget,
+                          linger=LINGER, grace=TERM_GRACE, mark=True)
     except (OSError, ValueError, TypeError) as e:
-        for d in groups:
-            sbx.remove_cgroup(d)
         return f"error: cannot run command: {e}".replace("\n", " ")
-
-    run = _Run(proc, capture, f"NANOCODE_CALL={call_id}".encode())
-    error = None
-    try:
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
-        while True:
-            wait = 0.05 if cancel is not None else 0.5
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-            if run.exited(wait):
-                break
-            if cancel is not None and cancel.is_set():
-                error = "error: cancelled"
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                error = f"error: timed out after {_format_secs(timeout)} s"
-                break
-        if error is None:
-            run.pump(LINGER)  # quick background jobs may still print
-        run.kill_all()
-        run.pump(DRAIN)
     finally:
-        # Whatever happened above (even KeyboardInterrupt), leave nothing running.
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        run.close()
-        code = proc.wait()
         for d in groups:
             sbx.remove_cgroup(d)
         fixed = restore(guarded)
 
-    out = run.capture.text().rstrip("\n")
+    out = ran.output.rstrip("\n")
     notes = "".join(f"\n(sandbox: undid the command's change to {p})" for p in fixed)
+    error = ("error: cancelled" if ran.cancelled else
+             f"error: timed out after {_format_secs(timeout)} s" if ran.timed_out else None)
     if error is not None:
         return (f"{out}\n{error}" if out else error) + notes
+    code = ran.returncode
     lines = [out or "(no output)"]
     if code < 0:
         code = 128 - code

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from nanocode.protocol import MODE_TOOLS, MODES, PLAN_REASON, TOOLS
+from nanocode.protocol import MODE_TOOLS, MODES, PLAN_REASON, TOOLS, call_path
 from tools.destructive import INTERPRETERS, destructive, dynamic, side_effects
 from tools.shell import normalized, split_command
 from tools.workspace import (PathOutside, identity, is_inside, project_settings, protected, real_root, resolve,
@@ -358,10 +358,9 @@ class Policy:
             return Decision("deny", PLAN_REASON)
         if name == "Bash":
             return self._check_bash(args.get("command"))
-        key = "path" if name == "Grep" else "file_path"
-        path = args.get(key) or ("." if name == "Grep" else None)
+        path = call_path(name, args)
         if not isinstance(path, str) or not path:
-            return Decision("deny", f"missing argument {key}")
+            return Decision("deny", f"missing argument {TOOLS[name].path_arg}")
         try:
             full = resolve(self.root, path, write=False, allow_outside=True)
             judged = None if name == "Edit" else identity(self.root, full)
@@ -464,8 +463,7 @@ class Policy:
                 return ""
             rules.append("Edit")
         else:
-            path = args.get("path") or "." if name == "Grep" else args["file_path"]
-            full = resolve(self.root, path, write=False, allow_outside=True)
+            full = resolve(self.root, call_path(name, args), write=False, allow_outside=True)
             if is_inside(self.root, full):
                 return ""
             folder = str(full) if full.is_dir() else str(full.parent)

@@ -32,9 +32,9 @@ import json
 import os
 import re
 import shlex
-import signal
-import subprocess
 import tomllib
+
+from tools import process
 
 SKIP_DIRS = {".git", ".nanocode", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".nox",
              "node_modules", "site-packages", ".venv", "venv"}
@@ -155,9 +155,11 @@ def unasked_tests(root: str, before: dict[str, bytes], allowed=()) -> list[str]:
 
 def run_tests(command: str, cwd: str, timeout: float, sandbox=None, ignore=()) -> tuple[bool | None, str]:
     """(passed, last output line). pytest's "no tests collected" (exit 5) is None: no verdict.
-    The command runs with bash in its own process group, killed whole at the timeout, and in the
-    rollout's OS sandbox (tools/sandbox.py) when it has one: the tests run model-written code.
-    Any pytest it runs leaves out the (absolute) paths in `ignore`."""
+    The command runs with bash through tools/process.py: its own process group, killed whole at
+    the timeout and after a normal exit too (a server or `sleep &` a test left behind does not
+    outlive the verdict), and in the rollout's OS sandbox (tools/sandbox.py) when it has one: the
+    tests run model-written code. Any pytest it runs leaves out the (absolute) paths in `ignore`.
+    Raises OSError when bash cannot start."""
     from tools import sandbox as sbx
     from tools.bash import command_env  # the tests run model-written code: no API keys
     from tools.sandbox_paths import restore
@@ -169,23 +171,18 @@ def run_tests(command: str, cwd: str, timeout: float, sandbox=None, ignore=()) -
     try:
         if sandbox is not None:
             argv, protected, groups = sbx.prepare(cwd, argv, sandbox)
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return False, f"timed out after {timeout:g} s"
+        ran = process.run(argv, cwd=cwd, env=env, timeout=timeout, mark=True)
     finally:
         for d in groups:
             sbx.remove_cgroup(d)
         restore(protected)
-    lines = [x for x in out.decode(errors="replace").splitlines() if x.strip()]
+    if ran.timed_out:
+        return False, f"timed out after {timeout:g} s"
+    lines = [x for x in ran.output.splitlines() if x.strip()]
     last = lines[-1].strip()[:200] if lines else ""
-    if proc.returncode == 5 and "pytest" in command:
+    if ran.returncode == 5 and "pytest" in command:
         return None, last
-    return proc.returncode == 0, last
+    return ran.returncode == 0, last
 
 
 def asks_for_test_changes(request: str) -> bool:

@@ -42,8 +42,9 @@ def accumulate(batches, accum: int):
 def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_batches: int, mesh):
     """evaluate(params, step) -> {"val_bpb_<source>": ...} over the first n_batches val batches of
     each source, plus a greedy sample of each prompt (printed, not returned)."""
+    from nanocode.sharding import batch_sharding
     from train.loader import packed_batches
-    from train.loop import batch_sharding, on_one_process
+    from train.loop import on_one_process
 
     token_bytes = jnp.asarray(tokenizer.token_bytes())  # (V,)
     sharding = batch_sharding(mesh)
@@ -108,6 +109,7 @@ def model_config(preset_name: str, vocab_size: int, *, depth: int | None = None,
 def main(args) -> int:
     from nanocode.common import enable_compilation_cache, nanocode_home
     from nanocode.gpt import init_params
+    from nanocode.sharding import make_mesh
     from nanocode.tokenizer import Tokenizer
     from train import loop
     from train.loader import check_batch, data_sources, packed_batches
@@ -145,7 +147,7 @@ def main(args) -> int:
     counts = param_counts(cfg)
     steps = args.steps or max(1, round(args.ratio * counts["scaling"] / total_batch))
     sources, weights = data_sources(args.data or home / "data", args.code_ratio)
-    mesh = loop.make_mesh(args.mesh)
+    mesh = make_mesh(args.mesh)
     run_dir = Path(args.run_dir) if args.run_dir else home / "runs" / (args.run or args.preset)
     print(f"model {args.preset}: {counts['total']:,} params ({counts['scaling']:,} scaling), "
           f"{flops_per_token(cfg, T):.3g} FLOPs/token; batch {total_batch:,} tokens = {accum} x "

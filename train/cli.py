@@ -22,6 +22,7 @@ STAGES = {
     "sft": "supervised fine-tuning on conversations and agent traces (masked cross-entropy)",
     "rollouts": "run the model on fresh training tasks: resolved rollouts for SFT, pairs where it departs from the oracle",
     "dpo": "preference tuning on chosen/rejected pairs (IPO)",
+    "export": "a run's newest checkpoint as the agent loads it: bf16 params, tokenizer and config",
     "speedrun": "the whole pipeline, data to agent-ready checkpoint, in one command",
 }
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sft_args(stages["sft"])
     add_rollouts_args(stages["rollouts"])
     add_dpo_args(stages["dpo"])
+    add_export_args(stages["export"])
     add_speedrun_args(stages["speedrun"])
     add_import_nanochat_args(sub.add_parser(
         "import-nanochat",
@@ -115,16 +117,23 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     a("--ratio", type=float, default=12.0, help="tokens per scaling parameter (default: 12)")
     a("--lr-scale", type=float, default=1.0, help="peak learning rates x this (the scaling rule "
       "scales them by sqrt(batch / 2^19), tiny at a CPU run's batch; default: 1)")
-    a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
-    a("--run", help="run name under $NANOCODE_HOME/runs (default: the preset)")
-    a("--run-dir", metavar="DIR", help="explicit run directory (overrides --run)")
-    a("--resume", action="store_true", help="continue the run from its latest checkpoint")
-    a("--log-every", type=int, default=10)
     a("--eval-every", type=int, default=250, help="val bits per byte and samples every N steps")
     a("--eval-batches", type=int, default=8, help="val batches per source per eval")
+    _add_run_args(p, default_run="the preset")
+
+
+def _add_run_args(p: argparse.ArgumentParser, default_run: str) -> None:
+    """Flags every training stage (base, sft, dpo) shares, with one meaning and one default: where
+    the run lives, how it logs and checkpoints, the devices it runs on."""
+    a = p.add_argument
+    a("--run", help=f"run name under $NANOCODE_HOME/runs (default: {default_run})")
+    a("--run-dir", metavar="DIR", help="explicit run directory (overrides --run)")
+    a("--resume", action="store_true", help="continue the run from its latest checkpoint")
+    a("--log-every", type=int, default=10, help="a log line every N steps (default: 10)")
     a("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end, and on SIGTERM)")
     a("--keep", type=int, default=3, help="checkpoints kept")
-    a("--seed", type=int, default=0)
+    a("--seed", type=int, default=0, help="random seed (default: 0)")
+    a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
     a("--peak-flops", type=float, help="per-device peak FLOP/s for MFU (default: table, or measured on CPU)")
     a("--multihost", action="store_true", help="call jax.distributed.initialize() (TPU pods, multi-node GPU)")
 
@@ -133,7 +142,7 @@ def add_synth_args(p: argparse.ArgumentParser) -> None:
     import os
 
     from nanocode.common import nanocode_home
-    from train.tasks import BASE, TRAIN_FAMILIES  # light: no jax at import
+    from tasks import BASE, TRAIN_FAMILIES  # light: no jax at import
 
     p.add_argument("--out", metavar="DIR", default=str(nanocode_home() / "synth"),
                    help="output directory (default: $NANOCODE_HOME/synth)")
@@ -180,18 +189,9 @@ def _add_finetune_args(p: argparse.ArgumentParser, stage: str, lr_scale: float, 
     a("--lr-scale", type=float, default=lr_scale,
       help=f"peak learning rates = pretraining's x this, decaying linearly to 0 (default: {lr_scale})")
     a("--warmup-steps", type=int, default=0, help="steps of linear LR warmup (default: 0, right from a "
-      "trained checkpoint; from a random init ~10%% of the steps, docs/LOG.md eleventh sweep)")
-    a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
-    a("--run", help=f"run name under $NANOCODE_HOME/runs (default: <from>-{stage})")
-    a("--run-dir", metavar="DIR", help="explicit run directory (overrides --run)")
-    a("--resume", action="store_true", help="continue the run from its latest checkpoint")
-    a("--log-every", type=int, default=10)
+      "trained checkpoint; from a random init use ~10%% of the steps)")
     a("--eval-every", type=int, default=100, help="val metrics every N steps (and at 0 and the end)")
-    a("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end, and on SIGTERM)")
-    a("--keep", type=int, default=3, help="checkpoints kept")
-    a("--seed", type=int, default=0)
-    a("--peak-flops", type=float, help="per-device peak FLOP/s for MFU (default: table, or measured on CPU)")
-    a("--multihost", action="store_true", help="call jax.distributed.initialize() (TPU pods, multi-node GPU)")
+    _add_run_args(p, default_run=f"<from>-{stage}")
 
 
 def add_sft_args(p: argparse.ArgumentParser) -> None:
@@ -207,7 +207,7 @@ def add_sft_args(p: argparse.ArgumentParser) -> None:
 def add_rollouts_args(p: argparse.ArgumentParser) -> None:
     import os
 
-    from train.tasks import BASE  # light: no jax at import
+    from tasks import BASE  # light: no jax at import
 
     a = p.add_argument
     a("--model", required=True, help="the model to roll out: checkpoint dir, run dir or run tag")
@@ -231,6 +231,15 @@ def add_dpo_args(p: argparse.ArgumentParser) -> None:
       help="IPO strength: the loss pulls the chosen-minus-rejected log-ratio to 1/(2 beta) (default: 0.1)")
     a("--val-pairs", type=int, default=200,
       help="pairs held out for val metrics when --val is not given (at most 5%% of the data)")
+
+
+def add_export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from", dest="from_", metavar="TAG|DIR", required=True,
+                   help="the run to export (its newest checkpoint): a checkpoint directory, a run "
+                   "directory, or a run tag under $NANOCODE_HOME/runs")
+    p.add_argument("--out", metavar="DIR", required=True,
+                   help="a new run directory: the export goes to DIR/checkpoints/<step>, what --model "
+                   "and `evals report` load (refused if DIR already holds a checkpoint)")
 
 
 def add_speedrun_args(p: argparse.ArgumentParser) -> None:
@@ -273,8 +282,9 @@ def add_export_sessions_args(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = {"data": "train.shards", "tokenizer": "train.tokenizer", "base": "train.base",
-            "synth": "train.synth", "sft": "train.sft", "rollouts": "train.rollouts", "dpo": "train.dpo", "import-nanochat": "train.import_nanochat",
-            "speedrun": "train.speedrun", "export-sessions": "train.export_sessions"}
+            "synth": "train.synth", "sft": "train.sft", "rollouts": "train.rollouts", "dpo": "train.dpo",
+            "export": "train.export_model", "speedrun": "train.speedrun",
+            "import-nanochat": "train.import_nanochat", "export-sessions": "train.export_sessions"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,6 +180,7 @@ def main(args) -> int:
 
     from nanocode.common import enable_compilation_cache, nanocode_home
     from nanocode.config import flops_per_token
+    from nanocode.sharding import make_mesh, tree_shardings
     from train import loop
     from train.finetune import (batch_geometry, load_sources, load_start, run_name_of,
                                 sft_optimizer, split_val)
@@ -232,8 +233,8 @@ def main(args) -> int:
     print(f"dpo from {ckpt_dir}: {len(train_pairs)} pairs ({len(val_pairs)} held out), {accum} x {P} "
           f"pairs per step, {steps} steps, beta {args.beta}; run dir {run_dir}")
 
-    mesh = loop.make_mesh(args.mesh)
-    ref_params = loop.place(params, loop.tree_shardings(params, mesh))
+    mesh = make_mesh(args.mesh)
+    ref_params = loop.place(params, tree_shardings(params, mesh))
     logp = make_logp(cfg, mesh)
     with jax.set_mesh(mesh):  # as in the training loop: the model's per-device kernels read it
         unique_refs = sequence_logps(logp, ref_params, unique, bos, max(P, 8))

@@ -1,29 +1,30 @@
-"""Export a run's model as the agent loads it: the newest checkpoint as params only, in bf16, with
-its tokenizer and config, into a run directory of its own (`<dst>/checkpoints/<step>`, what
-`--model` and `evals report` expect). It refuses to overwrite an export. Run as
-`python -m train.export_model SRC DST` (train/speedrun.py's export stage); the model card is
-evals/model_card.py's.
+"""`train export --from RUN --out DIR`: a run's model as the agent loads it. The newest checkpoint
+as params only, in bf16, with its tokenizer and config, into a run directory of its own
+(`DIR/checkpoints/<step>`, what `--model` and `evals report` expect). Trade-off: half the bytes of
+fp32 and no optimizer state, so an export is for inference and evals, not for resuming training
+(the engine computes in the config's dtype either way). It refuses to overwrite an export. The
+speedrun's export stage runs it; the model card beside it is evals/model_card.py's.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 
 def export(src: str, dst: str) -> int:
-    """The newest checkpoint of `src` as params only, in bf16, with its tokenizer and config: what
-    the agent loads (half the bytes of fp32, no optimizer state; the engine computes in the
-    config's dtype)."""
+    """The newest checkpoint of `src` (a checkpoint directory, run directory or run tag) saved as
+    bf16 params with its tokenizer and config under `dst`/checkpoints/<step>; the metadata names
+    where it came from (`exported_from`). Raises FileNotFoundError when `src` has no checkpoint
+    and ValueError when `dst` already holds one."""
     import jax.numpy as jnp
 
     from nanocode import checkpoint
     from nanocode.common import find_checkpoints
     ckpt, _ = find_checkpoints(src)
     step = checkpoint.latest_step(ckpt)
-    params, cfg, tok, meta = checkpoint.load_params(ckpt, step, dtype=jnp.bfloat16)
     out = Path(dst) / "checkpoints"  # a run directory, as `evals report` and `--model` expect
     if checkpoint.latest_step(out) is not None:
         raise ValueError(f"{out} already holds a checkpoint; delete it to export again")
+    params, cfg, tok, meta = checkpoint.load_params(ckpt, step, dtype=jnp.bfloat16)
     checkpoint.save(out, step, params, config=cfg, tokenizer=tok,
                     metadata={**(meta or {}), "stage": "export", "from": str(ckpt), "dtype": "bfloat16",
                               "exported_from": str(ckpt / str(step))})
@@ -32,7 +33,5 @@ def export(src: str, dst: str) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m train.export_model SRC DST")
-    raise SystemExit(export(*sys.argv[1:]))
+def main(args) -> int:
+    return export(args.from_, args.out)

@@ -22,8 +22,8 @@ What comes out, in --out:
 
 Tasks: task i has family TRAIN_FAMILIES[i % F] and seed ROLLOUT_SEED0 + --seed * 10**6 + i, with
 training names and phrasings: a seed range that `train synth` (seed * 10**6 + i) and the eval
-suite (EVAL_SEED0 and up) never use (train/tasks/seeds.py). Building a task, the headless agent,
-its turns and the hidden check are train.tasks' (build_task, task_agent, drive, resolved), the
+suite (EVAL_SEED0 and up) never use (tasks/seeds.py). Building a task, the headless agent,
+its turns and the hidden check are tasks' (build_task, task_agent, drive, resolved), the
 same path `evals agent` scores with. Rollout k of a task (--samples) runs greedy for k = 0 and at
 --temperature with seed task seed + k otherwise, each on a freshly built project under --workdir
 (the synth path, so prompts and tool output look like the SFT data). Worker processes (spawn, one
@@ -37,10 +37,13 @@ import shlex
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from train.tasks import (
-    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, Rollout, attempt_seeds, build_task, drive,
+from agent.engine_sampler import EngineSampler
+from agent.settings import SamplerSettings, TurnSettings
+from tasks import (
+    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
     pattern_symbol, resolved, setup_env, task_agent)
 
 _engine = None  # per worker process
@@ -91,7 +94,7 @@ def oracle_variants(task, model: list[dict], n: int = 8) -> list[tuple[int, dict
     import random
     steps = [(m, nxt) for m, nxt in zip(model, model[1:] + [None]) if m["role"] == "assistant"]
 
-    class Replay(Rollout):
+    class Replay(OracleRollout):
         def __init__(self, variant):
             super().__init__(task)
             if variant:
@@ -178,12 +181,13 @@ def run_task(job: tuple) -> dict:
         for k in range(opts["samples"]):
             task = build_task(family, seed, False, base)
             temperature = 0.0 if k == 0 else opts["temperature"]
-            agent = task_agent(_engine, task, task.root, temperature, seed + k, opts["max_tokens"],
-                               opts["max_steps"], retries=opts["retries"])
+            sampling = replace(opts["sampling"], temperature=temperature, seed=seed + k)
+            agent = task_agent(EngineSampler(_engine, task.root, sampling), task, task.root, opts["turn"])
             turns = drive(agent, task)
             calls = [c for t in turns for c in t.tool_calls]
-            ok, _, tampered = resolved(task, turns[-1].answer, calls)
-            ok = ok and agent.messages[0]["content"] == task.system
+            verdict = resolved(task, turns[-1].answer, calls)
+            ok = verdict.resolved and agent.messages[0]["content"] == task.system
+            tampered = list(verdict.tampered)
             rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns],
                                    "tampered": tampered})
             messages = clean(agent.messages)
@@ -237,7 +241,9 @@ def main(args) -> int:
     assert seed0 + args.n < EVAL_SEED0
     out, tasks_dir = Path(args.out), Path(args.out) / "tasks"
     tasks_dir.mkdir(parents=True, exist_ok=True)
-    opts = {k: getattr(args, k) for k in ("samples", "temperature", "max_steps", "max_tokens", "retries", "workdir")}
+    opts = {"samples": args.samples, "temperature": args.temperature, "workdir": args.workdir,
+            "sampling": SamplerSettings(max_tokens=args.max_tokens),
+            "turn": TurnSettings(max_steps=args.max_steps, retries=args.retries)}
     jobs = [(TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)], seed0 + i, opts) for i in range(args.n)]
     todo = [j for j in jobs if not (tasks_dir / f"rollout-{j[0]}-{j[1]}.json").exists()]
     if len(todo) < len(jobs):

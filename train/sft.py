@@ -87,8 +87,8 @@ def make_val_eval(cfg, packer: Packer | None, rows: int, mesh, max_rows: int):
     """val_loss(params) -> mean nats per supervised token over the held-out rows (fixed set)."""
     import jax
 
+    from nanocode.sharding import batch_sharding
     from train.base import next_token_loss
-    from train.loop import batch_sharding
 
     if packer is None:
         return None
@@ -122,6 +122,7 @@ def main(args) -> int:
 
     from nanocode.common import enable_compilation_cache, nanocode_home
     from nanocode.config import flops_per_token
+    from nanocode.sharding import make_mesh
     from train import loop
     from train.base import next_token_loss
     from train.loader import check_batch
@@ -165,7 +166,7 @@ def main(args) -> int:
         print(f"val: dropped {val_long} conversation(s) longer than {T + 1} tokens")
     val_packer = (Packer([val_kept], [(len(val_kept), 1.0)], T, tokenizer.bos_id, shuffle=False)
                   if val_kept else None)
-    mesh = loop.make_mesh(args.mesh)
+    mesh = make_mesh(args.mesh)
     val_loss = make_val_eval(cfg, val_packer, rows, mesh, args.eval_rows)
     sample_convs = (val_rows or [r for r, _ in sources][0])[:args.samples]
 

@@ -1,6 +1,6 @@
-"""`train speedrun --preset NAME`: data -> tokenizer -> base -> synth -> sft -> dpo -> export ->
-evals -> report in one command, each stage a plain `train ...` / `evals ...` command a reader could
-type (printed before it runs).
+"""`train speedrun --preset NAME`: data -> tokenizer -> base -> synth -> sft -> (rollouts -> rft) ->
+dpo -> export -> evals -> report in one command, each stage a plain `train ...` / `evals ...`
+command a reader could type (printed before it runs; rollouts and rft where the preset has them).
 
 Trade-offs:
 - Every stage runs as its own subprocess: the commands are exactly what a user would run by hand,
@@ -50,7 +50,7 @@ Multi-host (`--multihost`, the same command on every worker, the run dir on shar
 
 Layout of a run (default $NANOCODE_HOME/speedrun/<preset>): data/ tokenizer/ base/ (base_long/: the
 cpu preset's last phase at 2,048 tokens) synth/ sft/ dpo/
-model/ (checkpoints/<step>: the exported bf16 params-only checkpoint, train/export_model.py;
+model/ (checkpoints/<step>: the exported bf16 params-only checkpoint, `train export`;
 MODEL_CARD.md, evals/model_card.py; evals/*.json) report/ and logs/<stage>.log. Ship a model by
 copying model/ to nanocode/default_model/.
 """
@@ -88,7 +88,8 @@ PRESETS = {
         about="tiny model on this CPU (~1.3 h on 2 cores); the shipped default model",
         data=[["data", "local"]],
         tokenizer=["--vocab-size", "4096", "--max-chars", "20000000"],
-        # induction forms late in this 1,200-step schedule (a 900-step one had none: docs/LOG.md)
+        # induction (copying from the context) forms late in this schedule: a shorter one can end
+        # before it does
         base=["--preset", "cpu-d4", "--steps", "1200", "--total-batch", "4096", "--device-batch", "8",
               "--lr-scale", "6", "--copy-share", "0.5", "--span-share", "0.5", "--eval-every", "300",
               "--eval-batches", "4", "--save-every", "300"],
@@ -180,7 +181,7 @@ def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> l
                 + ["--val", f"{R}/synth/preference_val.jsonl", "--run-dir", f"{R}/dpo"]
                 + p["dpo"] + host + resume("dpo")]
     if stage == "export":
-        return [[sys.executable, "-m", "train.export_model", f"{R}/dpo", model]]
+        return [train + ["export", "--from", f"{R}/dpo", "--out", model]]
     if stage == "evals":
         extra = {"bpb": ["--data", f"{R}/data"]}
         return [evals + [c[0], "--model", model, "--out", f"{model}/evals"] + c[1:] + extra.get(c[0], [])

@@ -6,15 +6,15 @@ parallelise it. Projects live at a fixed path (/tmp/nanocode-synth/<seed>/<name>
 use and removed after) so the working directory in prompts and tool output is the same on every
 run: two runs with the same seed write identical files, except timings that tools print
 (pytest's "in 0.03s"). Two concurrent runs with the same seeds would collide on those paths.
-The tasks, their oracle and the seed ranges are train/tasks (the package `train.tasks`); held-out
-words and phrasings (train/tasks/names.py HELDOUT_WORDS, train/tasks/phrasing.py HELDOUT_PHRASES)
+The tasks, their oracle and the seed ranges are tasks (the package `tasks`); held-out
+words and phrasings (tasks/names.py HELDOUT_WORDS, tasks/phrasing.py HELDOUT_PHRASES)
 and the EVAL_ONLY_FAMILIES never reach train/val data; eval_tasks.jsonl uses only them. No heavy
 imports at module level: the CLI imports this module.
 
 Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "messages"} per line),
 preference_train.jsonl / preference_val.jsonl ({"id", "family", "flaw", "chosen", "rejected"}),
 eval_tasks.jsonl ({"id", "family", "seed", "heldout", "project", "prompt", "check"}; rebuild with
-train.tasks.make_task(family, seed, heldout=True)) and stats.json (counts, and the shares of grounded arguments
+tasks.make_task(family, seed, heldout=True)) and stats.json (counts, and the shares of grounded arguments
 from train/oracle_audit.py).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import random
 import shutil
 import time
 
-from train.tasks import (
+from tasks import (
     EVAL_ONLY_FAMILIES, EVAL_SEED0, HELDOUT_WORDS, TRAIN_FAMILIES, attempt_seeds,
     code_conversation, make_task, shows_flaw)
 

@@ -1,6 +1,7 @@
 """The scripted oracle's side of a task: Task (a project, a prompt, a hidden check and the policy
-that solves it), Rollout (the conversation a policy writes through the real tools, optionally with
-a deliberate flaw), shows_flaw (whether a flawed replay visibly differs) and oracle_first_call.
+that solves it), OracleRollout (the conversation a policy writes through the real tools,
+optionally with a deliberate flaw), shows_flaw (whether a flawed replay visibly differs) and
+oracle_first_call.
 
 Contracts: a policy calls only `r.call`, `r.reject`, `r.user`, `r.done` and draws prose only from
 `r.rng` / `r.pick`, never from the task's rng, so the same task replays to the same conversation,
@@ -20,13 +21,13 @@ from typing import Callable
 from nanocode.protocol import REJECTED, system_prompt
 from tools.dispatch import run_tool
 from tools.files import read_memory
-from train.tasks.phrasing import ASKS_MORE, off_style
-from train.tasks.projects import Project
+from tasks.phrasing import ASKS_MORE, off_style
+from tasks.projects import Project
 
 SAFE_REPEAT = ("python -m pytest", "git ", "ls", "wc ")  # commands the `repeat` flaw may run twice
 
 
-class Rollout:
+class OracleRollout:
     """A conversation being written by a policy; `flaw` makes it the rejected side of a pair."""
 
     def __init__(self, task: "Task", flaw: str | None = None):
@@ -85,7 +86,7 @@ class Task:
     prompt: str
     check: Callable[..., bool]     # check(root, answer="") -> bool
     desc: str                      # the hidden check, in words
-    policy: Callable[[Rollout], None]
+    policy: Callable[[OracleRollout], None]
     flaws: list[str]
     followup: str | None = None    # user_rejects: the user's message after the rejected call
     guarded: dict = field(default_factory=dict, repr=False)  # the tests as built (tools.test_guard.capture)
@@ -103,7 +104,7 @@ class Task:
 
     def rollout(self, flaw: str | None = None) -> dict:
         """Run the oracle (or a flawed replay) on the project as it is on disk now."""
-        r = Rollout(self, flaw)
+        r = OracleRollout(self, flaw)
         self.policy(r)
         return {"messages": r.messages}
 
@@ -112,7 +113,7 @@ class _FirstCall(Exception):
     pass
 
 
-class _StopAtFirstCall(Rollout):
+class _StopAtFirstCall(OracleRollout):
     def call(self, thought, name, args):
         raise _FirstCall({"name": name, "args": dict(args)})
     reject = call

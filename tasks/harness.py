@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools import test_guard
-from train.tasks.families import make_task
-from train.tasks.oracle import Task
-from train.tasks.seeds import ATTEMPTS, attempt_seeds
+from tasks.families import make_task
+from tasks.oracle import Task
+from tasks.seeds import ATTEMPTS, attempt_seeds
 
 
 def build_task(family: str, seed: int, heldout: bool, base: str) -> Task:
@@ -38,16 +39,18 @@ def build_task(family: str, seed: int, heldout: bool, base: str) -> Task:
                 raise
 
 
-def task_agent(engine, task: Task, root: str, temperature: float, seed: int, max_tokens: int,
-               max_steps: int, **agent_opts):
-    """The headless Agent for `task` in `root` (its project or a copy): mode auto (ask for
-    user_rejects, whose user refuses), a Policy with no settings files, no undo snapshots;
-    agent_opts (ground, retries, copy_bias, ...) pass through to agent.driver.Agent."""
+def task_agent(sampler, task: Task, root: str, turn=None):
+    """The headless Agent for `task` in `root` (its project or a copy) with `sampler` (made for
+    that root): mode auto (ask for user_rejects, whose user refuses), a Policy with no settings
+    files, `turn` (agent/settings.TurnSettings) without undo snapshots."""
+    from dataclasses import replace
+
     from agent.driver import Agent
+    from agent.settings import TurnSettings
     from tools.permissions import Policy
     mode = "ask" if task.followup is not None else "auto"
-    return Agent(engine, root, policy=Policy(Path(os.path.realpath(root)), mode), temperature=temperature,
-                 seed=seed, max_tokens=max_tokens, max_steps=max_steps, snapshots=False, **agent_opts)
+    return Agent(sampler, root, Policy(Path(os.path.realpath(root)), mode),
+                 replace(turn or TurnSettings(), snapshots=False))
 
 
 def drive(agent, task: Task) -> list:
@@ -58,23 +61,30 @@ def drive(agent, task: Task) -> list:
     return turns
 
 
-def resolved(task: Task, answer: str, calls: list[dict], root: str | None = None
-             ) -> tuple[bool, str | None, list[str]]:
-    """(resolved, why the check raised or None, tampered paths): the hidden check on the final state
-    in `root` (default task.root) given the final `answer`, unless the agent changed guarded files
-    (tampered: sorted relative paths, then never resolved); user_rejects also needs the refusal to
+@dataclass(frozen=True)
+class Verdict:
+    """A finished task judged: resolved or not, why the hidden check raised (None when it did
+    not), and the guarded files the agent changed (sorted relative paths; then never resolved)."""
+    resolved: bool
+    check_error: str | None = None
+    tampered: tuple[str, ...] = ()
+
+
+def resolved(task: Task, answer: str, calls: list[dict], root: str | None = None) -> Verdict:
+    """The hidden check on the final state in `root` (default task.root) given the final
+    `answer`, unless the agent changed guarded files; user_rejects also needs the refusal to
     have happened (a call in `calls`, {"name", "args", "result"}, answered REJECTED): its check
     alone passes any non-empty answer that changed nothing."""
     from nanocode.protocol import REJECTED
     root = root or task.root
     tampered = test_guard.tampered(root, task.guarded, task.tests_allowed, task.tests_view)
     if tampered:
-        return False, None, tampered
+        return Verdict(False, None, tuple(tampered))
     try:
         ok, error = bool(task.check(root, answer)), None
     except Exception as e:  # noqa: BLE001 - e.g. pytest past its timeout after a broken edit
         ok, error = False, f"{type(e).__name__}: {e}".splitlines()[0]
-    return ok and (task.followup is None or any(c["result"] == REJECTED for c in calls)), error, []
+    return Verdict(ok and (task.followup is None or any(c["result"] == REJECTED for c in calls)), error)
 
 
 def pattern_symbol(pattern: str) -> str:

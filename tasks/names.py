@@ -2,17 +2,16 @@
 name a generated project's package, modules, functions and class, split into training and
 held-out pools (HELDOUT_WORDS) so evals can use projects the model never saw.
 
+Contract: no nonce word and no training noun contains a held-out word, so held-out names never
+reach training data.
+
 Trade-offs: half the training nouns and project words are nonce words built from syllables
-(`nonce_word`): with only the 40 real nouns, the cpu model learned to write `titlecase_budget` for
-a held-out `titlecase_abalone` (it memorised names instead of copying them); a name it cannot have
-memorised has to be copied. The real half draws from 923 nouns, not 40: with 40, 853 of the slow
-test's 2,048 tokenizer entries were never a supervised target and 8 of the 26 held-out words
-needed one (`wo` of wombat, `qu` of quokka, ...), pieces it had never been trained to write; with
-288 every held-out piece is written 3-96 times in training, and held-out well-formed first calls
-went from 87-129 (mean 115) to 123-138 (mean 131) of 144 over five paired runs (docs/LOG.md, ninth
-sweep); 923 instead of 288 added 4.8 more on the mean of five paired init seeds, each scored under
-four project paths (fourteenth sweep). Contract: no nonce word and no training noun contains a
-held-out word, so held-out names never reach training data.
+(`nonce_word`): a name the model cannot have memorised has to be copied from its context, while a
+model that only ever sees a few real nouns memorises them and writes a training name where a
+held-out one belongs (`titlecase_budget` for `titlecase_abalone`). The real half draws from a wide
+pool of everyday nouns, so that every tokenizer piece of a held-out word (`wo` of wombat, `qu` of
+quokka, ...) is a supervised target somewhere in training: a piece the model was never trained to
+write is one it cannot be relied on to write. The price is a longer list here and rarer repeats of each noun.
 """
 from __future__ import annotations
 

@@ -1,11 +1,53 @@
-"""The TUI as people use it (issue 32's defects), driven by Textual's pilot on the real tiny engine
-of test_agent_tui.py: approvals that never steal keystrokes, Ctrl-C at an approval, "always"
-that says what it allows, multi-line paste, queued prompts in order, a small terminal, numbered
-edit diffs, @path completion in both faces."""
-from agent.tui import ApprovalPanel, HistoryInput, NanocodeApp, Reply, ToolCard
-from test_agent_tui import (approval_text, call, drive, engine, make, reply, repo, submit,  # noqa: F401 - fixtures
-                            tok, until)
+"""The TUI's prompt and approvals (agent/tui_input.py) as people use them, driven by Textual's pilot
+on the real tiny engine of tests/tui_pilot.py: y / n answers, approvals that never steal
+keystrokes, Ctrl-C at an approval, "always" that says what it allows, Edit diffs numbered in the
+file, a small terminal, multi-line paste, @path completion in both faces."""
+from agent.tui import NanocodeApp
+from agent.tui_input import ApprovalPanel, HistoryInput
+from agent.tui_transcript import ToolCard
+from nanocode.protocol import REJECTED
+from scripted_agent import call, reply
 from tiny_models import commit_all
+from tui_pilot import approval_text, drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
+
+
+def test_edit_rejected_with_n(engine, tok, repo):
+    agent, script = make(engine, repo, [call(tok, "", "Edit", file_path="a.py",
+                                             old_string="x = 1", new_string="x = 2"),
+                                        reply(tok, "never")], mode="ask")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "set x to 2")
+        await until(pilot, lambda: app.asking is not None)
+        await pilot.press("n")
+        await until(pilot, lambda: app.turns == 1)
+        assert app.query_one(ToolCard).result_text == REJECTED
+        assert "call rejected; your turn" in app.transcript_text()
+        assert app.focused is app.query_one(HistoryInput)
+    drive(app, body)
+    assert (repo / "a.py").read_text() == "x = 1\n" and script.i == 0
+
+
+def test_bash_rejected_with_n(engine, tok, repo):
+    agent, script = make(engine, repo, [call(tok, "", "Bash", command="rm a.py"),
+                                        reply(tok, "never")], mode="accept-edits")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "delete a.py")
+        await until(pilot, lambda: app.asking is not None)
+        assert "Bash needs approval" in approval_text(app) and "rm a.py" in approval_text(app)
+        await pilot.press("n")
+        await until(pilot, lambda: app.turns == 1)
+        card = app.query_one(ToolCard)
+        assert card.header == "Bash rm a.py" and card.result_text == REJECTED
+        assert card.has_class("failed") and REJECTED in str(card.title)
+        assert "Bash: rejected" in app.transcript_text()
+    drive(app, body)
+    assert agent.messages[-1] == {"role": "tool_result", "content": REJECTED}  # the model's view
+    assert (repo / "a.py").exists() and script.i == 0
+    assert agent.meta["approvals"][-1]["answer"] == "no"
 
 
 def test_approval_never_steals_keystrokes(engine, tok, repo):
@@ -78,45 +120,21 @@ def test_always_says_what_it_allows(engine, tok, repo):
     assert agent.policy.session == ["Edit"] and agent.meta["approvals"][-1]["rule"] == "Edit"
 
 
-def test_multiline_paste_keeps_every_line(engine, tok, repo):
-    from textual import events
-    agent, _ = make(engine, repo, [reply(tok, "ok.")])
+def test_edit_diff_is_numbered_in_the_file(engine, tok, repo):
+    (repo / "m.py").write_text("a = 0\nb = 0\nc = 0\nd = 0\nx = 1\ny = 2\n")
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="m.py", old_string="x = 1\ny = 2",
+                                        new_string="x = 3\ny = 2"), reply(tok, "done.")], mode="ask")
     app = NanocodeApp(agent=agent)
 
     async def body(pilot):
-        inp = app.query_one(HistoryInput)
-        await pilot.press("f", "i", "x", ":", "space")
-        inp.post_message(events.Paste("Traceback (most recent call last):\r\n  line 2\nValueError\n"))
-        await pilot.pause()
-        assert inp.value == "fix: [pasted 3 lines #1]"
-        inp.post_message(events.Paste("one line"))  # a one-line paste is just text
-        await pilot.pause()
-        assert inp.value == "fix: [pasted 3 lines #1]one line"
-        await pilot.press("enter")
+        await submit(pilot, "set x to 3")
+        await until(pilot, lambda: app.asking is not None)
+        assert "@@ -5,2 +5,2 @@" in approval_text(app)  # line 5 of m.py, not 1 of the snippet
+        await pilot.press("y")
         await until(pilot, lambda: app.turns == 1)
+        assert "@@ -5,2 +5,2 @@" in app.query_one(ToolCard).query_one(".diff").content.code
     drive(app, body)
-    assert agent.messages[1]["content"] == \
-        "fix: Traceback (most recent call last):\n  line 2\nValueError\none line"
-
-
-def test_queued_prompts_show_in_the_order_they_run(engine, tok, repo):
-    agent, script = make(engine, repo, [reply(tok, "first reply."), reply(tok, "second reply.")],
-                         hold=2)
-    app = NanocodeApp(agent=agent)
-
-    async def body(pilot):
-        await submit(pilot, "one")
-        await until(pilot, script.held.is_set)
-        await submit(pilot, "two")
-        await pilot.pause()
-        assert "queued (1), runs after the current turn: two" in app.transcript_text()
-        script.gate.set()
-        await until(pilot, lambda: app.turns == 2)
-        order = [str(w.content) if not isinstance(w, Reply) else w.text
-                 for w in app.query_one("#transcript").children
-                 if isinstance(w, Reply) or "user" in w.classes]
-        assert order == ["> one", "first reply.", "> two", "second reply."]
-    drive(app, body)
+    assert (repo / "m.py").read_text().endswith("x = 3\ny = 2\n")
 
 
 def test_small_terminal_keeps_the_input_on_screen(engine, tok, repo):
@@ -148,21 +166,25 @@ def test_small_terminal_keeps_the_input_on_screen(engine, tok, repo):
     drive(app, body, size=(70, 16))
 
 
-def test_edit_diff_is_numbered_in_the_file(engine, tok, repo):
-    (repo / "m.py").write_text("a = 0\nb = 0\nc = 0\nd = 0\nx = 1\ny = 2\n")
-    agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="m.py", old_string="x = 1\ny = 2",
-                                        new_string="x = 3\ny = 2"), reply(tok, "done.")], mode="ask")
+def test_multiline_paste_keeps_every_line(engine, tok, repo):
+    from textual import events
+    agent, _ = make(engine, repo, [reply(tok, "ok.")])
     app = NanocodeApp(agent=agent)
 
     async def body(pilot):
-        await submit(pilot, "set x to 3")
-        await until(pilot, lambda: app.asking is not None)
-        assert "@@ -5,2 +5,2 @@" in approval_text(app)  # line 5 of m.py, not 1 of the snippet
-        await pilot.press("y")
+        inp = app.query_one(HistoryInput)
+        await pilot.press("f", "i", "x", ":", "space")
+        inp.post_message(events.Paste("Traceback (most recent call last):\r\n  line 2\nValueError\n"))
+        await pilot.pause()
+        assert inp.value == "fix: [pasted 3 lines #1]"
+        inp.post_message(events.Paste("one line"))  # a one-line paste is just text
+        await pilot.pause()
+        assert inp.value == "fix: [pasted 3 lines #1]one line"
+        await pilot.press("enter")
         await until(pilot, lambda: app.turns == 1)
-        assert "@@ -5,2 +5,2 @@" in app.query_one(ToolCard).query_one(".diff").content.code
     drive(app, body)
-    assert (repo / "m.py").read_text().endswith("x = 3\ny = 2\n")
+    assert agent.messages[1]["content"] == \
+        "fix: Traceback (most recent call last):\n  line 2\nValueError\none line"
 
 
 def test_at_path_completes_in_both_faces(engine, tok, repo):

@@ -5,22 +5,22 @@ a hidden check of the final state.
 
 Modules: names (word pools, training vs held-out), projects (the project generator, the tools'
 environment, the checks' runners), phrasing (user requests, off-style prose, stdlib code
-conversations), oracle (Task, Rollout, flaws), families (the families and make_task), seeds (who
-owns which seeds), harness (running an agent on a task and checking it). Callers outside this
-package use only the names below.
+conversations), oracle (Task, OracleRollout, flaws), families (the families and make_task),
+seeds (who owns which seeds), harness (running an agent on a task and checking it). Callers
+outside this package use only the names below.
 
 Contracts: the same (family, seed, heldout) give byte-identical projects, prompts, oracle
 conversations and flawed replays (base path aside); held-out names, phrasings, EVAL_ONLY_FAMILIES
 and seeds from EVAL_SEED0 up never reach training data. Importing this package is light (no jax,
 no agent): `train` CLI commands import it to build their parsers.
 """
-from train.tasks.families import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task
-from train.tasks.harness import build_task, drive, pattern_symbol, resolved, task_agent
-from train.tasks.names import HELDOUT_WORDS
-from train.tasks.oracle import Rollout, Task, oracle_first_call, shows_flaw
-from train.tasks.phrasing import code_conversation
-from train.tasks.projects import BASE, setup_env, snapshot
-from train.tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, attempt_seeds
+from tasks.families import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task
+from tasks.harness import build_task, drive, pattern_symbol, resolved, task_agent
+from tasks.names import HELDOUT_WORDS
+from tasks.oracle import OracleRollout, Task, oracle_first_call, shows_flaw
+from tasks.phrasing import code_conversation
+from tasks.projects import BASE, setup_env, snapshot
+from tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, attempt_seeds
 
 __all__ = [
     # families and building tasks
@@ -39,7 +39,7 @@ __all__ = [
     "ATTEMPT_STRIDE",      # distance between those project seeds
     "attempt_seeds",       # seed -> the project seeds tried for it, in order
     # the oracle
-    "Rollout",             # the conversation a policy writes through the real tools (optionally flawed)
+    "OracleRollout",       # the conversation a policy writes through the real tools (optionally flawed)
     "shows_flaw",          # whether a flawed replay visibly shows its flaw against the oracle's
     "oracle_first_call",   # the oracle's first tool call, without running any tool
     # an agent on a task

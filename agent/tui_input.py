@@ -1,117 +1,24 @@
-"""The widgets of the Textual face (agent/tui.py): the transcript, the streamed reply, a tool
-call's card, the prompt input (history, pasted blocks) and the approval panel. Everything untrusted they show is
-escaped (agent/display.py) and never parsed as markup."""
+"""What the user types and answers in the Textual face (agent/tui.py): the prompt (history,
+pasted blocks, `@path` completion) and the approval panel with the question it shows.
+
+The panel shows the call in full, escaped (agent/tui_transcript.plain / code_view); it takes
+y / n / a only while it has focus, so an approval that appears mid-typing never takes a
+keystroke meant for the prompt (Tab goes to it, Esc comes back).
+"""
 from __future__ import annotations
 
-from rich.syntax import Syntax
+import threading
+
+from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import Suggester
-from textual.widgets import Button, Collapsible, Input, Static
+from textual.widgets import Button, Input, Static
 
-from rich.console import Group
-
-from agent.display import call_text, call_title, edit_diff, printable, rule_words, summarize
-from nanocode.protocol import REJECTED
-
-
-# ---- rendering helpers (everything untrusted is escaped: agent/display.py) ---------------------
-def plain(text, style: str = "") -> Text:
-    """`text` escaped, as a Text: never markup, no control or bidi character."""
-    return Text(printable(text), style=style)
-
-
-def code_view(code: str, lexer: str = "diff") -> Syntax:
-    """`code` escaped and highlighted (a diff, a Bash command), wrapped, never cut."""
-    return Syntax(printable(code), lexer, theme="ansi_dark", background_color="default",
-                  word_wrap=True)
-
-
-def status_line(agent, model_name: str, tps: float | None, state: str) -> str:
-    """The status bar: model, mode, sandbox, context used of the model's, tokens/s, state."""
-    parts = [model_name or "nanocode"]
-    if agent is not None:
-        m = agent.sampler
-        parts += [f"mode {agent.mode}", "sandbox" if agent.sandbox is not None else "NO SANDBOX",
-                  f"context {m.context_used(agent.messages):,}/{m.max_len:,}",
-                  f"{tps:.1f} tok/s" if tps else "– tok/s"]
-    return " │ ".join(parts + [state])
-
-
-# ---- widgets ----------------------------------------------------------------------------------
-class Transcript(VerticalScroll):
-    """The conversation as it happens; it follows its end unless the user scrolled up (the app
-    calls `keep_end` when the terminal is resized)."""
-
-    def add(self, widget) -> None:
-        self.mount(widget)
-        self.call_after_refresh(self.scroll_end, animate=False)
-
-    def page(self, pages: int) -> None:
-        self.scroll_relative(y=pages * max(1, self.size.height - 2), animate=False)
-
-    def keep_end(self) -> None:
-        if self.scroll_y >= self.max_scroll_y - 1:  # it followed the end: keep it there
-            self.call_after_refresh(self.scroll_end, animate=False)
-
-    def text(self) -> str:
-        """Plain text of what it shows (for tests and debugging)."""
-        out = [str(w.content) for w in self.query(Static) if isinstance(w.content, (str, Text))]
-        out += [c.header + "\n" + (c.result_text or "") for c in self.query(ToolCard)]
-        return "\n".join(out)
-
-    def replay(self, messages) -> None:
-        """A resumed conversation as it looked: requests, replies, cards with their results."""
-        card = None
-        for m in messages:
-            if m["role"] == "user":
-                self.add(Static(plain("> " + m["content"]), classes="user"))
-            elif m["role"] == "assistant":
-                if m["content"]:
-                    reply = Reply()
-                    reply.add(m["content"])
-                    self.add(reply)
-                if m.get("tool_call"):
-                    card = ToolCard(m["tool_call"]["name"], m["tool_call"]["args"])
-                    self.add(card)
-            elif m["role"] == "tool_result" and card is not None:
-                card.set_result(m["content"])
-                card = None
-
-
-class Reply(Static):
-    """The assistant's prose, grown piece by piece."""
-
-    def __init__(self):
-        super().__init__("", classes="assistant")
-        self.text = ""
-
-    def add(self, piece: str) -> None:
-        self.text += piece
-        self.update(plain(self.text))
-
-
-class ToolCard(Collapsible):
-    """One tool call: the header, for Edit the diff (`diff`, numbered in the file when made
-    before the edit ran; else numbered from 1), and the result (collapsed, except Edit)."""
-
-    def __init__(self, tool: str, args: dict, diff: str | None = None):
-        self.tool, self.args, self.header = tool, args, call_title(tool, args)
-        diff = edit_diff(args) if diff is None and tool == "Edit" else diff
-        kids = [Static(code_view(diff), classes="diff")] if tool == "Edit" else []
-        self.result = Static(Text("running…", style="dim"), classes="result")
-        self.result_text = None
-        super().__init__(*kids, self.result, title=Text(self.header), collapsed=tool != "Edit",
-                         classes="tool")
-
-    def set_result(self, result: str) -> None:
-        self.result_text = result
-        self.result.update(plain(result))
-        self.title = Text(f"{self.header}  ⎯ {summarize(result, width=60)}")  # both escaped
-        if result.startswith("error:") or result == REJECTED:
-            self.add_class("failed")
+from agent.display import call_text, edit_diff, rule_words
+from agent.tui_transcript import code_view, plain
 
 
 class MentionSuggester(Suggester):
@@ -139,9 +46,10 @@ class MentionSuggester(Suggester):
 
 class HistoryInput(Input):
     """The prompt: up/down history, page up/down scroll the transcript, Tab answers a waiting
-    approval or takes the `@path` completion. A paste of several lines becomes one `[pasted N lines #k]` token in the line
-    (Input holds one line) that `expand` turns back into the text on submit. The draft is never
-    selected when focus comes back (the next key would replace it)."""
+    approval or takes the `@path` completion. A paste of several lines becomes one
+    `[pasted N lines #k]` token in the line (Input holds one line) that `expand` turns back into
+    the text on submit. The draft is never selected when focus comes back (the next key would
+    replace it)."""
     BINDINGS = [Binding("up", "history(-1)", show=False), Binding("down", "history(1)", show=False),
                 Binding("pageup", "app.page_transcript(-1)", show=False),
                 Binding("pagedown", "app.page_transcript(1)", show=False),
@@ -193,6 +101,16 @@ class HistoryInput(Input):
         self.cursor_position = len(self.value)
 
 
+class PendingApproval:
+    """A call the turn's worker thread waits on: `done` is set once `answer` is in ("no" until
+    the user says otherwise). `always` is the session rule an "always" would add ("" when none
+    can be made, and then the choice is not offered)."""
+
+    def __init__(self, name, args, reason, always=""):
+        self.name, self.args, self.reason, self.always = name, args, reason, always
+        self.answer, self.done = "no", threading.Event()
+
+
 class ApprovalPanel(Vertical, can_focus=True):
     """The call in full (a long one scrolls: up/down, page up/down, the wheel) and y / n / a;
     Esc goes back to the prompt without answering (Tab there comes back)."""
@@ -210,10 +128,10 @@ class ApprovalPanel(Vertical, can_focus=True):
             yield Button(Text("[n]o"), id="no", variant="error", compact=True)
             yield Button(Text("[a]lways for this session"), id="always", compact=True)
 
-    def show(self, box, root) -> None:
-        """Ask about `box` (tui.Approval): the call in full (an Edit as its diff, numbered where
-        old_string sits in the file now), and an "always" button only where a rule can be made,
-        saying what it would store."""
+    def show(self, box: PendingApproval, root) -> None:
+        """Ask about `box`: the call in full (an Edit as its diff, numbered where old_string sits
+        in the file now), and an "always" button only where a rule can be made, saying what it
+        would store."""
         head = Text.assemble(plain(f"{box.name} ", "bold"), "needs approval: ",
                              plain(box.reason, "italic"))
         if box.name == "Edit":

@@ -6,7 +6,7 @@ run_python, snapshot).
 Trade-offs: functions come from a fixed list of hand-written templates (TEMPLATES) rather than
 being generated, so every function is correct, has a test that pins its behaviour, known bug
 mutations the test catches, a one-line explanation and (for some) a parameter that can be added.
-Variety comes from names (train/tasks/names.py: training and held-out pools), module layout,
+Variety comes from names (tasks/names.py: training and held-out pools), module layout,
 which templates are picked and git history; the code bodies themselves repeat across projects.
 Git runs with a fixed author, committer, dates and no user config, so commit hashes are identical
 for the same seed. Projects live at a fixed path by default (BASE/<seed>/<name>, wiped before
@@ -22,7 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from train.tasks.names import (
+from tasks.names import (
     CLASS_SUFFIXES, HELDOUT_PROJECT_WORDS, MODULE_WORDS, PROJECT_WORDS, SUFFIXES, pick_names, pick_word)
 
 BASE = "/tmp/nanocode-synth"  # default parent of task projects: BASE/<seed>/<name>

@@ -2,7 +2,7 @@
 uncommitted change, ...) and a scripted ORACLE policy that solves it with the real tools.
 
 Trade-offs: the oracle is a script that already knows the answer from the project's metadata, so
-it never explores; it still calls the real tools (train/tasks/oracle.py, Rollout), so every
+it never explores; it still calls the real tools (tasks/oracle.py, OracleRollout), so every
 tool_result is byte-for-byte what the agent will see, and the hidden `check(root, answer)`
 verifies the work the same way an eval would. A policy is replayed with a `flaw` to get the
 rejected side of a preference pair (same task, same prose choices, one deliberate defect, real
@@ -18,7 +18,7 @@ Contracts: `make_task(family, seed, heldout, base)` is a pure function of (famil
 up to the base path: the same arguments give byte-identical projects, prompts and (through
 `task.rollout()`) conversations. The check fails on the state make_task leaves. A family that
 cannot use a project (no bug the tests catch, ...) raises; callers retry with the next project
-seed (train/tasks/seeds.py, ATTEMPTS). Policies draw prose only from `r.rng`, never from the task's
+seed (tasks/seeds.py, ATTEMPTS). Policies draw prose only from `r.rng`, never from the task's
 rng, so replaying them is deterministic.
 """
 from __future__ import annotations
@@ -29,10 +29,10 @@ import random
 import re
 
 from tools.test_guard import capture
-from train.tasks.names import MODULE_WORDS, pick_word
-from train.tasks.oracle import Rollout, Task
-from train.tasks.phrasing import phrase
-from train.tasks.projects import (
+from tasks.names import MODULE_WORDS, pick_word
+from tasks.oracle import OracleRollout, Task
+from tasks.phrasing import phrase
+from tasks.projects import (
     BASE, TEMPLATES, Func, Project, commit_all, generate_project, run_python, run_tests, setup_env,
     snapshot)
 
@@ -42,12 +42,12 @@ def pick_func(p: Project, rng, pred=lambda f: True) -> Func:
     return p.functions[rng.choice(sorted(n for n, f in p.functions.items() if pred(f)))]
 
 
-def locate(r: Rollout, f: Func, thought: str) -> None:
+def locate(r: OracleRollout, f: Func, thought: str) -> None:
     """Grep for f's definition: the model then has its path and line number to copy."""
     r.call(thought, "Grep", {"pattern": f"def {f.name}\\("})
 
 
-def read_args(f: Func, r: Rollout, located: bool) -> dict:
+def read_args(f: Func, r: OracleRollout, located: bool) -> dict:
     """Read f's file, half the time at f's lines; an offset only when a Grep has shown f's line
     number (`located`), so every offset the model learns is one it could copy."""
     if not located or r.rng.random() < 0.5:
@@ -119,7 +119,7 @@ def find_definition(p: Project, rng, ph) -> dict:
     loc = f"{file}:{line}"
     other = rng.choice([m for m in p.modules if m != file])
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         if r.flaw == "wrong_file":
             r.call(f"`{name}` is probably in `{other}`; let me look.", "Read", {"file_path": other})
             r.done(f"`{name}` should be in `{other}`, near the top.")
@@ -142,7 +142,7 @@ def explain(p: Project, rng, ph) -> dict:
     other = rng.choice([m for m in p.modules if m != f.file])
     wrong = TEMPLATES[rng.choice([t for t in sorted(TEMPLATES) if t != f.template])]["explain"]
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         if r.flaw == "wrong_file":
             r.call(f"let me read `{other}`.", "Read", {"file_path": other})
             r.done(f"i think `{f.name}` {wrong}")
@@ -162,7 +162,7 @@ def fix_bug(p: Project, rng, ph) -> dict:
     bad, good, desc = inject_bug(p, f, rng)  # ValueError: the synth retries another project
     prompt = ph("fix_bug", fn=f.name, test=f.test_name)
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         cmd = p.test_cmd
         r.call(r.pick("let me run the tests to see what fails.", "first, the failing test.", "running the tests."),
                "Bash", {"command": cmd})
@@ -190,7 +190,7 @@ def implement_stub(p: Project, rng, ph) -> dict:
     old, new = stub_out(p, f, rng)
     prompt = ph("implement_stub", fn=f.name, file=f.file)
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         located = f.file not in prompt
         if located:
             locate(r, f, f"let me find `{f.name}`.")
@@ -215,7 +215,7 @@ def rename_symbol(p: Project, rng, ph) -> dict:
     prompt = ph("rename_symbol", fn=f.name, new=new)
     word = re.compile(rf"\b{f.name}\b")
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         out = r.call(f"let me find every use of `{f.name}`.", "Grep", {"pattern": f"\\b{f.name}\\b"})
         hits = [m.groups() for m in re.finditer(r"^(.+?):(\d+):(.*)$", out, re.M)]
         files = sorted({h[0] for h in hits})
@@ -248,7 +248,7 @@ def add_parameter(p: Project, rng, ph) -> dict:
     new_line = body_line[:len(body_line) - len(body_line.lstrip())] + new.strip()
     dotted = f.module.replace("/", ".")
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         r.call(f"let me read `{f.name}` first.", "Grep", {"pattern": f"def {f.name}\\(", "-A": 6})
         r.call("reading the whole function.", "Read", read_args(f, r, True))
         r.call(f"adding `{pname}` (default {default}) to the signature.", "Edit",
@@ -284,7 +284,7 @@ def create_file(p: Project, rng, ph) -> dict:
                    + "\n\n\n".join(f"def test_{f.name}_{i + 1}():\n    {t}" for i, t in enumerate(tests)) + "\n")
         prompt = ph("create_test", fn=f.name, test=test)
 
-        def policy(r: Rollout):
+        def policy(r: OracleRollout):
             locate(r, f, f"let me find `{f.name}` so the tests match what it does.")
             r.call(f"reading `{f.name}`.", "Read", read_args(f, r, True))
             r.call(f"writing `{test}` with {len(tests)} tests.", "Edit", {"file_path": test, "new_string": content})
@@ -309,7 +309,7 @@ def create_file(p: Project, rng, ph) -> dict:
     tests = [x.format(name=name) for x in spec["tests"]]
     prompt = ph("create_module", fn=name, file=file, doc=doc)
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         r.call("let me look at the package layout first.", "Bash", {"command": f"ls {p.package}"})
         r.call(f"writing `{file}` with `{name}`.", "Edit", {"file_path": file, "new_string": content})
         r.call("a quick check that it imports and works.", "Bash",
@@ -341,7 +341,7 @@ def run_command(p: Project, rng, ph) -> dict:
         answer = [f"`{p.package}` has {len(names)} modules: " + ", ".join(f"`{x}`" for x in names) + ", plus `__init__.py`."]
         check, desc = (lambda root, answer="": mentions(answer, *names)), f"answer names {names}"
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         r.call(r.pick("on it.", f"running {cmd}.", "let me run it."), "Bash", {"command": cmd})
         r.done(r.pick(*answer))
     return dict(prompt=prompt, check=check, desc=desc, policy=policy, flaws=["repeat", "off_style", "asks_more"])
@@ -366,7 +366,7 @@ def git_inspect(p: Project, rng, ph) -> dict:
         answer = f"one uncommitted change: `{f.file}`, where the docstring of `{f.name}` was edited. nothing is staged."
         check, desc = (lambda root, answer="": f.file in answer), f"answer names {f.file}"
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         for i, c in enumerate(cmds):
             r.call(r.pick("let me check git.", f"running {c}.") if i == 0 else "now the diff itself.", "Bash", {"command": c})
         r.done(answer)
@@ -382,7 +382,7 @@ def recover_error(p: Project, rng, ph) -> dict:
         wrong = os.path.basename(f.file)
         prompt = ph("recover_path", fn=f.name, wrong=wrong)
 
-        def policy(r: Rollout):
+        def policy(r: OracleRollout):
             locate(r, f, f"there's no `{wrong}` at the root; let me search for `{f.name}`.")
             r.call(f"it's in `{f.file}`. reading it.", "Read", read_args(f, r, True))
             r.done(f"`{f.name}` (in `{f.file}`, not `{wrong}`) {f.spec['explain']}")
@@ -393,7 +393,7 @@ def recover_error(p: Project, rng, ph) -> dict:
     n = p.read(test).count("\ndef test_")
     prompt = ph("recover_cmd", module=mod)
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         r.call(f"running the {mod} tests.", "Bash", {"command": f"python -m pytest -q tests/{mod}_test.py"})
         r.call(f"no `tests/{mod}_test.py`; let me see what the test files are called.", "Bash", {"command": "ls tests"})
         r.call(f"it's `test_{mod}.py`.", "Bash", {"command": f"python -m pytest -q {test}"})
@@ -426,7 +426,7 @@ def user_rejects(p: Project, rng, ph) -> dict:
     followup = rng.choice(followups)
     before = snapshot(p.root)
 
-    def policy(r: Rollout):
+    def policy(r: OracleRollout):
         # A rejection ends the turn (agent/driver.py): the user speaks next, as at inference.
         for t, n, a in reads:
             r.call(t, n, a)

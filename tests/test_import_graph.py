@@ -1,0 +1,92 @@
+"""The packages are layers and no import points up. Bottom to top:
+
+    nanocode (the model, tokenizer, checkpoints, protocol) < tools < agent < tasks < train, evals
+
+A module may import its own package and any package below it. train and evals share the top
+layer: evals may import train (bits per byte reuses training's evaluator, loader and placement,
+the model card lists the speedrun's stages), train never imports evals (the speedrun runs the evals
+as separate processes). bench and tests sit above everything and may import anything; nothing
+imports them.
+
+Every import counts, wherever it sits (module level, inside a function, under TYPE_CHECKING):
+a function-local import is as much a dependency as one at the top. Imports are read with `ast`,
+so the check needs no optional dependency and runs no module code.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYER = {"nanocode": 0, "tools": 1, "agent": 2, "tasks": 3, "train": 4, "evals": 4,
+         "bench": 5, "tests": 5}
+CHECKED = ("nanocode", "tools", "agent", "tasks", "train", "evals")  # bench and tests: anything
+SIDEWAYS = {("evals", "train")}  # (importer, imported) within one layer, besides a package itself
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(root: Path, path: Path) -> set[str]:
+    """Absolute names of every module `path` imports, at any depth: `import a.b` gives a.b,
+    `from a import b` gives a, and a relative `from .b import c` is resolved against path."""
+    package = module_name(root, path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            found.add(".".join(base + ([node.module] if node.module else [])))
+    return found
+
+
+def upward_imports(root: Path, packages=CHECKED) -> list[str]:
+    """'importer -> imported' for every import that leaves the importer's package for one that is
+    not below it (and not an allowed SIDEWAYS pair)."""
+    wrong = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            for target in sorted(imported_modules(root, path)):
+                top = target.split(".")[0]
+                if top == package or top not in LAYER or (package, top) in SIDEWAYS:
+                    continue
+                if LAYER[top] >= LAYER[package]:
+                    wrong.append(f"{path.relative_to(root)} -> {target}")
+    return wrong
+
+
+def test_no_module_imports_a_package_above_its_own():
+    wrong = upward_imports(ROOT)
+    assert not wrong, ("imports that point up the layers nanocode < tools < agent < tasks < "
+                       "train, evals (evals may import train, not the reverse): move the shared code "
+                       "down to the lower package, or pass it in from the caller:\n  "
+                       + "\n  ".join(wrong))
+
+
+@pytest.mark.parametrize("source,upward", [
+    ("import train.loop\n", True),
+    ("def f():\n    from agent import driver\n", True),  # function-local imports count
+    ("from evals.bpb import main\n", True),
+    ("from nanocode.protocol import Tool\nimport json\n", False),
+    ("from . import files\nfrom .dispatch import run\n", False),  # relative: its own package
+])
+def test_the_check_sees_every_form_of_import(tmp_path, source, upward):
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "probe.py").write_text(source)
+    wrong = upward_imports(tmp_path, packages=("tools",))
+    assert bool(wrong) == upward, wrong
+
+
+def test_train_may_not_import_evals_though_evals_may_import_train(tmp_path):
+    for package in ("train", "evals"):
+        (tmp_path / package).mkdir()
+    (tmp_path / "evals" / "probe.py").write_text("from train.loop import place\n")
+    (tmp_path / "train" / "probe.py").write_text("from evals.bpb import main\n")
+    assert upward_imports(tmp_path, packages=("train", "evals")) == [
+        "train/probe.py -> evals.bpb"]
