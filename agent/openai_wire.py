@@ -206,11 +206,10 @@ def schema_args(name: str, text: str) -> CallArgs:
     digit strings become ints for INT_ARGS, numbers become strings elsewhere, keys in wire order.
     Arguments that are not a JSON object, of the wrong shape, or with a value that holds a loop
     (agent/loop_guard.py) give an error instead."""
-    try:
-        args = json.loads(text or "{}")
-    except json.JSONDecodeError as e:
-        return CallArgs(None, f"error: the {name} call's arguments are not JSON ({e.msg}); send a "
-                        "JSON object")
+    try:  # bounded depth: a server's deeply nested arguments are an error, not a crash
+        args = parse_json(text or "{}", f"the {name} call's argument text")
+    except RequestError as e:
+        return CallArgs(None, f"error: {e}; send a JSON object")
     if not isinstance(args, dict):
         return CallArgs(None, f"error: the {name} call's arguments must be a JSON object")
     fixed = {}

@@ -83,3 +83,10 @@ def test_the_tool_schemas_list_exactly_the_tools_arguments():
         assert params["required"] == list(tool.required)
         assert {a: p["type"] for a, p in params["properties"].items()} == \
             {a: "integer" if a in INT_ARGS else "string" for a in tool.args}
+
+
+def test_a_servers_malformed_or_deeply_nested_arguments_are_an_error_not_a_crash():
+    assert "not JSON" in schema_args("Read", "{oops").error
+    assert "nested more than" in schema_args("Read", "[" * 100_000).error  # json.loads would recurse out
+    assert schema_args("Read", '{"file_path": [[1]]}').error.startswith("error: ")
+    assert schema_args("Read", '{"file_path": "a.py", "limit": "3"}') == ({"file_path": "a.py", "limit": 3}, None)
