@@ -50,7 +50,7 @@ class EngineSampler:
         self.engine, self.tok, self.root, self.settings = engine, engine.tokenizer, root, settings
         self.max_len = engine.max_len
         self.reserve = settings.reserve_for(engine.max_len)
-        self.extra_mask, self.constrain = extra_mask, settings.constrain
+        self.extra_mask = extra_mask
         self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
         grounded = settings.ground and settings.constrain and root is not None
         self.grounding = Grounding(root, names=settings.names) if grounded else None
@@ -112,7 +112,7 @@ class EngineSampler:
     def _hook(self, tools, loops):
         """The engine's mask hook for one reply; `loops`: its ReplyLoops, or None."""
         import jax
-        state = self.grammar.state(tools=tools, ground=self.grounding) if self.constrain else None
+        state = self.grammar.state(tools=tools, ground=self.grounding) if self.settings.constrain else None
         extra, full, dev, copy = self.extra_mask, self._full, self._device_masks, self._copy
 
         def allowed(out):

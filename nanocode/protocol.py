@@ -75,6 +75,7 @@ TOOLS = {t.name: t for t in (
 TOOL_ARGS = {t.name: (t.required, t.optional) for t in TOOLS.values()}  # name -> (required, optional)
 INT_ARGS = frozenset({"offset", "limit", "-A", "-B"})  # decimal digits on the wire, ints once parsed
 
+
 def call_path(name: str, args: dict):
     """The path a call names (its tool's path_arg; "." for an optional path left out), None for a
     tool that names none. Not checked: the value may be any JSON the model wrote."""
