@@ -9,7 +9,7 @@ in '?', or its first word asks, looks, explains or runs) and names no change (no
 word anywhere). The two errors cost differently: a change request read as a question would make
 auto mode ask before its edit (and refuse it headless), while a question read as a change request
 only loses the guard, so anything in doubt is a change request. Rules are plain word lists, not a
-model; tests check every task phrasing (training and held-out pools) against its family's kind.
+model; tests check samples of both request grammars (tasks/requests.py) against each intent's kind.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import re
 QUESTION_STARTS = frozenset("""
     what whats where wheres which who whose why how when is are was were does do did can could would
     will should has have explain describe tell show list summarize summarise count find locate look
-    read check run open peek point walk help quick kick
+    read check run open peek point walk help quick kick track dig hunt fire tally rattle crack bring
     """.split())
 # a word that asks for a change anywhere in the request makes it a change request
 CHANGE_VERBS = frozenset("""
@@ -28,9 +28,10 @@ CHANGE_VERBS = frozenset("""
     swap extend squash set cover put insert patch correct resolve convert document rewrite drop clean
     bump increase decrease apply revert undo install generate append prepend migrate port
     introduce uncomment enable disable rework repair tweak adjust improve optimize optimise simplify
+    implemented ditch rip annotate
     """.split())
 # words that open a request without saying what it is ("please run the tests")
-FILLERS = frozenset("please hey hi ok okay so now also and then".split())
+FILLERS = frozenset("please pls kindly hey hi yo morning ok okay so right now also and then".split())
 # a change verb right after these reports a past change ("which files did i modify?")
 PAST = frozenset("did have has had".split())
 _WORD = re.compile(r"[a-z]+")

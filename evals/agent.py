@@ -1,5 +1,6 @@
 """`evals agent`: the agentic task suite. Held-out tasks from the task families (tasks: held-out
-names and phrasings; TRAIN_FAMILIES plus the EVAL_ONLY_FAMILIES never trained on), each run by the
+names and phrasings; TRAIN_FAMILIES plus the EVAL_ONLY_FAMILIES never trained on; --split real:
+projects of real standard-library code from source packages training never sees), each run by the
 real agent loop headless in its own fresh temp git repo with a step limit, scored by the task's
 hidden check. Building a task, the headless agent, its turns and the verdict are tasks'
 (build_task, task_agent, drive, resolved), shared with `train rollouts`.
@@ -9,9 +10,10 @@ Trade-offs and numbers:
   seed EVAL_SEED0 + --seed + i * F + k, so with --seed 0 they are train synth's eval_tasks.jsonl,
   and a family's tasks do not depend on which other families run. Jobs interleave the families,
   so --limit keeps a mix. --split train draws seed --seed + i * F + k with training names and
-  phrasings instead (heldout=False): the split for choosing settings, never for reporting. Each
-  task is built under its own mkdtemp base (never the shared /tmp/nanocode-synth), so parallel
-  runs cannot collide; it is removed after scoring.
+  phrasings instead (heldout=False): the split for choosing settings, never for reporting;
+  --split real / real-train are the same two on real code (tasks.SPLITS; add_parameter has no
+  real tasks). Each task is built under its own mkdtemp base (never the shared
+  /tmp/nanocode-synth), so parallel runs cannot collide; it is removed after scoring.
 - Headless as `nanocode -p`: Agent.run_turn with nobody to approve, mode auto (Edit and Bash run,
   destructive commands are asked about and so rejected), a Policy with no settings files (the
   user's own settings never change a score), no undo snapshots. user_rejects runs in mode ask
@@ -36,7 +38,11 @@ Trade-offs and numbers:
   call is its policy run up to that call (no tool runs). recover_error's oracle starts with the
   user's wrong path, so there the reference is that call. mean steps = tool calls per task;
   edits applied = Edit calls that applied (result not `error:`) / Edit calls that ran (a refused
-  one is the user's decision, not a failed edit; user_rejects refuses every Edit).
+  one is the user's decision, not a failed edit; user_rejects refuses every Edit). Copying:
+  each record's `copy` (evals/copying.copy_report: the request's project names, before the run,
+  against what the model wrote in thoughts, tool arguments and answers, exact or garbled) and
+  the summary's `copy` (per channel and overall, the share of attempts at a requested name that
+  are exact).
 - Parallel across tasks: --workers spawned processes (spawn, since jax is threaded), each loading
   the engine once; --workers 1 runs in-process. The oracle takes ~0.1 s (answer-only families) to
   ~3 s (those that run pytest twice) per task on one core, most of it pytest: 5 tasks per family
@@ -81,9 +87,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from agent.settings import SamplerSettings, TurnSettings
+from evals.copying import copy_report, project_symbols
+from evals.copying import summarize as copy_summary
 from nanocode.protocol import REJECTED
 from tasks import (
-    EVAL_ONLY_FAMILIES, EVAL_SEED0, TRAIN_FAMILIES, build_task, drive, oracle_first_call,
+    EVAL_ONLY_FAMILIES, EVAL_SEED0, SPLITS, TRAIN_FAMILIES, WORLD_FAMILIES, build_task, drive, oracle_first_call,
     pattern_symbol, resolved, setup_env, snapshot, task_agent)
 
 POLICIES = ("model", "oracle", "nothing")
@@ -103,7 +111,7 @@ def task_jobs(families: list[str], per_family: int, seed: int = 0, limit: int | 
     """[(family, task seed)], the families interleaved; seeds as the docstring says."""
     trained, eval_only = all_families()
     order = trained + eval_only
-    seed0 = EVAL_SEED0 if split == "eval" else 0
+    seed0 = EVAL_SEED0 if SPLITS[split][1] else 0
     jobs = [(f, seed0 + seed + i * len(order) + order.index(f))
             for i in range(per_family) for f in families]
     return jobs[:limit] if limit is not None else jobs
@@ -256,14 +264,16 @@ def run_task(job: tuple) -> dict:
     if _load_error is not None:
         raise _load_error
     family, seed, policy, opts, transcripts = job
-    heldout = opts.get("split", "eval") == "eval"
-    tid = f"{'eval' if heldout else 'train'}-{family}-{seed}"
+    split = opts.get("split", "eval")
+    world, heldout = SPLITS[split]
+    tid = f"{split}-{family}-{seed}"
     rec = {"id": tid, "family": family, "seed": seed}
     base = os.path.realpath(tempfile.mkdtemp(prefix="nanocode-evals-agent-"))
     t0 = time.perf_counter()
     try:
-        task = build_task(family, seed, heldout, base)
+        task = build_task(family, seed, heldout, base, world)
         system, ref = task.system, oracle_first_call(task)
+        symbols = project_symbols(task.root)  # before the run: a name the model creates is no copy
         rec.update(prompt=task.prompt, check=task.desc)
         meta = {"cwd": task.root}
         if policy == "oracle":
@@ -279,6 +289,7 @@ def run_task(job: tuple) -> dict:
             run = run_model(task, opts)
         if policy == "model":
             rec.update(audit(task, run.messages, run.calls, run.root))
+        rec["copy"] = copy_report(task.prompt, run.messages, symbols)
         rec.update(score(task, run.answer, run.calls, ref, run.root), answer=run.answer,
                    stop_reasons=run.stops,
                    system_prompt_ok=run.messages[0]["content"] == system.replace(task.root, run.root),
@@ -351,6 +362,7 @@ def summarize(records: list[dict]) -> dict:
     group = lambda names: metrics([r for r in records if r["family"] in names], at_1)  # noqa: E731
     return {"overall": metrics(records, at_1), "trained_families": group(trained),
             "eval_only_families": group(eval_only), "families": by,
+            "copy": copy_summary([r["copy"] for r in records if "copy" in r]),
             "errors": sum("error" in r for r in records),
             "system_prompt_mismatches": sum(r.get("system_prompt_ok") is False for r in records)}
 
@@ -380,6 +392,11 @@ def print_table(summary: dict) -> None:
                 row(f, summary["families"][f])
             row(f"= {title.split()[0]}", summary[key])
     row("= all", summary["overall"])
+    copy = summary.get("copy")
+    if copy and copy["overall"]["share"] is not None:
+        print(f"names from the request written exactly: {_fmt(copy['overall']['share'])} of attempts "
+              f"(thought {_fmt(copy['thought']['share'])}, args {_fmt(copy['args']['share'])}, "
+              f"answer {_fmt(copy['answer']['share'])})")
 
 
 # ---- command ------------------------------------------------------------------------------------
@@ -389,12 +406,14 @@ def main(args) -> int:
     from evals.codegen import ModelError, out_dir, resolve_model, write_results
     t0 = time.perf_counter()
     trained, eval_only = all_families()
-    families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families \
-        else trained + eval_only
-    bad = [f for f in families if f not in trained + eval_only]
+    world = SPLITS[args.split][0]
+    known = [f for f in trained + eval_only if f in WORLD_FAMILIES[world]]
+    families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else known
+    bad = [f for f in families if f not in known]
     if bad:
-        print(f"error: unknown task family {', '.join(bad)} (trained: {', '.join(trained)}; "
-              f"eval-only: {', '.join(eval_only)})", file=sys.stderr)
+        print(f"error: unknown task family {', '.join(bad)} in the {world} world (trained: "
+              f"{', '.join(f for f in trained if f in known)}; eval-only: "
+              f"{', '.join(f for f in eval_only if f in known)})", file=sys.stderr)
         return 2
     if args.per_family < 1 or args.max_steps < 1 or args.max_tokens < 1 or args.best_of < 1:
         print("error: --per-family, --max-steps, --max-tokens and --best-of must be >= 1",

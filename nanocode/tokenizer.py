@@ -5,8 +5,12 @@ from tens of MB in seconds, tiktoken encodes at several MB/s per thread. The lea
 the whole state, so the file is plain JSON (pattern, base64 token bytes -> rank, special tokens)
 rather than nanochat's pickle: portable, readable, and loading it runs no code.
 
-Split pattern: GPT-4's, except numbers split into runs of 1-2 digits instead of 1-3 (nanochat's
-choice: fewer vocab slots spent on numbers at small vocab sizes). The 11 special tokens come after
+Split pattern (SPLIT_PATTERN): numbers in runs of 1-2 digits (nanochat's choice: fewer vocab
+slots spent on numbers at small vocab sizes), and a compound identifier (`parse_header`,
+`HTTPServer`) is one pre-token with nothing attached, so a name is the same token sequence
+wherever it is written and copying it from a request into a backticked thought or a tool argument
+is a copy, not a translation. GPT-4's split (GPT4_SPLIT_PATTERN) attached the character before
+a word (` parse`, `` `parse ``); tokenizers trained with it keep it in their files. The 11 special tokens come after
 the BPE merges, in SPECIAL_TOKENS order, and are never produced from ordinary text: a user typing
 "<|bos|>" gets ~6 plain-text tokens for it (8k vocab), never the control token.
 
@@ -33,10 +37,21 @@ from nanocode.common import write_atomic
 from nanocode.protocol import SPECIAL_TOKENS, check_shape, encode_call, parse_call
 
 
-SPLIT_PATTERN = (
+# GPT-4's split with numbers in runs of 1-2 digits: what tokenizers trained before the compound
+# split used (their files keep it); bench/copy_accuracy.py compares against it.
+GPT4_SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|"""
     r"""\s*[\r\n]|\s+(?!\S)|\s+"""
 )
+# a contraction only before a non-word character (`'stats'` is not `'s` + `tats`)
+CONTRACTION = r"'(?i:[sdmt]|ll|ve|re)(?![\p{L}\p{N}_])"
+# an identifier with an inner `_` or a case hump (moving_average, AbaloneTracker, HTTPServer)
+COMPOUND = r"[\p{L}_][\p{L}\p{N}_]*(?:_|\p{Ll}\p{Lu}|\p{Lu}\p{Lu}\p{Ll})"
+# A compound identifier is one pre-token with nothing before it, so `moving_average` is the same
+# tokens after a space, a backtick, a quote, a slash or a dot; other words take one space before
+# them and never punctuation.
+SPLIT_PATTERN = (CONTRACTION + r"|(?=" + COMPOUND + r")[\p{L}_][\p{L}\p{N}_]*| ?(?!" + COMPOUND
+                 + r")\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+")
 
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # 256 byte tokens + 11 specials = 267
 TOKENIZER_FILE = "tokenizer.json"

@@ -1,33 +1,41 @@
-"""The synthetic task families: the environment both training (`train synth`, `train rollouts`)
-and evaluation (`evals agent`) run on. A task is a small throwaway Python project with a git
-history built on disk, a user prompt, a scripted oracle that solves it through the real tools and
-a hidden check of the final state.
+"""The task families: the environment both training (`train synth`, `train rollouts`) and
+evaluation (`evals agent`) run on. A task is a small throwaway Python project with a git history
+built on disk (generated from templates, or assembled from real standard-library code), a user
+request, a scripted oracle that solves it through the real tools and a hidden check of the final
+state.
 
 Modules: names (word pools, training vs held-out), projects (the project generator, the tools'
-environment, the checks' runners), phrasing (user requests, off-style prose, stdlib code
-conversations), oracle (Task, OracleRollout, flaws), families (the families and make_task),
-seeds (who owns which seeds), harness (running an agent on a task and checking it). Callers
-outside this package use only the names below.
+environment, the checks' runners), real_source (functions harvested from the standard library
+with recorded tests and mutation bugs), real_projects (projects of real code, the split by source
+package), requests (the grammar of user requests, training vs held-out), phrasing (off-style
+prose, stdlib code conversations), oracle (Task, OracleRollout, flaws), steps (the families'
+shared building blocks), questions and changes (the families), families (the table and
+make_task), seeds (who owns which seeds and splits), harness (running an agent on a task and
+checking it). Callers outside this package use only the names below.
 
-Contracts: the same (family, seed, heldout) give byte-identical projects, prompts, oracle
-conversations and flawed replays (base path aside); held-out names, phrasings, EVAL_ONLY_FAMILIES
-and seeds from EVAL_SEED0 up never reach training data. Importing this package is light (no jax,
-no agent): `train` CLI commands import it to build their parsers.
+Contracts: the same (family, seed, heldout, world) give byte-identical projects, prompts, oracle
+conversations and flawed replays (base path aside; the real world also depends on the installed
+Python's sources); held-out names, request words, EVAL_ONLY_FAMILIES, the real world's eval-side
+source packages and seeds from EVAL_SEED0 up never reach training data. Importing this package
+is light (no jax; of the agent only its request classifier): `train` CLI commands import it to
+build their parsers.
 """
-from tasks.families import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, make_task
+from tasks.families import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, WORLD_FAMILIES, WORLDS, make_task
 from tasks.harness import build_task, drive, pattern_symbol, resolved, task_agent
 from tasks.names import HELDOUT_WORDS
 from tasks.oracle import OracleRollout, Task, oracle_first_call, shows_flaw
 from tasks.phrasing import code_conversation
 from tasks.projects import BASE, setup_env, snapshot
-from tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, attempt_seeds
+from tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, SPLITS, attempt_seeds
 
 __all__ = [
     # families and building tasks
     "FAMILIES",            # name -> family builder; every family
     "TRAIN_FAMILIES",      # the families training data may use
     "EVAL_ONLY_FAMILIES",  # families only evals run (never trained on)
-    "make_task",           # (family, seed, heldout, base) -> Task, its project built on disk
+    "WORLDS",              # where projects come from: "generated" (templates), "real" (stdlib code)
+    "WORLD_FAMILIES",      # world -> the families that have tasks there
+    "make_task",           # (family, seed, heldout, base, world) -> Task, its project built on disk
     "Task",                # a task: project, prompt, hidden check, oracle policy, flaws, follow-up
     "BASE",                # default parent directory of task projects
     "setup_env",           # the process environment the tools expect (PATH, no git config)
@@ -35,6 +43,7 @@ __all__ = [
     # seed ranges
     "EVAL_SEED0",          # eval task seeds start here; training never reaches it
     "ROLLOUT_SEED0",       # `train rollouts` task seeds start here (above synth's, below evals')
+    "SPLITS",              # `evals agent --split` name -> (world, heldout)
     "ATTEMPTS",            # project seeds tried per task seed when a family cannot use one
     "ATTEMPT_STRIDE",      # distance between those project seeds
     "attempt_seeds",       # seed -> the project seeds tried for it, in order

@@ -28,12 +28,12 @@ from tasks.oracle import Task
 from tasks.seeds import ATTEMPTS, attempt_seeds
 
 
-def build_task(family: str, seed: int, heldout: bool, base: str) -> Task:
+def build_task(family: str, seed: int, heldout: bool, base: str, world: str = "generated") -> Task:
     """make_task on the first of attempt_seeds(seed) whose project the family can use (no function
     with a parameter spec, ...); the last failure is raised. The project is under base/<that seed>."""
     for attempt, aseed in enumerate(attempt_seeds(seed)):
         try:
-            return make_task(family, aseed, heldout=heldout, base=base)
+            return make_task(family, aseed, heldout=heldout, base=base, world=world)
         except Exception:  # noqa: BLE001 - re-raised (and reported) after the last attempt
             if attempt == ATTEMPTS - 1:
                 raise
@@ -88,7 +88,9 @@ def resolved(task: Task, answer: str, calls: list[dict], root: str | None = None
 
 
 def pattern_symbol(pattern: str) -> str:
-    """A Grep pattern's symbol: its longest word once regex escapes and def/class are removed
-    (`def mean_price\\(` -> mean_price), so two patterns for one name compare equal."""
-    words = [w for w in re.findall(r"\w+", re.sub(r"\\.", " ", pattern)) if w not in ("def", "class")]
+    """A Grep pattern's symbol: its longest word once regex escapes and the keywords def, class,
+    from and import are removed (`def mean_price\\(` -> mean_price), so two patterns for one name
+    compare equal."""
+    words = [w for w in re.findall(r"\w+", re.sub(r"\\.", " ", pattern))
+             if w not in ("def", "class", "from", "import")]
     return max(words, key=len, default="")

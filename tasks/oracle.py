@@ -92,6 +92,7 @@ class Task:
     guarded: dict = field(default_factory=dict, repr=False)  # the tests as built (tools.test_guard.capture)
     tests_allowed: tuple = ()      # fnmatch patterns of guarded paths the request asks to change
     tests_view: Callable[[bytes], bytes] | None = None  # rewrite the request implies (a rename)
+    world: str = "generated"       # where the project came from (tasks.families.WORLDS)
 
     @property
     def root(self) -> str:

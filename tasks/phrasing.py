@@ -1,14 +1,10 @@
-"""The prose of tasks: user request phrasings (`phrase`), the off-style prose of rejected rollouts
-(`off_style`, ASKS_MORE), and the tool-free code-writing conversations `train synth` mixes in
-(`code_conversation`, drawn from the Python standard library).
+"""The prose of tasks besides user requests (tasks/requests.py): the off-style prose of rejected
+rollouts (`off_style`, ASKS_MORE), and the tool-free code-writing conversations `train synth` mixes
+in (`code_conversation`, drawn from the Python standard library).
 
-Trade-offs: phrasings are plain template strings, several per task kind, split into a training
-pool and a held-out pool (HELDOUT_PHRASES) that only the eval tasks use, so an eval measures
-whether the model follows requests worded in ways it never saw. Each held-out template carries a
-distinctive fixed fragment; tests check those fragments never reach training data. Casual
-variants come from cheap rewrites (drop backticks, lowercase), not from a language model.
-The stdlib conversations reuse real, reviewed code (with its docstring) rather than synthetic
-functions; they depend on the installed Python version, so they are deterministic per machine.
+Trade-offs: the stdlib conversations reuse real, reviewed code (with its docstring) rather than
+synthetic functions; they depend on the installed Python version, so they are deterministic per
+machine.
 """
 from __future__ import annotations
 
@@ -16,142 +12,7 @@ import ast
 import functools
 import os
 import random
-import re
 import textwrap
-
-PHRASES = {
-    "find_definition": [
-        "where is `{fn}` defined?", "find the definition of {fn}", "where's {fn}?",
-        "which file has `{fn}` in it? i need the line too", "locate `{fn}` for me",
-        "can you find where {fn} lives in this repo?", "find {fn}",
-        "where does `{fn}` live?", "show me where {fn} is defined", "in which module is `{fn}` defined?",
-        "which file and line define {fn}?", "i can't find {fn}. where is it?",
-        "where can i find the code for {fn}?"],
-    "find_class": [
-        "where is the `{cls}` class defined?", "find class {cls}", "which file defines {cls}?",
-        "where's the {cls} class?", "locate class `{cls}`", "in which file is `{cls}` declared?"],
-    "explain": [
-        "what does `{fn}` do?", "explain {fn} briefly", "can you explain what `{fn}` in {file} does?",
-        "how does {fn} work?", "quick question: what is `{fn}` for?", "tell me what {fn} returns",
-        "describe what `{fn}` does", "what's the purpose of {fn}?", "summarize {fn} for me",
-        "i don't understand {fn}. what does it do?", "what is {fn} supposed to do?",
-        "help me understand `{fn}`", "read {fn} and tell me what it does"],
-    "fix_bug": [
-        "the tests are failing, can you fix it?", "`{test}` fails, please fix the bug",
-        "something is wrong with `{fn}`, the tests catch it. fix it", "fix the failing test",
-        "tests broke after the last commit. fix the code, not the tests",
-        "{fn} is returning the wrong thing, fix it",
-        "a test is failing, please fix it", "pytest fails. find the bug and fix it",
-        "`{test}` is red, find the bug and fix it", "there's a bug in {fn}, please fix it",
-        "something broke and the suite fails. can you fix it?", "make the tests pass again"],
-    "implement_stub": [
-        "implement `{fn}` in {file}", "`{fn}` is just a stub, write it",
-        "please write the body of {fn}; the docstring says what it should do",
-        "{fn} raises NotImplementedError, implement it so the tests pass", "implement {fn}",
-        "write the missing body of `{fn}`", "{fn} isn't implemented yet, do it",
-        "finish the implementation of {fn}", "`{fn}` only raises NotImplementedError. implement it",
-        "code up {fn} from its docstring", "complete `{fn}` in {file}"],
-    "rename_symbol": [
-        "rename `{fn}` to `{new}` everywhere", "rename {fn} -> {new}, including the tests"],
-    "add_parameter": [
-        "add a `{param}` parameter to `{fn}` with default {default}",
-        "give {fn} an optional {param} argument (default {default})"],
-    "create_test": [
-        "add a test file `{test}` for `{fn}`", "write tests for {fn} in {test}",
-        "create {test} with a couple of tests for `{fn}`",
-        "i need tests for {fn}; put them in {test}", "add some pytest tests for `{fn}` in `{test}`",
-        "cover {fn} with tests in {test}"],
-    "create_module": [
-        "add a module `{file}` with a function `{fn}` that does this: {doc}",
-        "create {file} containing {fn}(): {doc}", "new file {file}: a function `{fn}`. {doc}",
-        "make a new module {file} with `{fn}`: {doc}", "write `{fn}` in a new file `{file}`. it should {doc}"],
-    "run_tests": [
-        "run the tests", "do the tests pass?", "run the test suite and tell me the result",
-        "can you run pytest?", "check whether the tests are green",
-        "are the tests passing?", "run pytest and report back", "please run the tests",
-        "what does the test suite say?", "run the unit tests", "are all the tests green?"],
-    "line_count": [
-        "how many lines is {file}?", "count the lines in `{file}`", "what's the line count of {file}",
-        "how long is {file}?", "number of lines in {file}?", "lines in `{file}`?"],
-    "list_files": [
-        "what modules are in {pkg}?", "list the files in the {pkg} package", "show me what's in {pkg}/",
-        "which modules does {pkg} have?", "what's inside {pkg}?", "list {pkg}'s modules",
-        "what python files are in {pkg}?"],
-    "git_last": [
-        "what was the last commit?", "what did the latest commit do?", "show me the most recent commit",
-        "what's the latest commit?", "show the last commit", "what changed in the most recent commit?"],
-    "git_changes": [
-        "what have i changed since the last commit?", "what's uncommitted right now?",
-        "which files did i modify?", "git status?",
-        "show me my uncommitted changes", "is there anything uncommitted?", "what's modified in the repo?",
-        "did i change anything since the last commit?"],
-    "git_count": [
-        "how many commits does this repo have?", "count the commits", "how long is the git history?",
-        "how many commits are there?", "how many commits in the git log?"],
-    "recover_path": [
-        "look at {wrong} and tell me what {fn} does", "what does {fn} in {wrong} do?",
-        "read {wrong} and explain {fn}", "open {wrong}, what does {fn} do?"],
-    "recover_cmd": [
-        "run the tests for {module}", "run the {module} tests", "do the tests in {module} pass?",
-        "run only the {module} tests", "just the tests of {module}, please"],
-    "rejects_run": ["run the tests", "run the test suite", "can you run the tests?",
-        "run pytest", "do the tests pass?"],
-    "rejects_edit": ["implement `{fn}`", "fill in {fn}, it's a stub", "write the body of `{fn}`",
-        "implement {fn}", "write {fn}, it's only a stub"],
-}
-
-# only eval tasks use these; each has a fragment no training phrasing contains
-HELDOUT_PHRASES = {
-    "find_definition": ["point me to the spot where {fn} gets defined",
-                        "i'm hunting for `{fn}`, got a file and line number?"],
-    "find_class": ["point me to the spot where class {cls} gets defined"],
-    "explain": ["walk me through what {fn} is doing", "give me the gist of `{fn}` in plain words"],
-    "fix_bug": ["track down whatever broke the test suite and squash it",
-                "pytest went red on me; sort out `{fn}` please"],
-    "implement_stub": ["fill in the missing logic of `{fn}` so pytest is happy",
-                       "{fn} is a placeholder right now, flesh it out"],
-    "rename_symbol": ["i'd prefer the name `{new}` over `{fn}`, swap it across the codebase",
-                      "swap every usage of {fn} for the new name {new}"],
-    "add_parameter": ["let callers of `{fn}` pass an extra {param} (defaulting to {default})",
-                      "extend the signature of {fn} with {param}={default}"],
-    "create_test": ["set up a fresh test module {test} that exercises `{fn}`"],
-    "create_module": ["i'd like a brand new file {file} holding `{fn}`; behaviour: {doc}"],
-    "run_tests": ["kick off the test suite and give me the verdict",
-                  "is the suite passing at the moment? go run it"],
-    "line_count": ["tell me the length of {file} in lines, please"],
-    "list_files": ["give me an inventory of the modules under {pkg}"],
-    "git_last": ["summarize the newest entry in the git log for me"],
-    "git_changes": ["anything sitting in my working tree that isn't committed yet?"],
-    "git_count": ["tell me the number of commits in the history so far"],
-    "recover_path": ["peek into {wrong} and describe {fn} to me"],
-    "recover_cmd": ["kick off just the {module} tests and give me the verdict"],
-    "rejects_run": ["kick off the test suite and give me the verdict"],
-    "rejects_edit": ["fill in the missing logic of `{fn}` so pytest is happy"],
-}
-
-
-def phrase(key: str, rng: random.Random, heldout: bool, **slots) -> str:
-    """A user request for `key`, from the held-out pool when `heldout`, with casual rewrites."""
-    text = rng.choice((HELDOUT_PHRASES if heldout else PHRASES)[key]).format(**slots)
-    r = rng.random()
-    if r < 0.25:
-        text = text.replace("`", "")
-    elif r < 0.35 and text[0].islower() and not text.startswith(tuple(str(v) for v in slots.values())):
-        text = text[0].upper() + text[1:]  # never a name: the model copies names as written
-    elif r < 0.45 and not text.endswith(("?", ".")):
-        text += rng.choice([".", " please", " thanks"])
-    return text
-
-
-def fragments() -> list[str]:
-    """The longest fixed fragment of every held-out phrasing (backticks removed)."""
-    out = []
-    for templates in HELDOUT_PHRASES.values():
-        for t in templates:
-            parts = re.split(r"\{\w+\}", t.replace("`", ""))
-            out.append(max(parts, key=len).strip())
-    return out
-
 
 # --- rejected-rollout prose ----------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""Throwaway Python projects that tasks are set on: a package of small functions, pytest tests, a
-README, sometimes a NANOCODE.md, and a 2-3 commit git history, all drawn from a seeded RNG; and the
+"""Throwaway Python projects that tasks are set on: a package of small functions and a few module
+constants, pytest tests, a README, sometimes a NANOCODE.md, and a 2-3 commit git history, all drawn from a seeded RNG; and the
 environment the tools run in on them (setup_env) and the hidden checks' runners (run_tests,
 run_python, snapshot).
 
@@ -203,6 +203,11 @@ TEMPLATES = {
         keywords=["largest", "smallest", "difference"]),
 }
 
+# module settings a generated module may start with (what change_constant asks to change)
+CONSTANT_NAMES = ["MAX_ITEMS", "DEFAULT_WIDTH", "TIMEOUT", "RETRIES", "PAGE_SIZE", "MAX_DEPTH",
+                  "BATCH_SIZE", "PRECISION", "LIMIT", "TAB_SIZE", "MAX_LINE_LENGTH", "CACHE_SIZE"]
+CONSTANT_VALUES = [3, 5, 8, 10, 16, 20, 32, 50, 64, 80, 100, 120]
+
 CLASS_TEMPLATES = {
     "tracker": ("A simple tally of named {noun} counts.", [
         "def __init__(self):", "    self.counts = {{}}", "",
@@ -223,25 +228,31 @@ CLASS_TEMPLATES = {
 
 @dataclass
 class Func:
+    """A function of a project. Generated ones come from a template (spec = TEMPLATES[template]);
+    real ones (tasks/real_projects.py) carry their own spec with the same keys where they apply:
+    bugs, tests, explain, keywords, names, params."""
     name: str
     template: str
     module: str          # e.g. "ledger/stats"
     file: str            # e.g. "ledger/stats.py"
     line: int            # 1-based line of the `def`
     signature: str       # "mean_price(values)"
-    doc: str
+    doc: str             # the docstring's first line ("" when it has none)
     body: list[str]      # body lines without the docstring, indented 4 spaces
     test_file: str
     test_name: str
+    spec: dict = None    # TEMPLATES[template] unless given
+    head: str = ""       # the def line(s) as written, default f"def {signature}:"
+    doc_block: str = None  # the docstring's lines as written, default '    """{doc}"""'
 
-    @property
-    def spec(self) -> dict:
-        return TEMPLATES[self.template]
+    def __post_init__(self):
+        self.spec = TEMPLATES[self.template] if self.spec is None else self.spec
+        self.head = self.head or f"def {self.signature}:"
+        self.doc_block = f'    """{self.doc}"""' if self.doc_block is None else self.doc_block
 
     def source(self) -> str:
         """The whole def as it is in the file, docstring included."""
-        lines = [f"def {self.signature}:", f'    """{self.doc}"""'] + self.body
-        return "\n".join(lines) + "\n"
+        return "\n".join([self.head] + ([self.doc_block] if self.doc_block else []) + self.body) + "\n"
 
 
 @dataclass
@@ -290,11 +301,14 @@ def commit_all(p: Project, subject: str, day: int) -> None:
     p.commits.append(subject)
 
 
-def _render_module(p: Project, mod: str, funcs: list[tuple[str, str]], cls: tuple | None) -> str:
-    """Write module `mod` (path) with funcs [(template, name)] and an optional class; fill
-    p.functions with line numbers."""
+def _render_module(p: Project, mod: str, funcs: list[tuple[str, str]], cls: tuple | None,
+                   consts: list[tuple[str, int]] = ()) -> str:
+    """Write module `mod` (path) with module constants [(NAME, value)], funcs [(template, name)]
+    and an optional class; fill p.functions with line numbers."""
     title = os.path.basename(mod)[:-3].replace("_", " ")
     lines = [f'"""{title.capitalize()} helpers for {p.package}."""']
+    if consts:
+        lines += [""] + [f"{name} = {value}" for name, value in consts]
     for template, name in funcs:
         spec = TEMPLATES[template]
         lines += ["", ""]
@@ -348,11 +362,13 @@ def generate_project(rng: random.Random, base: str, heldout: bool = False) -> Pr
             fname = rng.choice(TEMPLATES[t]["names"]).format(noun=nouns[i])
             assigned[i % n_mod].append((t, fname))
     p.write(f"{name}/__init__.py", f'"""{name}: small utilities."""\n')
+    names = rng.sample(CONSTANT_NAMES, len(CONSTANT_NAMES))
     for i, m in enumerate(mods):
         mod = f"{name}/{m}.py"
         cls = (cls_name, cls_template, cls_noun) if i == cls_mod else None
+        consts = [(names.pop(), rng.choice(CONSTANT_VALUES)) for _ in range(rng.randint(1 if i == 0 else 0, 2))]
         p.modules.append(mod)
-        p.write(mod, _render_module(p, mod, assigned[i], cls))
+        p.write(mod, _render_module(p, mod, assigned[i], cls, consts))
         test_file = f"tests/test_{m}.py"
         p.write(test_file, _render_tests(p, mod, [n for _, n in assigned[i]], cls))
         for _, fname in assigned[i]:
@@ -372,21 +388,27 @@ def generate_project(rng: random.Random, base: str, heldout: bool = False) -> Pr
                  rng.choice(["- no third-party dependencies", "- prefer plain loops over clever tricks",
                              "- every function gets a test in tests/"])]
         p.write("NANOCODE.md", "# notes for nanocode\n\n" + "\n".join(notes) + "\n")
+    commit_history(p, rng)
+    return p
+
+
+def commit_history(p: Project, rng: random.Random) -> None:
+    """git init, then 2-3 commits: everything but the last module and its tests, that module
+    ("add <module> module"), and half the time a README licence section."""
     day = rng.randint(1, 20)
-    git(root, "init", "-q", "-b", "main")
+    git(p.root, "init", "-q", "-b", "main")
     last = p.modules[-1]
     hold_test = f"tests/test_{os.path.basename(last)}"
     hold = {last: p.read(last), hold_test: p.read(hold_test)}
     for rel in hold:
         os.remove(p.path(rel))
-    commit_all(p, rng.choice(["initial commit", f"start {name}", f"add {name} package"]), day)
+    commit_all(p, rng.choice(["initial commit", f"start {p.name}", f"add {p.name} package"]), day)
     for rel, text in hold.items():
         p.write(rel, text)
     commit_all(p, f"add {os.path.basename(last)[:-3]} module", day + 1)
     if rng.random() < 0.5:
         p.write("README.md", p.read("README.md") + "\n## License\n\nMIT\n")
         commit_all(p, rng.choice(["readme: add license", "docs: license section"]), day + 2)
-    return p
 
 
 def snapshot(root: str) -> dict[str, str]:

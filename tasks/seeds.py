@@ -19,6 +19,12 @@ ROLLOUT_SEED0 = 5 * 10**11  # `train rollouts` seeds: above synth's seeds and th
 EVAL_SEED0 = 10**12  # eval task seeds start here, far from every training seed
 
 
+# `evals agent --split`: name -> (world, heldout). eval and real are for reporting (held-out names,
+# phrasings, families or source modules); train and real-train for choosing settings.
+SPLITS = {"eval": ("generated", True), "train": ("generated", False),
+          "real": ("real", True), "real-train": ("real", False)}
+
+
 def attempt_seeds(seed: int) -> list[int]:
     """The project seeds tried for task seed `seed`, in order (the first that builds is used)."""
     return [seed + k * ATTEMPT_STRIDE for k in range(ATTEMPTS)]

@@ -116,6 +116,8 @@ def test_baselines(tmp_path, capsys, policy, rate):
     if policy == "oracle":
         assert s["overall"]["valid_tool_call_rate"] == s["overall"]["first_call_correct_rate"] == 1.0
         assert s["overall"]["edits_applied_rate"] == 1.0
+        assert s["copy"]["overall"]["share"] == 1.0 and s["copy"]["attempted"] > 0  # the oracle copies names
+        assert "names from the request written exactly: 100.0%" in out
     rows = [json.loads(x) for x in (tmp_path / f"agent_{policy}.jsonl").read_text().splitlines()]
     assert len(rows) == len(FAMILIES)
     assert len(list((tmp_path / f"agent_{policy}_transcripts").glob("*.jsonl"))) == len(FAMILIES)

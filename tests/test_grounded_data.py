@@ -50,9 +50,11 @@ def replay(messages: list[dict], root: str, tok, grammar) -> Counter:
                 raise AssertionError(f"message {k} token {j} ({tok.decode(ids[j:j + 1])!r}) refused after "
                                      f"{tok.decode(ids[max(0, j - 40):j])!r}: {msg.get('tool_call')}")
         call = msg.get("tool_call")
-        if call is None or messages[k + 1]["content"] == REJECTED:
+        if call is None:
             continue
-        calls[call["name"]] += 1
+        calls[call["name"]] += 1  # admitted by the grammar (a rejected call too)
+        if messages[k + 1]["content"] == REJECTED:
+            continue
         assert untimed(run_tool(root, call["name"], call["args"])) == untimed(messages[k + 1]["content"]), (k, call)
         if call["name"] in ("Edit", "Bash"):
             ground.refresh()

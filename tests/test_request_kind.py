@@ -1,29 +1,32 @@
-"""A question is not a licence to edit: the request classifier against every task phrasing, and the
-real driver (tiny engine, scripted model, real tools in a temp git repo) refusing a question's
-Edit headless, asking about it in a face, and running a change request's Edit in auto mode."""
+"""A question is not a licence to edit: the request classifier against a large sample of both
+request grammars (tasks/requests.py), and the real driver (tiny engine, scripted model, real tools
+in a temp git repo) refusing a question's Edit headless, asking about it in a face, and running a
+change request's Edit in auto mode."""
+
+import random
 
 import pytest
 
 from agent.request_kind import is_question
 from scripted_agent import call, make, reply
 from tools.permissions import QUESTION_EDIT
-from tasks.phrasing import HELDOUT_PHRASES, PHRASES
+from tasks.requests import CHANGE_INTENTS, INTENTS, phrase
 
-QUESTION_KEYS = {"find_definition", "find_class", "explain", "run_tests", "line_count", "list_files",
-                 "git_last", "git_changes", "git_count", "recover_path", "recover_cmd", "rejects_run"}
 SLOTS = dict(fn="mean_price", cls="Stack", file="pkg/core.py", test="tests/test_core.py",
              new="avg_price", param="scale", default="1", doc="return the sum", pkg="pkg",
-             wrong="core.py", module="core")
+             wrong="core.py", module="core", const="MAX_ITEMS", value="50")
 
 
-@pytest.mark.parametrize("pool", [PHRASES, HELDOUT_PHRASES], ids=["train", "heldout"])
-def test_no_change_request_reads_as_a_question(pool):
-    """The costly error never happens on any phrasing; most questions are recognised."""
-    changes = [t for k, ts in pool.items() if k not in QUESTION_KEYS for t in ts]
-    questions = [t for k, ts in pool.items() if k in QUESTION_KEYS for t in ts]
-    assert not [t for t in changes if is_question(t.format(**SLOTS))]
-    found = sum(is_question(t.format(**SLOTS)) for t in questions)
-    assert found >= 0.85 * len(questions), found
+@pytest.mark.parametrize("heldout", [False, True], ids=["train", "heldout"])
+def test_no_change_request_reads_as_a_question(heldout):
+    """The costly error never happens on 1,000 requests of every change intent; at least 85% of
+    the question intents' requests are recognised."""
+    def sample(intents):
+        return [phrase(i, random.Random(s), heldout, **SLOTS) for i in intents for s in range(1000)]
+    assert not [t for t in sample(sorted(CHANGE_INTENTS)) if is_question(t)]
+    questions = sample(sorted(set(INTENTS) - CHANGE_INTENTS))
+    found = sum(map(is_question, questions))
+    assert found >= 0.85 * len(questions), found / len(questions)
 
 
 @pytest.mark.parametrize("text,want", [

@@ -17,7 +17,7 @@ from tools.dispatch import run_tool
 from train import synth
 from train.cli import add_synth_args
 from tasks import EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, make_task, shows_flaw
-from tasks.phrasing import fragments
+from tasks.requests import heldout_fragments
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_heldout_and_eval_only_stay_out_of_training(main_out):
     low = train_text.lower().replace("`", "")
     for word in HELDOUT_WORDS:
         assert word not in low, word
-    for frag in fragments():
+    for frag in heldout_fragments():
         assert frag.lower() not in low, frag
     fams = {r["family"] for n in ("train.jsonl", "val.jsonl") for r in rows(main_out[n])}
     assert not fams & set(EVAL_ONLY_FAMILIES)
@@ -162,7 +162,7 @@ def test_heldout_and_eval_only_stay_out_of_training(main_out):
 
 
 def test_eval_prompts_use_heldout_phrasings(oracle_runs):
-    frags = [f.lower() for f in fragments()]
+    frags = [f.lower() for f in heldout_fragments()]
     for family in EVAL_ONLY_FAMILIES:
         task = oracle_runs[family][0]
         assert any(f in task.prompt.lower().replace("`", "") for f in frags), task.prompt

@@ -152,6 +152,9 @@ def add_synth_args(p: argparse.ArgumentParser) -> None:
                    help="comma-separated task families (default: all training families)")
     p.add_argument("--code-ratio", type=float, default=0.15,
                    help="share of tool-free code-writing conversations from the stdlib (default: 0.15)")
+    p.add_argument("--real-ratio", type=float, default=0.0,
+                   help="share of task conversations on real standard-library code (the real world's "
+                   "training modules) instead of generated projects (default: 0.0)")
     p.add_argument("--pref-ratio", type=float, default=0.5,
                    help="share of task conversations that also get a rejected rollout (default: 0.5)")
     p.add_argument("--val-fraction", type=float, default=0.05, help="validation share (default: 0.05)")

@@ -25,7 +25,7 @@ from collections import Counter
 KINDS = ("path", "old_string", "offset", "pattern", "prose")
 _PREFIX = re.compile(r"^(?: *\d+→|[^\s:]+[:-]\d+[:-])", re.M)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
-_KEYWORDS = {"def", "class"}
+_KEYWORDS = {"def", "class", "from", "import"}  # Python words a pattern may add
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 
 

@@ -7,11 +7,13 @@ use and removed after) so the working directory in prompts and tool output is th
 run: two runs with the same seed write identical files, except timings that tools print
 (pytest's "in 0.03s"). Two concurrent runs with the same seeds would collide on those paths.
 The tasks, their oracle and the seed ranges are tasks (the package `tasks`); held-out
-words and phrasings (tasks/names.py HELDOUT_WORDS, tasks/phrasing.py HELDOUT_PHRASES)
-and the EVAL_ONLY_FAMILIES never reach train/val data; eval_tasks.jsonl uses only them. No heavy
+words and requests (tasks/names.py HELDOUT_WORDS, tasks/requests.py's held-out grammar),
+the EVAL_ONLY_FAMILIES and the real world's eval-side source packages never reach train/val
+data; eval_tasks.jsonl uses only them. --real-ratio draws that share of task conversations from
+the real world (tasks/real_projects.py: projects of real standard-library code). No heavy
 imports at module level: the CLI imports this module.
 
-Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "messages"} per line),
+Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "world", "messages"} per line),
 preference_train.jsonl / preference_val.jsonl ({"id", "family", "flaw", "chosen", "rejected"}),
 eval_tasks.jsonl ({"id", "family", "seed", "heldout", "project", "prompt", "check"}; rebuild with
 tasks.make_task(family, seed, heldout=True)) and stats.json (counts, and the shares of grounded arguments
@@ -27,7 +29,7 @@ import shutil
 import time
 
 from tasks import (
-    EVAL_ONLY_FAMILIES, EVAL_SEED0, HELDOUT_WORDS, TRAIN_FAMILIES, attempt_seeds,
+    EVAL_ONLY_FAMILIES, EVAL_SEED0, HELDOUT_WORDS, TRAIN_FAMILIES, WORLD_FAMILIES, attempt_seeds,
     code_conversation, make_task, shows_flaw)
 
 __all__ = ["main", "generate_one", "is_val"]
@@ -41,27 +43,29 @@ def is_val(cid: str, fraction: float) -> bool:
 def generate_one(job: tuple) -> tuple[dict, dict | None]:
     """One conversation (and maybe its preference pair) for index i of a run."""
     from nanocode.protocol import system_prompt
-    seed, i, families, code_ratio, pref_ratio, base = job
+    seed, i, families, code_ratio, pref_ratio, base, real_ratio = job
     rng = random.Random(f"synth:{seed}:{i}")
     cseed, cid = seed * 10**6 + i, f"{seed}-{i}"
     if rng.random() < code_ratio:
         system = system_prompt(os.path.join(base, str(cseed), "scratch"))
         conv = code_conversation(rng, system, HELDOUT_WORDS)
-        return {"id": cid, "family": "code", "messages": conv["messages"]}, None
+        return {"id": cid, "family": "code", "world": "code", "messages": conv["messages"]}, None
     family = rng.choice(families)
+    real = real_ratio > 0 and rng.random() < real_ratio and family in WORLD_FAMILIES["real"]
+    world = "real" if real else "generated"
     aseeds = attempt_seeds(cseed)
     for aseed in aseeds:  # a rare project where the family cannot apply: next project
         try:
-            task = make_task(family, aseed, False, base)
+            task = make_task(family, aseed, False, base, world)
             chosen, pair = task.rollout(), None
             if rng.random() < pref_ratio:  # each flawed replay needs the untouched project again
                 for flaw in rng.sample(task.flaws, len(task.flaws)):
-                    rejected = make_task(family, aseed, False, base).rollout(flaw)
+                    rejected = make_task(family, aseed, False, base, world).rollout(flaw)
                     if shows_flaw(flaw, chosen, rejected):
-                        pair = {"id": cid, "family": family, "flaw": flaw, "chosen": chosen,
+                        pair = {"id": cid, "family": family, "world": world, "flaw": flaw, "chosen": chosen,
                                 "rejected": rejected}
                         break
-            return {"id": cid, "family": family, "messages": chosen["messages"]}, pair
+            return {"id": cid, "family": family, "world": world, "messages": chosen["messages"]}, pair
         except Exception:  # noqa: BLE001 - retried with another project, re-raised at the end
             if aseed == aseeds[-1]:
                 raise
@@ -91,7 +95,11 @@ def main(args) -> int:
               f"eval-only: {', '.join(EVAL_ONLY_FAMILIES)})")
         return 2
     os.makedirs(args.out, exist_ok=True)
-    jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir) for i in range(args.n)]
+    if not 0 <= args.real_ratio <= 1:
+        print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}")
+        return 2
+    jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir, args.real_ratio)
+            for i in range(args.n)]
     t0 = time.time()
     results = []
     bar = tqdm(total=args.n, unit="conv", dynamic_ncols=True, desc="synth")
@@ -110,11 +118,13 @@ def main(args) -> int:
             bar.update()
     bar.close()
     out = {"train": [], "val": [], "preference_train": [], "preference_val": []}
-    stats = {"seed": args.seed, "n": args.n, "families": families, "train": {}, "val": {},
+    stats = {"seed": args.seed, "n": args.n, "families": families, "real_ratio": args.real_ratio,
+             "worlds": {}, "train": {}, "val": {},
              "preference_train": {}, "preference_val": {}, "flaws": {}, "eval_tasks": {}}
     for conv, pair in results:
         split = "val" if is_val(conv["id"], args.val_fraction) else "train"
         out[split].append(conv)
+        stats["worlds"][conv["world"]] = stats["worlds"].get(conv["world"], 0) + 1
         stats[split][conv["family"]] = stats[split].get(conv["family"], 0) + 1
         if pair:
             out["preference_" + split].append(pair)
