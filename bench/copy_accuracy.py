@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nanocode.tokenizer import CONTRACTION, GPT4_SPLIT_PATTERN, SPLIT_PATTERN  # noqa: E402
+from nanocode.tokenizer import COMPOUND_SPLIT_PATTERN, CONTRACTION, SPLIT_PATTERN  # noqa: E402
 
 # A name's neighbours in what the agent reads and writes: (text before it, text after it).
 CONTEXTS = {
@@ -63,12 +63,12 @@ CONTEXTS = {
 }
 
 # Candidate split patterns: GPT-4's (what the shipped tokenizer used) and ones where a word never
-# absorbs the punctuation before it; SPLIT_PATTERN is compound_alone. The contraction alternative
+# absorbs the punctuation before it; compound_alone is COMPOUND_SPLIT_PATTERN. The contraction alternative
 # needs a non-word character after it in the candidates, so `'stats'` is not `'s` + `tats`.
 SPACES = r"|\s*[\r\n]|\s+(?!\S)|\s+"
 PATTERNS = {
     # GPT-4's split: a word takes one non-letter before it (` parse`, `.par`, `_he`)
-    "gpt4": GPT4_SPLIT_PATTERN,
+    "gpt4": SPLIT_PATTERN,
     # letters alone; a space, `_` and punctuation are their own pre-tokens
     "letters_alone": CONTRACTION + r"|\p{L}+|\p{N}{1,2}|[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+",
     # a word may take one space before it, never punctuation (same after `, ", /, ., (, a line start)
@@ -77,7 +77,7 @@ PATTERNS = {
     "identifier": CONTRACTION + r"|[\p{L}_][\p{L}\p{N}_]*|\p{N}{1,2}|[^\s\p{L}\p{N}_]++[\r\n]*|\s*[\r\n]|\s+",
     # a compound identifier is one pre-token with nothing before it; any other word is as in
     # space_prefix (takes one space, never punctuation), so prose compresses as there
-    "compound_alone": SPLIT_PATTERN,
+    "compound_alone": COMPOUND_SPLIT_PATTERN,
 }
 
 DOC_CAP = 10_000  # characters per file, as `train tokenizer` caps a document

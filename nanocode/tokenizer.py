@@ -5,12 +5,12 @@ from tens of MB in seconds, tiktoken encodes at several MB/s per thread. The lea
 the whole state, so the file is plain JSON (pattern, base64 token bytes -> rank, special tokens)
 rather than nanochat's pickle: portable, readable, and loading it runs no code.
 
-Split pattern (SPLIT_PATTERN): numbers in runs of 1-2 digits (nanochat's choice: fewer vocab
-slots spent on numbers at small vocab sizes), and a compound identifier (`parse_header`,
-`HTTPServer`) is one pre-token with nothing attached, so a name is the same token sequence
-wherever it is written and copying it from a request into a backticked thought or a tool argument
-is a copy, not a translation. GPT-4's split (GPT4_SPLIT_PATTERN) attached the character before
-a word (` parse`, `` `parse ``); tokenizers trained with it keep it in their files. The 11 special tokens come after
+Split patterns (SPLIT_PATTERNS, `train tokenizer --split`): "gpt4" (SPLIT_PATTERN, the default),
+GPT-4's with numbers in runs of 1-2 digits (nanochat's choice: fewer vocab slots spent on numbers
+at small vocab sizes); "compound" (COMPOUND_SPLIT_PATTERN), where a compound identifier
+(`parse_header`, `HTTPServer`) is one pre-token with nothing attached, so a name is the same token
+sequence wherever it is written and copying it from a request into a backticked thought or a
+tool argument is a copy, not a translation. Each tokenizer file keeps its pattern. The 11 special tokens come after
 the BPE merges, in SPECIAL_TOKENS order, and are never produced from ordinary text: a user typing
 "<|bos|>" gets ~6 plain-text tokens for it (8k vocab), never the control token.
 
@@ -37,9 +37,9 @@ from nanocode.common import write_atomic
 from nanocode.protocol import SPECIAL_TOKENS, check_shape, encode_call, parse_call
 
 
-# GPT-4's split with numbers in runs of 1-2 digits: what tokenizers trained before the compound
-# split used (their files keep it); bench/copy_accuracy.py compares against it.
-GPT4_SPLIT_PATTERN = (
+# GPT-4's split with numbers in runs of 1-2 digits: a word takes the character before it
+# (` parse`, `` `parse``), so a name's tokens depend on what precedes it.
+SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|"""
     r"""\s*[\r\n]|\s+(?!\S)|\s+"""
 )
@@ -50,8 +50,10 @@ COMPOUND = r"[\p{L}_][\p{L}\p{N}_]*(?:_|\p{Ll}\p{Lu}|\p{Lu}\p{Lu}\p{Ll})"
 # A compound identifier is one pre-token with nothing before it, so `moving_average` is the same
 # tokens after a space, a backtick, a quote, a slash or a dot; other words take one space before
 # them and never punctuation.
-SPLIT_PATTERN = (CONTRACTION + r"|(?=" + COMPOUND + r")[\p{L}_][\p{L}\p{N}_]*| ?(?!" + COMPOUND
-                 + r")\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+")
+COMPOUND_SPLIT_PATTERN = (CONTRACTION + r"|(?=" + COMPOUND + r")[\p{L}_][\p{L}\p{N}_]*| ?(?!" + COMPOUND
+                          + r")\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+")
+# `train tokenizer --split`: name -> pattern
+SPLIT_PATTERNS = {"gpt4": SPLIT_PATTERN, "compound": COMPOUND_SPLIT_PATTERN}
 
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)  # 256 byte tokens + 11 specials = 267
 TOKENIZER_FILE = "tokenizer.json"

@@ -326,3 +326,16 @@ def test_completion_needs_user_or_tool_result_last(tok):
     # a conversation that is only a tool call and its result is a valid prompt
     ids = tok.render_for_completion({"messages": [CONV["messages"][1], CONV["messages"][3]]})
     assert ids[-1] == tok.encode_special("<|assistant_start|>")
+
+
+def test_the_compound_split_writes_a_name_the_same_everywhere():
+    """`train tokenizer --split compound`: a compound identifier is one pre-token, so its tokens do
+    not depend on the character before it (GPT-4's split attaches a space, not a backtick)."""
+    from nanocode.tokenizer import COMPOUND_SPLIT_PATTERN, SPLIT_PATTERNS, train_tokenizer
+    corpus = ["def parse_header(line):\n    return line.split(':')\n", "see `parse_header` and moving_average "] * 50
+    name = "parse_header"
+    for split, same in (("compound", True), ("gpt4", False)):
+        tok = train_tokenizer(corpus, 300, SPLIT_PATTERNS[split])
+        ids = {ctx: tok.encode(ctx + name + ")")[len(tok.encode(ctx)):-1] for ctx in (" ", "`", '"', "/", ".")}
+        assert (len(set(map(tuple, ids.values()))) == 1) is same, (split, ids)
+    assert SPLIT_PATTERNS["compound"] == COMPOUND_SPLIT_PATTERN

@@ -81,6 +81,9 @@ def add_tokenizer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="DIR", help="data directory with code/ and/or text/ shards "
                    "(default: $NANOCODE_HOME/data)")
     p.add_argument("--vocab-size", metavar="N", type=int, default=8192, help="default: 8192")
+    p.add_argument("--split", choices=("gpt4", "compound"), default="gpt4",
+                   help="pre-tokenizer split (nanocode/tokenizer.py SPLIT_PATTERNS): gpt4 (default), or "
+                   "compound: a compound identifier is the same tokens wherever it is written")
     p.add_argument("--max-chars", metavar="N", type=int, default=50_000_000,
                    help="characters of training text to learn from (default: 50,000,000)")
     p.add_argument("--code-ratio", metavar="R", type=float, default=0.2,

@@ -83,7 +83,7 @@ def main(args) -> int:
     if args.max_chars < 1 or args.doc_cap < 1 or not 0.0 <= args.code_ratio <= 1.0:
         return fail("--max-chars and --doc-cap must be >= 1 and --code-ratio in [0, 1]")
     from nanocode.common import nanocode_home
-    from nanocode.tokenizer import train_tokenizer
+    from nanocode.tokenizer import SPLIT_PATTERNS, train_tokenizer
 
     data = Path(args.data) if args.data else default_data_dir()
     out = Path(args.out) if args.out else nanocode_home() / "tokenizer"
@@ -93,7 +93,7 @@ def main(args) -> int:
         texts = corpus(data, args.max_chars, args.code_ratio, args.doc_cap, counts)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            tok = train_tokenizer(texts, args.vocab_size)
+            tok = train_tokenizer(texts, args.vocab_size, SPLIT_PATTERNS[args.split])
         seconds = time.time() - t0
         for w in caught:
             print(f"train tokenizer: warning: {w.message}", file=sys.stderr)
