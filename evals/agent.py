@@ -67,9 +67,10 @@ Trade-offs and numbers:
   question_edits (Edits that ran in a task whose request is a question), and the stop reasons.
 
 Outputs (under $NANOCODE_HOME/evals/<model tag>/, `reference/` for the baselines, or --out):
-agent_step<N>.json (or agent_oracle.json / agent_nothing.json) summary, the .jsonl of per-task
-records beside it and <name>_transcripts/<task id>.jsonl (one line: {"messages", "meta"}, the
-session file format; with --best-of the pick's). Runs of one step that differ only in flags
+agent_step<N>.json (or agent_oracle.json / agent_nothing.json; agent_<split>_step<N>.json for the
+splits other than eval, so one --out holds the generated and the real suite) summary, the .jsonl of
+per-task records beside it and <name>_transcripts/<task id>.jsonl (one line: {"messages", "meta"},
+the session file format; with --best-of the pick's). Runs of one step that differ only in flags
 (--best-of, --no-ground ...) write the same names: give each its own --out.
 """
 from __future__ import annotations
@@ -401,6 +402,11 @@ def print_table(summary: dict) -> None:
 
 # ---- command ------------------------------------------------------------------------------------
 
+def split_suffix(split: str) -> str:
+    """The part of a result's name that tells its split: none for the default held-out suite."""
+    return "" if split == "eval" else "_" + split.replace("-", "_")
+
+
 def main(args) -> int:
     from tqdm import tqdm
     from evals.codegen import ModelError, out_dir, resolve_model, write_results
@@ -454,10 +460,10 @@ def main(args) -> int:
         info.update(model=tag, checkpoint=model, step=int(step), **settings, best_of=args.best_of)
         if args.best_of > 1:
             info["best_of_temperature"] = args.best_of_temperature
-        dest, name = out_dir(args.out, tag), f"agent_step{step}"
+        dest, name = out_dir(args.out, tag), f"agent{split_suffix(args.split)}_step{step}"
     else:
         info["model"] = args.policy
-        dest, name = out_dir(args.out, "reference"), f"agent_{args.policy}"
+        dest, name = out_dir(args.out, "reference"), f"agent{split_suffix(args.split)}_{args.policy}"
     jobs = task_jobs(families, args.per_family, args.seed, args.limit, args.split)
     transcripts = dest / f"{name}_transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)

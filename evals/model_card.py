@@ -15,18 +15,27 @@ from evals.report import agent_families_table, details, scores
 from train.speedrun import STAGES
 
 
+def suite_title(split: str) -> str:
+    """What an agent result's split holds, for a table's title."""
+    world = "real code" if split.startswith("real") else "generated projects"
+    tasks = "training-distribution tasks" if split.endswith("train") else "held-out tasks"
+    return f"Agentic suite, {tasks} on {world} (`--split {split}`)"
+
+
 def eval_tables(evals_dir: Path) -> list[str]:
     """Markdown for the model card: the agentic suite per family, then the headline scores of every
     other eval, read from the summary JSONs the `evals` commands wrote (one per eval)."""
-    found = {}
+    found, suites = {}, {}
     for f in sorted(evals_dir.glob("*.json")):
         d = json.loads(f.read_text())
-        if isinstance(d, dict) and "eval" in d:
+        if isinstance(d, dict) and d.get("eval") == "agent":
+            suites[d.get("split", "eval")] = d
+        elif isinstance(d, dict) and "eval" in d:
             found[d["eval"]] = d
     lines = []
-    if "agent" in found:
-        lines += ["Agentic suite, held-out tasks:", ""] + agent_families_table(found["agent"]) + [""]
-    other = [f"| {name} | {scores(d)} | {details(d) or '-'} |" for name, d in found.items() if name != "agent"]
+    for split in sorted(suites, key=lambda s: (s != "eval", s)):  # the generated suite first
+        lines += [f"{suite_title(split)}:", ""] + agent_families_table(suites[split]) + [""]
+    other = [f"| {name} | {scores(d)} | {details(d) or '-'} |" for name, d in found.items()]
     if other:
         lines += ["| eval | scores | details |", "|---|---|---|"] + other + [""]
     return lines

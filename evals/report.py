@@ -290,7 +290,8 @@ def build_report(run: Path, home: Path, out: Path) -> tuple[Path, int, bool]:
             if r["eval"] == "core" and r.get("tasks"):
                 md += ["", f"### {r.get('metric', 'CORE')}: {title}", ""] + core_tasks_table(r)
             if r["eval"] == "agent" and r.get("families"):
-                md += ["", f"### agent suite per family: {title}", ""] + agent_families_table(r)
+                md += ["", f"### agent suite per family, split {r.get('split', 'eval')}: {title}", ""] \
+                    + agent_families_table(r)
     else:
         md.append(f"No eval results found (looked in {home / 'evals'}/<run>/, <run>/evals/ and "
                   "<run>/checkpoints/); run e.g. `evals bpb --model TAG`.")

@@ -81,10 +81,15 @@ def run(out, *extra):
 
 def test_rollouts_of_the_shipped_model_make_rows_and_pairs_and_resume(tmp_path, base, capsys):
     out = tmp_path / "r"
-    assert run(out, "--workdir", base) == 0
+    assert run(out, "--workdir", base, "--real-ratio", "0.5") == 0
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(p.read_text()) for p in sorted((out / "tasks").glob("*.json"))]
     assert summary["tasks"] == len(records) == 4 and summary["errors"] == 0
+    # --real-ratio: the drawn share of tasks on real code, each record and row saying which world
+    worlds = {r["world"] for r in records}
+    assert worlds == {"real", "generated"} and {w: s["tasks"] for w, s in summary["worlds"].items()} == \
+        {w: sum(r["world"] == w for r in records) for w in worlds}
+    assert all(rollouts.task_world(r["family"], r["seed"], 0.5) == r["world"] for r in records)
     rows = [json.loads(x) for x in (out / "sft.jsonl").read_text().splitlines()]
     pairs = [json.loads(x) for x in (out / "preference.jsonl").read_text().splitlines()]
     assert len(rows) <= summary["resolved"] == sum(r["resolved"] for r in records)
@@ -107,10 +112,19 @@ def test_rollouts_of_the_shipped_model_make_rows_and_pairs_and_resume(tmp_path, 
     # a rerun resumes: nothing runs again, the outputs are rebuilt the same
     capsys.readouterr()
     stamp = {p.name: p.stat().st_mtime_ns for p in (out / "tasks").glob("*.json")}
-    assert run(out, "--workdir", base) == 0
+    assert run(out, "--workdir", base, "--real-ratio", "0.5") == 0
     assert "4 of 4 tasks done already" in capsys.readouterr().out
     assert stamp == {p.name: p.stat().st_mtime_ns for p in (out / "tasks").glob("*.json")}
     assert [json.loads(x) for x in (out / "sft.jsonl").read_text().splitlines()] == rows
+
+
+def test_task_world_draws_the_real_share_among_families_with_a_real_form():
+    from tasks import ROLLOUT_SEED0, TRAIN_FAMILIES, WORLD_FAMILIES
+    jobs = [(TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)], ROLLOUT_SEED0 + i) for i in range(600)]
+    real = [f for f, s in jobs if rollouts.task_world(f, s, 0.5) == "real"]
+    assert 0.4 < len(real) / len(jobs) < 0.6 and set(real) <= set(WORLD_FAMILIES["real"])
+    assert all(rollouts.task_world(f, s, 0.0) == "generated" for f, s in jobs)
+    assert {rollouts.task_world(f, s, 1.0) for f, s in jobs if f in WORLD_FAMILIES["real"]} == {"real"}
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path, capsys):
@@ -149,9 +163,9 @@ def test_a_tampered_rollout_that_passes_the_check_is_no_sft_row(tmp_path, monkey
     opts = {"samples": 1, "temperature": 0.0, "workdir": str(tmp_path),
             "sampling": SamplerSettings(max_tokens=64), "turn": TurnSettings(max_steps=6, retries=0)}
     monkeypatch.setattr(rollouts, "drive", cheat)
-    rec = rollouts.run_task(("fix_bug", 5, opts))
+    rec = rollouts.run_task(("fix_bug", 5, "generated", opts))
     assert checks == [True] and "error" not in rec, rec
     assert rec["rows"] == [] and not rec["resolved"] and rec["samples"][0]["tampered"]
     monkeypatch.setattr(rollouts, "drive", honest)
-    rec = rollouts.run_task(("fix_bug", 5, opts))
+    rec = rollouts.run_task(("fix_bug", 5, "generated", opts))
     assert len(rec["rows"]) == 1 and rec["samples"][0]["tampered"] == [], rec

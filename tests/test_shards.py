@@ -103,6 +103,23 @@ def test_cli_local_reports(tmp_path, capsys):
     assert len(list_shards(tmp_path / "code")) >= 2
 
 
+def test_exclude_leaves_out_the_matching_files(tmp_path):
+    """--exclude: globs on the path below each source root (how the cpu preset keeps the packages
+    of the real-code eval split out of pretraining)."""
+    src = [STDLIB / "json", STDLIB / "email"]
+    everything = dict(shards.find_files(src, "code"))
+    kept = dict(shards.find_files(src, "code", ("decoder.py", "mime/*")))
+    assert "json/decoder.py" in everything and "email/mime/text.py" in everything
+    assert set(kept) == {k for k in everything if k != "json/decoder.py" and not k.startswith("email/mime/")}
+    argv = ["data", "local", "--kind", "code", "--src", str(STDLIB / "json"), "--out", str(tmp_path),
+            "--exclude", "decoder.py", "tool.py"]
+    assert cli.main(argv) == 0
+    docs = [t for p in list_shards(tmp_path / "code") for t in texts(p)]
+    assert len(docs) == len([k for k in everything if k.startswith("json/")]) - 2
+    assert not any("class JSONDecoder" in t for t in docs)
+    assert json.loads((tmp_path / "code" / shards.MANIFEST).read_text())["exclude"] == ["decoder.py", "tool.py"]
+
+
 def test_both_kinds_skip_a_kind_without_files(tmp_path, capsys):
     argv = ["data", "local", "--src", str(STDLIB / "json"), "--out", str(tmp_path)]
     assert cli.main(argv) == 0

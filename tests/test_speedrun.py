@@ -124,7 +124,12 @@ def test_eval_tables_read_what_the_evals_write(tmp_path):
     assert evals_main(["agent", "--policy", "oracle", "--families", "find_definition,run_command",
                        "--per-family", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
     assert evals_main(["humaneval", "--canonical", "--limit", "3", "--quiet", "--out", str(out)]) == 0
+    assert evals_main(["agent", "--policy", "oracle", "--split", "real", "--families", "find_callers",
+                       "--per-family", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    assert (out / "agent_oracle.json").exists() and (out / "agent_real_oracle.json").exists()
     text = "\n".join(eval_tables(out))
+    generated, real = text.index("on generated projects (`--split eval`)"), text.index("on real code (`--split real`)")
+    assert generated < text.index("| find_definition |") < real < text.index("| find_callers | 1 |")
     assert "| find_definition | 1 | 1 | 1 | 1 | 1 | 1 | - |" in text
     assert "| trained families | 2 | 2 | 1 |" in text and "| all | 2 | 2 | 1 |" in text
     assert "| humaneval | pass@1 1.0000 | solved 3/3, mode canonical" in text

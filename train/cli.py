@@ -65,6 +65,9 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     local.add_argument("--src", metavar="DIR", nargs="+", help="source trees instead of the defaults")
     local.add_argument("--out", metavar="DIR", help="data directory (default: $NANOCODE_HOME/data); "
                        "shards go to DIR/code and DIR/text")
+    local.add_argument("--exclude", metavar="GLOB", nargs="+",
+                       help="leave out files whose path below their source tree matches (e.g. 'json/*' "
+                       "'calendar.py'): keeps the code an eval split asks about out of pretraining")
     local.add_argument("--docs-per-shard", metavar="N", type=int, default=8192, help="default: 8192")
     local.add_argument("--row-group", metavar="N", type=int, default=1024, help="documents per row group (default: 1024)")
     dl = actions.add_parser(
@@ -228,6 +231,8 @@ def add_rollouts_args(p: argparse.ArgumentParser) -> None:
     a("--retries", type=int, default=2, help="resamples of a failed or repeated call (default 2)")
     a("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default min(2, cpus))")
     a("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
+    a("--real-ratio", type=float, default=0.0, help="share of tasks on real standard-library code (the real "
+      "world's training packages; default 0)")
 
 
 def add_dpo_args(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,8 @@ What comes out, in --out:
   from the records each time.
 
 Tasks: task i has family TRAIN_FAMILIES[i % F] and seed ROLLOUT_SEED0 + --seed * 10**6 + i, with
-training names and phrasings: a seed range that `train synth` (seed * 10**6 + i) and the eval
+training names and phrasings, on real standard-library code (the real world's training packages)
+for about --real-ratio of them (drawn per seed, among the families that have a real form): a seed range that `train synth` (seed * 10**6 + i) and the eval
 suite (EVAL_SEED0 and up) never use (tasks/seeds.py). Building a task, the headless agent,
 its turns and the hidden check are tasks' (build_task, task_agent, drive, resolved), the
 same path `evals agent` scores with. Rollout k of a task (--samples) runs greedy for k = 0 and at
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shlex
 import shutil
 import sys
@@ -43,7 +45,7 @@ from pathlib import Path
 from agent.engine_sampler import EngineSampler
 from agent.settings import SamplerSettings, TurnSettings
 from tasks import (
-    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
+    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, WORLD_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
     pattern_symbol, resolved, setup_env, task_agent)
 
 _engine = None  # per worker process
@@ -171,15 +173,15 @@ def _init(model: str) -> None:
 def run_task(job: tuple) -> dict:
     """Every sample of one task; returns its record (with the rows and pair it produced)."""
     from nanocode.protocol import DROPPED
-    family, seed, opts = job
+    family, seed, world, opts = job
     tid = f"rollout-{family}-{seed}"
     t0 = time.perf_counter()
-    rec = {"id": tid, "family": family, "seed": seed, "samples": []}
+    rec = {"id": tid, "family": family, "world": world, "seed": seed, "samples": []}
     rows, failed = [], None
     base = opts["workdir"]
     try:
         for k in range(opts["samples"]):
-            task = build_task(family, seed, False, base)
+            task = build_task(family, seed, False, base, world)
             temperature = 0.0 if k == 0 else opts["temperature"]
             sampling = replace(opts["sampling"], temperature=temperature, seed=seed + k)
             agent = task_agent(EngineSampler(_engine, task.root, sampling), task, task.root, opts["turn"])
@@ -194,14 +196,14 @@ def run_task(job: tuple) -> dict:
             # a row must read as a whole turn: ended by the model's own answer, nothing compacted
             whole = turns[-1].stop_reason == "done" and not any(m["content"].startswith(DROPPED) for m in messages)
             if ok and whole and all(messages != r["messages"] for r in rows):
-                rows.append({"id": f"{tid}-{k}", "family": family, "messages": messages})
+                rows.append({"id": f"{tid}-{k}", "family": family, "world": world, "messages": messages})
             elif not ok and failed is None:
                 failed = messages
         rec["resolved"] = any(x["resolved"] for x in rec["samples"])
         if failed is not None and not rows:
             pair = departure_pair(task, failed)
             if pair:
-                rec["pair"] = {"id": tid, "family": family, "flaw": "on_policy", **pair}
+                rec["pair"] = {"id": tid, "family": family, "world": world, "flaw": "on_policy", **pair}
     except Exception as e:  # noqa: BLE001 - one broken task must not end the run; it is reported
         rec["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
         rec["resolved"] = False
@@ -214,6 +216,12 @@ def run_task(job: tuple) -> dict:
 
 
 # ---- command -----------------------------------------------------------------------------------------
+
+def task_world(family: str, seed: int, real_ratio: float) -> str:
+    """"real" for about real_ratio of the tasks whose family has a real-code form, drawn per seed."""
+    real = family in WORLD_FAMILIES["real"] and random.Random(f"rollout-world:{seed}").random() < real_ratio
+    return "real" if real else "generated"
+
 
 def _write_jsonl(path: Path, rows) -> int:
     tmp = path.with_name(f".{path.name}.tmp")
@@ -231,6 +239,9 @@ def main(args) -> int:
     if args.n < 1 or args.samples < 1 or args.max_steps < 1 or args.seed < 0:
         print("error: --n, --samples and --max-steps must be >= 1 and --seed >= 0", file=sys.stderr)
         return 2
+    if not 0 <= args.real_ratio <= 1:
+        print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}", file=sys.stderr)
+        return 2
     from nanocode.common import find_checkpoints
     try:
         find_checkpoints(args.model)
@@ -244,7 +255,8 @@ def main(args) -> int:
     opts = {"samples": args.samples, "temperature": args.temperature, "workdir": args.workdir,
             "sampling": SamplerSettings(max_tokens=args.max_tokens),
             "turn": TurnSettings(max_steps=args.max_steps, retries=args.retries)}
-    jobs = [(TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)], seed0 + i, opts) for i in range(args.n)]
+    jobs = [(family, seed0 + i, task_world(family, seed0 + i, args.real_ratio), opts)
+            for i in range(args.n) for family in [TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)]]]
     todo = [j for j in jobs if not (tasks_dir / f"rollout-{j[0]}-{j[1]}.json").exists()]
     if len(todo) < len(jobs):
         print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} tasks done already")
@@ -272,7 +284,7 @@ def main(args) -> int:
                     done(rec)
     finally:
         bar.close()
-    records = [json.loads((tasks_dir / f"rollout-{f}-{s}.json").read_text()) for f, s, _ in jobs
+    records = [json.loads((tasks_dir / f"rollout-{f}-{s}.json").read_text()) for f, s, _, _ in jobs
                if (tasks_dir / f"rollout-{f}-{s}.json").exists()]
     n_rows = _write_jsonl(out / "sft.jsonl", (r for rec in records for r in rec["rows"]))
     n_pairs = _write_jsonl(out / "preference.jsonl", (rec["pair"] for rec in records if "pair" in rec))
@@ -282,10 +294,16 @@ def main(args) -> int:
         fam["tasks"] += 1
         fam["resolved"] += rec["resolved"]
         fam["pairs"] += "pair" in rec
+    worlds = {}
+    for rec in records:
+        w = worlds.setdefault(rec.get("world", "generated"), {"tasks": 0, "resolved": 0})
+        w["tasks"] += 1
+        w["resolved"] += rec["resolved"]
     summary = {"model": args.model, "tasks": len(records), "resolved": sum(r["resolved"] for r in records),
                "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
                "tampered_samples": sum(bool(x.get("tampered")) for r in records for x in r["samples"]),
-               "samples": args.samples, "seed": args.seed, "families": by_family,
+               "samples": args.samples, "seed": args.seed, "real_ratio": args.real_ratio,
+               "families": by_family, "worlds": worlds,
                "seconds": round(time.perf_counter() - t0, 1)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"{summary['resolved']}/{len(records)} tasks resolved: {n_rows} sft rows, {n_pairs} preference "

@@ -24,6 +24,7 @@ same shard however many training shards are on disk.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import http.client
 import json
@@ -156,11 +157,12 @@ def _hash(key: str, salt: str) -> int:
                                           person=salt.encode()).digest(), "big")
 
 
-def find_files(sources: list[Path], kind: str) -> list[tuple[str, Path]]:
+def find_files(sources: list[Path], kind: str, exclude: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
     """(key, path) of the kind's files under the sources, deduplicated by real path, in build order.
 
     key = <source root's name>/<path below it> (e.g. python3.11/json/decoder.py): the same on every
-    machine for the same trees, which is what the order and the validation split hash.
+    machine for the same trees, which is what the order and the validation split hash. A file whose
+    path below its root matches a glob of `exclude` (`json/*`, `calendar.py`) is left out.
     """
     exts = EXTENSIONS[kind]
     found, seen = [], set()
@@ -175,11 +177,14 @@ def find_files(sources: list[Path], kind: str) -> list[tuple[str, Path]]:
                 path = Path(dirpath, name)
                 if not name.endswith(exts) or path.is_symlink():
                     continue
+                below = path.relative_to(root).as_posix()
+                if any(fnmatch.fnmatchcase(below, g) for g in exclude):
+                    continue
                 real = os.path.realpath(path)
                 if real in seen:
                     continue
                 seen.add(real)
-                found.append((f"{root.name}/{path.relative_to(root).as_posix()}", si, path))
+                found.append((f"{root.name}/{below}", si, path))
     found.sort(key=lambda t: (_hash(t[0], "order"), t[0], t[1]))
     return [(key, path) for key, _, path in found]
 
@@ -235,7 +240,8 @@ def _write_manifest(out: Path, info: dict) -> None:
 
 def build_local(kind: str, out: str | os.PathLike, sources: list[str | os.PathLike] | None = None,
                 docs_per_shard: int = DOCS_PER_SHARD, row_group: int = ROW_GROUP,
-                val_fraction: float = VAL_FRACTION, progress: bool = True) -> dict:
+                val_fraction: float = VAL_FRACTION, progress: bool = True,
+                exclude: tuple[str, ...] = ()) -> dict:
     """Build <out>/shard_*.parquet from the kind's files under sources; returns the report dict.
 
     Train documents fill shards of docs_per_shard in build order; the held-out ones form the last
@@ -250,7 +256,7 @@ def build_local(kind: str, out: str | os.PathLike, sources: list[str | os.PathLi
     if out.is_dir():
         _check_manifest(out, "local")
     srcs = [Path(s) for s in sources] if sources else default_sources(kind)
-    files = find_files(srcs, kind)
+    files = find_files(srcs, kind, tuple(exclude))
     where = ", ".join(map(str, srcs))
     if not files:
         raise NoFilesError(f"no {'/'.join(EXTENSIONS[kind])} files under {where}: nothing to build")
@@ -300,7 +306,8 @@ def build_local(kind: str, out: str | os.PathLike, sources: list[str | os.PathLi
     report = {"source": "local", "kind": kind, "sources": [str(s) for s in srcs], "docs": n_docs,
               "val_docs": len(val), "shards": n_shards, "text_mb": round(n_bytes / 1e6, 3),
               "disk_mb": round(sum(f.stat().st_size for f in out.glob(SHARD_GLOB)) / 1e6, 3),
-              "skipped": skipped, "docs_per_shard": docs_per_shard, "row_group": row_group}
+              "skipped": skipped, "docs_per_shard": docs_per_shard, "row_group": row_group,
+              "exclude": list(exclude)}
     _write_manifest(out, report)
     report["seconds"] = round(time.time() - t0, 2)
     return report
@@ -417,7 +424,8 @@ def main(args) -> int:
         kinds, built = (["code", "text"] if args.kind == "both" else [args.kind]), False
         for kind in kinds:
             try:
-                r = build_local(kind, out / kind, args.src, args.docs_per_shard, args.row_group)
+                r = build_local(kind, out / kind, args.src, args.docs_per_shard, args.row_group,
+                                exclude=tuple(args.exclude or ()))
             except NoFilesError as e:
                 if len(kinds) == 1 or (kind == "text" and not built):
                     raise

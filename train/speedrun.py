@@ -17,7 +17,10 @@ Trade-offs:
   planted in half of the others, then 300 more at the agent's 2,048-token context with names
   planted up to ~1,800 tokens apart (base_long; train/copy_rows.py): a model that cannot copy
   cannot use names from its context, and one pretrained at 512 never saw the distances the agent
-  works at. After sft, an on-policy round: `train rollouts` runs the sft model on fresh training
+  works at. Its data leaves out the packages the real-code eval split draws from (EVAL_PACKAGES),
+  its tokenizer uses the compound split (a name is the same tokens after a space, a backtick or
+  a quote), and half of its synth and rollout tasks are on real standard-library code (the
+  training packages). After sft, an on-policy round: `train rollouts` runs the sft model on fresh training
   tasks, rft fine-tunes again with its resolved rollouts beside the synth data, and dpo adds the
   pairs where it departed from the oracle.
   Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; the README estimates their
@@ -64,6 +67,8 @@ import sys
 import time
 from pathlib import Path
 
+from tasks.real_projects import EVAL_PACKAGES
+
 STAGES = ("data", "tokenizer", "base", "synth", "sft", "rollouts", "rft", "dpo", "export", "evals", "report")
 TRAINING = ("base", "sft", "rft", "dpo")  # with --multihost: every process runs these together
 ON_POLICY = ("rollouts", "rft")  # stages a preset may leave out (no commands, done at once)
@@ -86,8 +91,10 @@ GPU_ENV = {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"}
 PRESETS = {
     "cpu": dict(
         about="tiny model on this CPU (~1.3 h on 2 cores); the shipped default model",
-        data=[["data", "local"]],
-        tokenizer=["--vocab-size", "4096", "--max-chars", "20000000"],
+        # the packages the real-code eval split draws from stay out of pretraining too
+        data=[["data", "local", "--exclude", *sorted(g for p in EVAL_PACKAGES for g in (f"{p}/*", f"{p}.py"))]],
+        # a name is the same tokens after a space, a backtick or a quote (copying from the request)
+        tokenizer=["--vocab-size", "4096", "--max-chars", "20000000", "--split", "compound"],
         # induction (copying from the context) forms late in this schedule: a shorter one can end
         # before it does
         base=["--preset", "cpu-d4", "--steps", "1200", "--total-batch", "4096", "--device-batch", "8",
@@ -97,19 +104,21 @@ PRESETS = {
         base_long=["--seq-len", "2048", "--steps", "300", "--total-batch", "4096", "--device-batch", "2",
                    "--lr-scale", "6", "--copy-share", "0.25", "--span-share", "0.75", "--eval-every", "150",
                    "--eval-batches", "2", "--save-every", "100"],
-        synth=["--n", "3000", "--n-eval", "100", "--code-ratio", "0.1", "--workers", "2"],
+        synth=["--n", "3000", "--n-eval", "100", "--code-ratio", "0.1", "--real-ratio", "0.5", "--workers", "2"],
         sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "700", "--lr-scale", "5",
              "--eval-every", "200", "--save-every", "200", "--sample-tokens", "0"],
         # on-policy round: the sft model on 160 fresh training tasks; its resolved rollouts, 10x,
         # beside the synth data for a short second sft; its departures as pairs for dpo
-        rollouts=["--n", "160", "--max-steps", "10", "--workers", "2"],
+        rollouts=["--n", "160", "--max-steps", "10", "--real-ratio", "0.5", "--workers", "2"],
         rft=["--seq-len", "2048", "--device-batch", "2", "--steps", "150", "--lr-scale", "2",
              "--eval-every", "75", "--save-every", "75", "--sample-tokens", "0"],
         on_policy_weight=10,
         dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
         evals=[["bpb", "--batches", "4"],
                ["humaneval", "--n", "10", "--temperature", "0.8", "--max-tokens", "256"],
-               ["agent", "--per-family", "20", "--max-steps", "10"]],  # the agent's 1024-token replies
+               # the agent's 1024-token replies; generated projects, then real code (both held out)
+               ["agent", "--per-family", "13", "--max-steps", "10"],
+               ["agent", "--split", "real", "--per-family", "14", "--max-steps", "10"]],
     ),
 }
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the
