@@ -15,7 +15,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 
 _CONTROLS = [*(c for c in range(0x20) if c not in (0x09, 0x0A)), 0x7F, *range(0x80, 0xA0)]
 _BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
@@ -91,32 +90,40 @@ def call_text(args: dict) -> str:
 
 
 def edit_diff(args: dict, root=None) -> str:
-    """Unified diff of an Edit call (old_string -> new_string; a new file when there is none),
-    escaped, its context spanning both strings: every line of each is shown, none elided. With
-    the project `root`, the hunk is numbered where old_string sits in the file (read now, before
-    the edit runs), not from 1."""
+    """Unified diff of an Edit call, escaped. With the project `root` and a file that old_string
+    is in once, it is the file before and after the edit (tools.files.edited_text, what the Edit
+    will write), 3 lines of context, numbered in the file: an old_string that ends mid-line shows
+    the whole line it leaves. Otherwise (no root, a new file, an edit that will fail) it is
+    old_string -> new_string, every line of each, numbered from 1."""
     path = printable(args.get("file_path", "?"))
-    old = printable(args.get("old_string") or "").splitlines()
-    new = printable(args.get("new_string", "")).splitlines()
-    lines = list(difflib.unified_diff(old, new, f"a/{path}" if old else "/dev/null", f"b/{path}",
-                                      lineterm="", n=max(len(old), len(new))))
-    start = _line_of(root, args) if root is not None and old else None
-    if start is not None and len(lines) > 2 and lines[2].startswith("@@"):
-        lines[2] = re.sub(r"^@@ -1(,?\d*) \+1(,?\d*) @@",
-                          lambda m: f"@@ -{start}{m.group(1)} +{start}{m.group(2)} @@", lines[2])
-    return "\n".join(lines)
+    old_s, new_s = args.get("old_string") or "", args.get("new_string", "")
+    before_after = _file_edit(root, args.get("file_path"), old_s, new_s) if root is not None and old_s else None
+    if before_after is not None:
+        before, after = (printable(t).splitlines() for t in before_after)
+        lines = difflib.unified_diff(before, after, f"a/{path}", f"b/{path}", lineterm="", n=3)
+        return "\n".join(lines)
+    old, new = printable(old_s).splitlines(), printable(new_s if isinstance(new_s, str) else "").splitlines()
+    return "\n".join(difflib.unified_diff(old, new, f"a/{path}" if old else "/dev/null", f"b/{path}",
+                                          lineterm="", n=max(len(old), len(new))))
 
 
-def _line_of(root, args) -> int | None:
-    """The 1-based line where the Edit's old_string starts in its file, when it is there once."""
+def _file_edit(root, file_path, old: str, new) -> tuple[str, str] | None:
+    """(the file's text now, its text after the Edit), both with \\n line ends, or None when the
+    file cannot be read or the Edit will not apply."""
+    from tools.files import EditMismatch, edited_text
     from tools.workspace import PathOutside, resolve
+    if not isinstance(file_path, str) or not isinstance(old, str) or not isinstance(new, str):
+        return None
     try:
-        p = resolve(root, args.get("file_path") or "", write=False, allow_outside=False)
-        if os.path.getsize(p) > 5 * 2**20:
+        p = resolve(root, file_path, write=False, allow_outside=False)
+        if not os.path.isfile(p) or os.path.getsize(p) > 5 * 2**20:  # a FIFO would block
             return None
-        text = open(p, encoding="utf-8", errors="surrogateescape").read().replace("\r\n", "\n")
+        data = open(p, "rb").read()
     except (OSError, ValueError, PathOutside):
         return None
-    old = args.get("old_string") or ""
-    at = text.find(old)
-    return text.count("\n", 0, at) + 1 if at >= 0 and text.find(old, at + 1) < 0 else None
+    text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "surrogateescape")
+    try:
+        after = edited_text(text, old, new)[0]
+    except EditMismatch:
+        return None
+    return text.replace("\r\n", "\n"), after

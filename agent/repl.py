@@ -9,7 +9,7 @@ Ctrl-D or /quit leaves. Slash commands: agent/commands.py, the same table as the
 Safe output: Console.write and Console.dim pass every string through agent/display.printable,
 so nothing the model, a tool or a file produced can drive the terminal (its only escapes are its
 own dim colouring). An approval shows the whole call: a Bash command in full (the terminal wraps
-it), an Edit's old and new strings line by line, any other call's arguments in full.
+it), an Edit as the diff of its file before and after (what it will write), any other call's arguments in full.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from agent.display import call_text, format_call, printable, rule_words, summarize
+from agent.display import call_text, edit_diff, format_call, printable, rule_words, summarize
 from nanocode.protocol import Approval, Event, Status, Text, ToolCall, ToolResult
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -120,9 +120,7 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         if name == "Edit":
             rest = {k: v for k, v in args.items() if k not in ("old_string", "new_string")}
             con.write(call_text(rest) + "\n")
-            for sign, key in (("-", "old_string"), ("+", "new_string")):
-                lines = printable(args.get(key) or "").splitlines()
-                con.write("".join(f"  {sign} {ln}\n" for ln in lines))
+            con.write("".join(f"  {ln}\n" for ln in edit_diff(args, agent.root).splitlines()))
         else:
             con.write(call_text(args) + "\n")
         rule = getattr(decision, "always", "")

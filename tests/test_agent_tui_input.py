@@ -129,12 +129,52 @@ def test_edit_diff_is_numbered_in_the_file(engine, tok, repo):
     async def body(pilot):
         await submit(pilot, "set x to 3")
         await until(pilot, lambda: app.asking is not None)
-        assert "@@ -5,2 +5,2 @@" in approval_text(app)  # line 5 of m.py, not 1 of the snippet
+        assert "@@ -2,5 +2,5 @@" in approval_text(app)  # lines 2-6 of m.py (3 of context), not 1
         await pilot.press("y")
         await until(pilot, lambda: app.turns == 1)
-        assert "@@ -5,2 +5,2 @@" in app.query_one(ToolCard).query_one(".diff").content.code
+        assert "@@ -2,5 +2,5 @@" in app.query_one(ToolCard).query_one(".diff").content.code
     drive(app, body)
     assert (repo / "m.py").read_text().endswith("x = 3\ny = 2\n")
+
+
+VARIANCE = "def variance(xs):\n    m = sum(xs) / len(xs)\n    return sum((x - m) ** 2 for x in xs) / len(xs)\n"
+# old_string ends mid-line: the Edit writes new_string glued to the rest of that line
+PARTIAL = dict(file_path="stats.py", old_string="    return sum((", new_string="    return sum(values) / len(values)")
+WRITTEN = "    return sum(values) / len(values)x - m) ** 2 for x in xs) / len(xs)"
+
+
+def test_the_approval_diff_is_what_the_edit_writes(engine, tok, repo):
+    """An old_string that ends mid-line: the approval shows the line the file will hold (here a
+    syntax error), not a whole-line swap of old_string for new_string."""
+    (repo / "stats.py").write_text(VARIANCE)
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", **PARTIAL), reply(tok, "done.")], mode="ask")
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "use values")
+        await until(pilot, lambda: app.asking is not None)
+        shown = approval_text(app)
+        assert "+" + WRITTEN in shown and "-    return sum((x - m) ** 2 for x in xs) / len(xs)" in shown
+        assert "+    return sum(values) / len(values)\n" not in shown + "\n"
+        await pilot.press("y")
+        await until(pilot, lambda: app.turns == 1)
+        assert "+" + WRITTEN in app.query_one(ToolCard).query_one(".diff").content.code
+    drive(app, body)
+    assert (repo / "stats.py").read_text().splitlines()[2] == WRITTEN  # what was shown is on disk
+
+
+def test_the_plain_face_shows_the_same_diff(engine, tok, repo, monkeypatch):
+    import io
+    import sys
+
+    from agent.repl import Console, run_repl
+    (repo / "stats.py").write_text(VARIANCE)
+    agent, _ = make(engine, repo, [call(tok, "", "Edit", **PARTIAL), reply(tok, "done.")], mode="ask")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("use values\ny\n"))
+    out = io.StringIO()
+    assert run_repl(agent, "tiny", console=Console(out)) == 0
+    assert "  +" + WRITTEN + "\n" in out.getvalue() and "@@ -1,3 +1,3 @@" in out.getvalue()
+    assert (repo / "stats.py").read_text().splitlines()[2] == WRITTEN
 
 
 def test_small_terminal_keeps_the_input_on_screen(engine, tok, repo):

@@ -244,7 +244,7 @@ def test_repl(raw, shown, tmp_path, monkeypatch):
     out = repl(agent, ["go", "n", "n", "/diff"], monkeypatch)
     assert_clean(out.replace("\x1b[2m", "").replace("\x1b[0m", ""))
     for want in ("said: " + shown, "Bash(command=", "out: " + shown, "[note: " + shown,
-                 "because " + shown, "  - x = '" + shown, "  + y = '" + shown,
+                 "because " + shown, "  -x = '" + shown, "  +y = '" + shown,
                  "  command: echo " + shown, "answer: " + shown, "-" + shown):
         assert want in out, want
     assert agent.answers == ["no", "no"]

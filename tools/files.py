@@ -321,6 +321,47 @@ def _edit(root, args):
         os.close(dfd)
 
 
+class EditMismatch(ValueError):
+    """old_string is not in the file exactly once; message(shown) is the Edit's error."""
+
+    def __init__(self, text: str, old: str, count: int):
+        super().__init__(f"old_string found {count} times")
+        self.text, self.old, self.count = text, old, count
+
+    def message(self, shown: str) -> str:
+        if self.count == 0:
+            hint = lines_hint(self.text, self.old)
+            return f"old_string not found in {shown}; {hint}" if hint else "old_string not found"
+        return (f"old_string is not unique ({_where(self.text, self.old, self.count)}); "
+                "include more surrounding lines")
+
+
+def edited_text(text: str, old: str, new: str) -> tuple[str, int, int, bool]:
+    """A file's text after an Edit of old -> new, by the Edit's own rules: old_string must occur
+    exactly once (in a CRLF file both strings are matched with \\n line ends; line-number prefixes
+    copied from a Read are stripped when the literal string is not there). What the approval's
+    diff shows and what the Edit writes both come from here. -> (the new text with \\n line ends,
+    where new_string starts and ends in it, whether the file is CRLF); EditMismatch otherwise."""
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    work = text.replace("\r\n", "\n") if crlf else text
+
+    def norm(s):
+        return s.replace("\r\n", "\n") if crlf else s
+
+    old_n, new_n = norm(old), norm(strip_prefixes(new))
+    count = work.count(old_n)
+    if count and strip_prefixes(old) != old:
+        new_n = norm(new)  # old_string's arrows are real file content: keep new_string literal too
+    if count == 0:
+        stripped = norm(strip_prefixes(old))
+        if stripped != old_n and stripped:
+            old_n, count = stripped, work.count(stripped)
+    if count != 1:
+        raise EditMismatch(work, old_n, count)
+    idx = work.index(old_n)
+    return work[:idx] + new_n + work[idx + len(old_n):], idx, idx + len(new_n), crlf
+
+
 def _edit_in(root, dfd, p, shown, old, new):
     """The Edit of the resolved path `p`, every file operation relative to its parent's descriptor."""
     name = p.name
@@ -362,32 +403,15 @@ def _edit_in(root, dfd, p, shown, old, new):
         data = f.read()
     bom = data.startswith(b"\xef\xbb\xbf")
     text = data[3:].decode("utf-8", "surrogateescape") if bom else data.decode("utf-8", "surrogateescape")
-    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
-    work = text.replace("\r\n", "\n") if crlf else text
-
-    def norm(s):
-        return s.replace("\r\n", "\n") if crlf else s
-
-    old_n, new_n = norm(old), norm(new_s)
-    count = work.count(old_n)
-    if count and strip_prefixes(old) != old:
-        new_n = norm(new)  # old_string's arrows are real file content: keep new_string literal too
-    if count == 0:
-        stripped = norm(strip_prefixes(old))
-        if stripped != old_n and stripped:
-            old_n, count = stripped, work.count(stripped)
-    if count == 0:
-        hint = lines_hint(work, old_n)
-        return _err(f"old_string not found in {shown}; {hint}" if hint else "old_string not found")
-    if count > 1:
-        return _err(f"old_string is not unique ({_where(work, old_n, count)}); include more surrounding lines")
-    idx = work.index(old_n)
-    result = work[:idx] + new_n + work[idx + len(old_n):]
+    try:
+        result, idx, end_idx, crlf = edited_text(text, old, new)
+    except EditMismatch as e:
+        return _err(e.message(shown))
     out_text = result.replace("\n", "\r\n") if crlf else result
     out = (b"\xef\xbb\xbf" if bom else b"") + out_text.encode("utf-8", "surrogateescape")
     _atomic_write(dfd, name, out, fst.st_mode & 0o7777, create=False)
     start = result[:idx].count("\n")
-    end = start + max(0, new_n.rstrip("\n").count("\n")) if new_n else start
+    end = start + result[idx:end_idx].rstrip("\n").count("\n")
     shown_text = result.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     body = _numbered_region(shown_text, start, end)
     return shown + ("\n" + body if body else "")
