@@ -33,11 +33,14 @@ Verifier (never a hidden check):
 - Code change: when any rollout changed files, the project's tests run in each changed copy:
   `test_command` (a shell line), else `python -m pytest -q -p no:cacheprovider` when the project
   has a tests/ directory or test_*.py / *_test.py files, within `test_timeout` seconds (past it:
-  failed; nothing the run starts outlives it, test_guard.run_tests). Score = (verdict, agreement,
-  finished, -steps). Verdict: 3 changed and the tests pass, 2 changed with no verdict (no test
-  command, or pytest collected nothing), 1 changed nothing, 0 changed and the tests fail, -1
-  tampered: a change the tests reject never beats leaving the tree alone (ranking any change above
-  none would apply a junk change whenever no rollout fixed the bug). Agreement: how many other rollouts made the identical change (same
+  failed; nothing the run starts outlives it, test_guard.run_tests). When a change fails them, the
+  tests also run once in one more copy, the tree as it was (the baseline). Score = (verdict,
+  agreement, finished, -steps). Verdict: 4 changed and the tests pass, 3 changed with no verdict
+  (no test command, or pytest collected nothing), 2 changed and the tests fail, but fewer than
+  before and more pass (test_guard.fewer_failures), 1 changed nothing, 0 changed and the tests
+  fail no less than before, -1 tampered. Leaving the tree alone is always an option: a pick whose
+  verdict is 0 or -1 is not applied (kind "failed" or "tampered"), so a change the tests reject
+  never beats it, even when every rollout changed files. Agreement: how many other rollouts made the identical change (same
   paths, same resulting files), self-consistency for when tests cannot tell. Finished: the turn
   ended "done" (not at the step limit, a repeat, a cut reply). Then fewer tool calls.
 - Question: when no rollout changed files, agreement decides. From each answer (the copy's path
@@ -112,6 +115,7 @@ class Rollout:
     changes: dict = field(default_factory=dict, repr=False)  # path -> (before, after) digests
     stash: str = ""                # the after-state of the changed files, saved before verifying
     tampered: list[str] = field(default_factory=list)  # guarded files it changed unasked
+    sandbox: object = field(default=None, repr=False)  # the rollout agent's OS sandbox, for test runs
 
     @property
     def result(self) -> TurnResult:
@@ -134,7 +138,8 @@ class BestOf:
     """best_of's answer: the pick (None when cancelled or every rollout tampered), the winner's last
     turn (answer and calls relocated to the user's root, files_changed = what was applied), its
     conversation and every rollout. pass@1 is rollout 0's outcome, reported beside the pick."""
-    kind: str                      # "change" | "question" | "cancelled" | "tampered" (nothing picked)
+    kind: str                      # "change" | "question"; nothing picked: "cancelled", "tampered"
+                                   # (every change edited the tests), "failed" (every change fails them)
     pick: int | None
     result: TurnResult
     messages: list[dict]
@@ -145,11 +150,12 @@ class BestOf:
                                    # session's meta["turns"][i]["checkpoint"] and the JSON key (compat)
     test_command: str | None
     refused: list[str] = field(default_factory=list)  # "path -> target": links out, not created
+    tests_before: str | None = None  # the baseline's summary line, when it ran
 
     def to_dict(self) -> dict:
         rolls = [r.summary() for r in self.rollouts]
         return {"n": len(rolls), "kind": self.kind, "pick": self.pick, "applied": self.applied,
-                "refused": self.refused,
+                "refused": self.refused, "tests_before": self.tests_before,
                 "checkpoint": self.checkpoint, "test_command": self.test_command,
                 "pass_at_1": rolls[0] if rolls else None, "rollouts": rolls}
 
@@ -284,13 +290,24 @@ def _finished(r: Rollout) -> int:
     return int(r.result.stop_reason == "done")
 
 
-def change_scores(rollouts: list[Rollout]) -> list[tuple]:
-    """(verdict, agreement, finished, -steps) per rollout (module docstring)."""
+def _verdict(r: Rollout, before: str | None) -> int:
+    if r.tampered:
+        return -1
+    if not r.changed:
+        return 1
+    if r.tests_passed is False:
+        return 2 if before is not None and test_guard.fewer_failures(before, r.tests_output) else 0
+    return 4 if r.tests_passed else 3
+
+
+def change_scores(rollouts: list[Rollout], before: str | None = None) -> list[tuple]:
+    """(verdict, agreement, finished, -steps) per rollout (module docstring); `before` is the
+    baseline's test summary line, when it ran."""
     keys = [frozenset((p, after) for p, (_, after) in r.changes.items()) for r in rollouts]
     same = Counter(keys)
     scores = []
     for r, key in zip(rollouts, keys):
-        verdict = -1 if r.tampered else ({True: 3, None: 2, False: 0}[r.tests_passed] if r.changed else 1)
+        verdict = _verdict(r, before)
         scores.append((verdict, same[key] - 1 if r.changed else 0, _finished(r), -r.steps))
     return scores
 
@@ -308,10 +325,11 @@ def agreement_scores(answers: list[str]) -> list[tuple]:
     return scores
 
 
-def choose(rollouts: list[Rollout]) -> tuple[str, int]:
-    """Score every rollout (sets .score) and return (kind, index of the pick)."""
+def choose(rollouts: list[Rollout], before: str | None = None) -> tuple[str, int]:
+    """Score every rollout (sets .score) and return (kind, index of the best); `before`: the
+    baseline's test summary line."""
     if any(r.changed or r.tampered for r in rollouts):
-        kind, scores = "change", change_scores(rollouts)
+        kind, scores = "change", change_scores(rollouts, before)
     else:
         answers = [relocate(r.result.answer, r.root + os.sep, "") for r in rollouts]
         kind = "question"
@@ -393,7 +411,8 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
     name = os.path.basename(top) or "project"
     try:
         tops = [os.path.join(base, str(i), name) for i in range(n)]
-        for t in tops:
+        baseline = os.path.join(base, "before", name) if command else None  # the tree as it was
+        for t in tops + ([baseline] if baseline else []):
             _make_copy(top, git, files, t)
         rollouts = []
         for i, t in enumerate(tops):
@@ -402,7 +421,12 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
             rollouts.append(_rollout(i, t, rel, git is not None, make_agent, drive, prompt, emit,
                                      seed, temperature if i == 0 else sample_temperature,
                                      command, test_timeout, n, guard))
-        return _finish(rollouts, root, top, prompt, command, apply, cancel, emit)
+        before = None
+        if baseline and any(r.changed and not r.tampered and r.tests_passed is False for r in rollouts):
+            emit(Status("running the tests on the tree as it was, to compare"))
+            before = test_guard.run_tests(command, os.path.normpath(os.path.join(baseline, rel)),
+                                          test_timeout, rollouts[0].sandbox)[1]
+        return _finish(rollouts, root, top, prompt, command, apply, cancel, emit, before)
     finally:
         if workdir is None:
             shutil.rmtree(base, ignore_errors=True)
@@ -430,7 +454,8 @@ def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, comm
             _copy_file(os.path.join(top, p), os.path.join(stash, p))
     guarded, allowed, view = guard
     r = Rollout(i, seed + i, temp, root, top, turns, messages, meta, sorted(changes),
-                changes=changes, stash=stash, tampered=test_guard.tampered(top, guarded, allowed, view))
+                changes=changes, stash=stash, tampered=test_guard.tampered(top, guarded, allowed, view),
+                sandbox=sandbox)
     if changes and command and not r.tampered:
         unasked = [os.path.join(top, p) for p in test_guard.unasked_tests(top, guarded, allowed)]
         r.tests_passed, r.tests_output = test_guard.run_tests(command, root, timeout, sandbox, unasked)
@@ -442,29 +467,35 @@ def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, comm
     return r
 
 
-def _finish(rollouts, root, top, prompt, command, apply, cancel, emit) -> BestOf:
+def _finish(rollouts, root, top, prompt, command, apply, cancel, emit, before=None) -> BestOf:
     if not rollouts or (cancel is not None and cancel.is_set()):
         last = rollouts[-1] if rollouts else None
         result = relocate(last.result, last.top, top) if last else TurnResult()
         emit(Status("best-of cancelled: nothing applied"))
         return BestOf("cancelled", None, replace(result, stop_reason="cancelled", files_changed=[]),
                       [], {}, rollouts, [], None, command)
-    kind, pick = choose(rollouts)
+    kind, pick = choose(rollouts, before)
     win = rollouts[pick]
     edited = "; ".join(f"rollout {r.index + 1} edited {', '.join(r.tampered)}" for r in rollouts if r.tampered)
+    unchanged = replace(relocate(win.result, win.top, top), files_changed=[])
     if win.tampered:  # every rollout did: none is picked
         emit(Status(f"best of {len(rollouts)}: nothing applied: every rollout changed the tests unasked ({edited})"))
-        return BestOf("tampered", None, replace(relocate(win.result, win.top, top), files_changed=[]),
-                      [], {}, rollouts, [], None, command)
+        return BestOf("tampered", None, unchanged, [], {}, rollouts, [], None, command, tests_before=before)
+    if kind == "change" and win.score[0] == 0:  # leaving the tree alone beats every change
+        fails = "; ".join(f"rollout {r.index + 1}: {r.tests_output or 'tests fail'}" for r in rollouts
+                          if r.changed and r.tests_passed is False)
+        emit(Status(f"best of {len(rollouts)}: nothing applied: every change fails the tests ({fails}; "
+                    f"before: {before or 'not run'})" + (f"; {edited}: not picked" if edited else "")))
+        return BestOf("failed", None, unchanged, [], {}, rollouts, [], None, command, tests_before=before)
     applied, ck_id, refused = [], None, []
     if apply and win.changes:
         applied, ck_id, refused = apply_changes(root, top, win, prompt, emit)
-    why = ({3: "tests pass", 2: "changed, no test verdict", 1: "changed nothing", 0: "tests fail"}
-           [win.score[0]] if kind == "change" else f"agreement {list(win.score[:3])}")
+    why = ({4: "tests pass", 3: "changed, no test verdict", 2: f"fewer tests fail than before: {win.tests_output}",
+            1: "changed nothing"}[win.score[0]] if kind == "change" else f"agreement {list(win.score[:3])}")
     emit(Status(f"best of {len(rollouts)}: rollout {pick + 1} ({why}, {win.steps} steps)"
                 + (f"; applied {', '.join(applied)} (/undo restores)" if applied else "")
                 + (f"; not applied, links out of the project: {', '.join(refused)}" if refused else "")
                 + (f"; {edited}: not picked" if edited else "")))
     result = replace(relocate(win.result, win.top, top), files_changed=applied)
     return BestOf(kind, pick, result, relocate(win.messages, win.top, top),
-                  relocate(win.meta, win.top, top), rollouts, applied, ck_id, command, refused)
+                  relocate(win.meta, win.top, top), rollouts, applied, ck_id, command, refused, before)

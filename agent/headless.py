@@ -22,7 +22,8 @@ Exit status (EXIT_CODES, by stop_reason): 0 the model answered; 3 a call needed 
 nobody could give; 4 stopped before an answer (step limit, a repeated call, a reply cut at
 --max-tokens or for repeating itself: "loop"); 5 the request did not fit the context; 6 the model
 server failed (--base-url); 130 cancelled; 1 a crash, a --best-of pick that could not be
-applied, or --best-of rollouts that all edited the tests unasked (nothing applied); 2 bad usage.
+applied, or --best-of rollouts whose changes all edited the tests unasked or all fail them no
+less than before (nothing applied); 2 bad usage.
 
 `--best-of N` (run_best_of): N rollouts in copies of the project, the verifier's pick applied as
 one undoable turn (agent/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
@@ -160,4 +161,4 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
         agent.conv.save(lambda ev: print(f"[{printable(ev.text)}]", file=sys.stderr))
     _print(res.result, output_format, session=agent.meta.get("id"), sandbox=agent.sandbox_status,
            best_of=res.to_dict())
-    return 1 if res.kind == "tampered" else EXIT_CODES[res.result.stop_reason]
+    return 1 if res.kind in ("tampered", "failed") else EXIT_CODES[res.result.stop_reason]

@@ -157,10 +157,16 @@ def test_verifier_rules():
             self.changes = {p: ("f:old", after) for p, after in change.items()}
             self.changed, self.result = sorted(change), TurnResult(answer=answer, stop_reason=stop)
     a, b = {"a.py": "f:1"}, {"a.py": "f:2"}
-    # tests pass > changed, no verdict > unchanged > tests fail
+    # tests pass > changed, no verdict > fewer tests fail than before > unchanged > tests fail
     assert choose([R(0, a, False, 1), R(1, {}, None, 1), R(2, a, True, 5)]) == ("change", 2)
     assert choose([R(0, {}, None, 1), R(1, a, False, 1)]) == ("change", 0)
     assert choose([R(0, {}, None, 1), R(1, a, None, 9)]) == ("change", 1)
+    partial, worse = R(1, a, False, 1), R(2, b, False, 1)
+    partial.tests_output, worse.tests_output = "1 failed, 2 passed in 0.1s", "2 errors in 0.1s"
+    before = "2 failed, 1 passed in 0.1s"
+    assert choose([R(0, {}, None, 1), partial, worse], before) == ("change", 1)
+    assert [r.score[0] for r in (partial, worse)] == [2, 0]
+    assert choose([R(0, {}, None, 1), partial, worse]) == ("change", 0)  # no baseline: no credit
     # tampered: below every other verdict, even a failing change
     assert choose([R(0, a, None, 1, tampered=["t.py"]), R(1, b, False, 9)]) == ("change", 1)
     # then the same change as others, then finished, then fewer steps, then the lowest index
@@ -337,6 +343,54 @@ def test_when_every_change_tampers_nothing_is_applied(user):
     # a rollout that changed nothing beats one that tampered: nothing to apply either way
     res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, {}))
     assert (res.kind, res.pick, res.applied) == ("change", 1, []) and tree(user) == before
+
+
+JUNK = {"a.py": "def f(:\n    return 2\n", "bunk_": "x"}  # a syntax error and a junk file
+HALF = {"a.py": "def f():\n    return 2\n\n\ndef g():\n    return 0\n"}
+
+
+def test_when_every_change_fails_the_tests_nothing_is_applied(user):
+    """Both rollouts change files and both fail the tests (one breaks collection, one leaves the
+    failure): leaving the tree alone wins; the baseline's line is reported."""
+    before, said = tree(user), []
+    res = best_of(Stub, user, "fix the failing test", 2, drive=per_rollout(JUNK, {"a.py": "def f():\n    return 3\n"}),
+                  on_event=lambda ev: said.append(getattr(ev, "text", "")))
+    assert (res.kind, res.pick, res.applied, res.checkpoint) == ("failed", None, [], None)
+    assert [r.score[0] for r in res.rollouts] == [0, 0] and "1 failed" in res.tests_before
+    assert tree(user) == before and not (user / "bunk_").exists()
+    assert "nothing applied: every change fails the tests" in said[-1] and "before: 1 failed" in said[-1]
+    assert res.to_dict()["tests_before"] == res.tests_before
+
+
+def test_headless_exits_1_when_nothing_is_applied(engine, tok, user, monkeypatch, capsys):
+    """`nanocode -p --best-of 2 --mode auto`'s run_best_of: both rollouts edit a.py and both fail
+    the tests; nothing is applied, the JSON says why, the exit status is 1, not 0."""
+    import json
+
+    from agent import headless
+    scripts = [Script(tok, [call(tok, "", "Edit", file_path="a.py", old_string="return 1", new_string=f"return {k}"),
+                            reply(tok, "done.")]) for k in (3, 4)]
+    monkeypatch.setattr(headless, "rollout_agent", lambda agent, root, t, s, make=scripted(engine, scripts, []):
+                        make(root, t, s))
+    before = tree(user)
+    agent = new_agent(engine, user, policy=Policy(user, "auto"), constrain=False)
+    rc = headless.run_best_of(agent, "fix the failing test", 2, "json")
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert rc == 1 and data["best_of"]["kind"] == "failed" and data["best_of"]["pick"] is None
+    assert data["files_changed"] == [] and "nothing applied: every change fails the tests" in err
+    assert tree(user) == before
+
+
+def test_a_change_that_fixes_more_than_it_breaks_is_applied(user):
+    """The baseline has 2 failing tests; a change that fixes one (and breaks none) beats leaving
+    the tree alone, one that breaks collection does not."""
+    (user / "tests" / "test_b.py").write_text("from a import f\n\n\ndef test_g():\n    from a import g\n"
+                                              "    assert g() == 1\n\n\ndef test_one():\n    assert f() > 0\n")  # untracked: copied
+    res = best_of(Stub, user, "fix the failing tests", 2, drive=per_rollout(JUNK, HALF))
+    assert (res.kind, res.pick, res.applied) == ("change", 1, ["a.py"])
+    assert [r.score[0] for r in res.rollouts] == [0, 2] and res.tests_before.startswith("2 failed, 1 passed")
+    assert (user / "a.py").read_text() == HALF["a.py"]
 
 
 def test_asked_test_changes_are_no_tampering(user):

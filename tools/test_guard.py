@@ -185,6 +185,28 @@ def run_tests(command: str, cwd: str, timeout: float, sandbox=None, ignore=()) -
     return ran.returncode == 0, last
 
 
+_SUMMARY = re.compile(r"(\d+) (passed|failed|errors?)\b")
+
+
+def summary_counts(line: str) -> tuple[int, int] | None:
+    """(passed, failed + errors) from pytest's summary line ("1 failed, 2 passed, 1 error in
+    0.1s"), or None when the line is not one (another test runner, a timeout)."""
+    if not re.search(r"\bin [\d.]+s\b", line):
+        return None
+    found = {word.rstrip("s"): int(n) for n, word in _SUMMARY.findall(line)}
+    if not found:
+        return None
+    return found.get("passed", 0), found.get("failed", 0) + found.get("error", 0)
+
+
+def fewer_failures(before: str, after: str) -> bool:
+    """Whether a test run's summary line shows a change that fixed more than it broke: fewer
+    failing tests (failures and errors) than the run before it and more passing ones (a change
+    that only stops tests from being collected does not count)."""
+    was, now = summary_counts(before), summary_counts(after)
+    return was is not None and now is not None and now[1] < was[1] and now[0] > was[0]
+
+
 def asks_for_test_changes(request: str) -> bool:
     """Whether a user's request asks for test changes: writing, adding, updating or removing tests
     ("add a test for parse", "the test is outdated, update it"), or a rename, move or removal,
