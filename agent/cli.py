@@ -140,6 +140,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--best-of-temperature must be > 0 (the extra rollouts sample)")
     if args.context is not None and (args.base_url is None or args.context < 64):
         parser.error("--context goes with --base-url and is at least 64 tokens")
+    if args.base_url is not None:
+        from agent.remote import base_url_error  # light: no jax
+        if (bad := base_url_error(args.base_url)) is not None:
+            parser.error(bad)
     # No default in argparse: `--yes --mode ask` is still a conflict, and without a flag (mode
     # None) the settings files decide, ask when none names a mode.
     return args

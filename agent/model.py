@@ -59,8 +59,8 @@ def load_sampler(o: AgentOptions, root, model_dir):
         from agent.sampler import SamplerError
         try:
             sampler = RemoteSampler(o.base_url, o.model, o.sampling, context=o.context)
-        except SamplerError as e:
-            raise ModelError(str(e)) from None
+        except SamplerError as e:  # the model server failed: exit status 6, as for a turn
+            raise ModelError(str(e), code=6) from None
         return sampler, f"{o.base_url} {sampler.model}"
     from agent.engine_sampler import EngineSampler
     from nanocode.common import enable_compilation_cache

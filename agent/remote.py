@@ -46,6 +46,7 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from urllib.parse import urlsplit
 
@@ -149,6 +150,15 @@ def count_tokens(text: str) -> int:
     return len(text.encode("utf-8", "replace")) // BYTES_PER_TOKEN + 1
 
 
+def base_url_error(url: str) -> str | None:
+    """Why `url` cannot be a --base-url (not http(s), no host), or None."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return (f"--base-url {url!r} is not an http(s) URL with a host; give the API root, e.g. "
+                "http://127.0.0.1:8000/v1")
+    return None
+
+
 class RemoteSampler:
     """base_url: the API root (e.g. http://127.0.0.1:8000/v1). model: the server's model id (None:
     the first /v1/models lists). settings: its temperature, top_p, seed, max_tokens, reserve and
@@ -159,6 +169,8 @@ class RemoteSampler:
     def __init__(self, base_url: str, model: str | None = None, settings: SamplerSettings = SamplerSettings(),
                  *, context: int | None = None, timeout: float = 300.0, deadline: float = DEADLINE,
                  max_reply: int = MAX_REPLY, api_key: str | None = None):
+        if (bad := base_url_error(base_url)) is not None:
+            raise SamplerError(bad)
         self.base_url, self.settings = base_url.rstrip("/"), settings
         self.timeout, self.deadline, self.max_reply = timeout, deadline, max_reply
         self.api_key = api_key if api_key is not None else key_for(self.base_url)
@@ -270,6 +282,8 @@ class RemoteSampler:
             text = " ".join(str(text).split())[:300]
             if e.code == 400 and "context" in text.lower():
                 raise ContextFull(f"the server says: {text}") from None
+            if e.code == 404 and path == "/models" and not self.base_url.endswith("/v1"):
+                text += f" (the API root usually ends in /v1: --base-url {self.base_url}/v1 ?)"
             if e.code == 401:
                 text += (" (nanocode sends $NANOCODE_API_KEY as the key; $OPENAI_API_KEY only to "
                          "https://api.openai.com)")
@@ -366,6 +380,9 @@ class RemoteSampler:
         except (OSError, http.client.HTTPException) as e:
             raise SamplerError(f"the model server at {self.base_url} broke off its reply: "
                                f"{type(e).__name__}: {e}") from None
+        # an OpenAI-style stream always ends with `data: [DONE]`: without it the reply was cut
+        raise SamplerError(f"the model server at {self.base_url} broke off its reply: the connection "
+                           "closed before `data: [DONE]`")
 
     def _lines(self, response, deadline: Deadline):
         """The reply's lines (without their newline), at most MAX_LINE bytes each and max_reply

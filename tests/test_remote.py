@@ -122,8 +122,12 @@ def test_cli_says_when_the_server_cannot_be_reached(tmp_path):
     out = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--base-url",
                           "http://127.0.0.1:9/v1", "--cwd", str(tmp_path), "--trust"],
                          env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.returncode == 6 and "Traceback" not in out.stderr  # the model server failed
     assert "error: cannot reach the model server at http://127.0.0.1:9/v1" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--base-url", "not-a-url",
+                          "--cwd", str(tmp_path), "--trust"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--base-url 'not-a-url' is not an http(s) URL" in out.stderr
     out = subprocess.run([sys.executable, "-m", "agent.cli", "--context", "4096"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--context goes with --base-url" in out.stderr
@@ -140,6 +144,8 @@ class Scripted(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if not self.path.startswith("/v1/"):
+            return self._send(404, {"error": {"message": "Not Found"}})
         self._send(200, {"data": [{"id": "vendor-model", "max_model_len": 4096}]})
 
     def do_POST(self):
@@ -148,6 +154,8 @@ class Scripted(BaseHTTPRequestHandler):
         step = Scripted.script.pop(0)
         if isinstance(step, tuple):
             return self._send(*step)
+        cut = isinstance(step, dict)  # {"cut": chunks}: the connection closes before [DONE]
+        step = step["cut"] if cut else step
         if step == "broken":  # a chunked reply whose connection drops mid-chunk
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -162,7 +170,8 @@ class Scripted(BaseHTTPRequestHandler):
         self.end_headers()
         for chunk in step:
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
+        if not cut:
+            self.wfile.write(b"data: [DONE]\n\n")
         self.close_connection = True
 
     def _send(self, code, body):
@@ -291,13 +300,39 @@ def test_a_failing_server_ends_the_turn_and_a_missing_model_is_named(scripted, t
     assert agent.run_turn("again", on_event=events.append).stop_reason == "model_error"
     notes = [e.text for e in events if e.kind == "status"]
     assert "answered 500: out of memory" in notes[0] and "broke off its reply" in notes[1]
+    # a server that dies mid-reply: some prose, then the connection closes without [DONE]
+    Scripted.script = [{"cut": [delta(content="The answer is")]}]
+    res = agent.run_turn("and now?", on_event=events.append)
+    assert res.stop_reason == "model_error"
+    assert "closed before `data: [DONE]`" in [e.text for e in events if e.kind == "status"][-1]
     from agent.headless import EXIT_CODES
     assert EXIT_CODES["model_error"] == 6
     with pytest.raises(SamplerError, match="no model 'gpt-9'.*vendor-model"):
         RemoteSampler(scripted, "gpt-9")
     with pytest.raises(SamplerError, match="cannot reach the model server"):
         RemoteSampler("http://127.0.0.1:9/v1")
+    with pytest.raises(SamplerError, match="answered 404.*ends in /v1: --base-url http://127.0.0.1:\\d+/v1 "):
+        RemoteSampler(scripted.removesuffix("/v1"))
+    with pytest.raises(SamplerError, match="not an http"):
+        RemoteSampler("127.0.0.1:8000/v1")
     assert RemoteSampler(scripted).max_len == 4096  # the server's max_model_len
+
+
+def test_headless_exits_6_when_the_server_fails(scripted, tmp_path):
+    """The headless CLI in a subprocess: a reply cut before [DONE] and an unknown model both exit
+    with 6 (the model server failed), never 0 with an empty answer."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    Scripted.script = [{"cut": [delta(content="The answer")]}]
+    run = lambda *a: subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--base-url",  # noqa: E731
+                                     *a, "--cwd", str(tmp_path), "--trust", "--output-format", "json"],
+                                    env=env, capture_output=True, text=True, timeout=120)
+    out = run(scripted)
+    assert out.returncode == 6 and json.loads(out.stdout)["stop_reason"] == "model_error", out.stderr
+    assert "closed before `data: [DONE]`" in out.stderr
+    out = run(scripted, "--model", "gpt-9")
+    assert out.returncode == 6 and "error: the server at" in out.stderr and "no model 'gpt-9'" in out.stderr
+    out = run(scripted.removesuffix("/v1"))
+    assert out.returncode == 6 and "/v1 ?" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_schema_conversions():
