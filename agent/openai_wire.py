@@ -1,8 +1,11 @@
 """The OpenAI chat-completions wire format on our side, both ways.
 
 Requests (`nanocode serve`): parse_request checks a request's parameters (a RequestError names
-the parameter; the server answers it with a 400 in OpenAI's error shape, error_body); parse_json
-caps the nesting of JSON at MAX_DEPTH, checked without recursion.
+the parameter; the server answers it in OpenAI's error shape, error_body: a 400, or a 404 for a
+model it does not serve); parse_json caps the nesting of JSON at MAX_DEPTH, checked without
+recursion. What the server cannot honour is refused, never ignored: n above 1, tools other than
+ours, a tool_choice that names one the request does not list, and the parameters of UNSUPPORTED
+away from their neutral value. StopText applies `stop` to a reply's prose as it streams.
 
 OpenAI -> ours. to_conversation: a request's messages in our conversation schema. An assistant
 message with several tool_calls becomes one of ours per call, each followed by the `tool` message
@@ -36,16 +39,33 @@ from nanocode.protocol import INT_ARGS, TOOLS, canonical_args, check_shape
 MAX_DEPTH = 64  # nesting of its JSON (and of a tool call's arguments)
 MAX_TOKENS = 1 << 20  # the largest max_tokens taken (then cut to the context's room)
 SEED_RANGE = (-(1 << 31), (1 << 31) - 1)
+MAX_STOPS = 4  # `stop` strings in a request (as OpenAI)
+MAX_STOP_CHARS = 256  # each one's length: a stream holds back at most this much text
+TOOL_CHOICES = ("auto", "none", "required")  # or {"type": "function", "function": {"name": ...}}
+# Parameters that would change the reply but that this server does not implement: each is taken
+# only absent, null or at one of its neutral values; anything else is a 400 saying why.
+UNSUPPORTED = {
+    "logprobs": ((False,), "this server does not return log-probabilities"),
+    "top_logprobs": ((0,), "this server does not return log-probabilities"),
+    "presence_penalty": ((0,), "this server applies no presence or frequency penalty"),
+    "frequency_penalty": ((0,), "this server applies no presence or frequency penalty"),
+    "logit_bias": (({},), "this server applies no logit bias"),
+    "response_format": (({"type": "text"},), "this server cannot hold a reply to JSON or a schema"),
+    "functions": (([],), "the legacy functions API is not served: send tools"),
+    "function_call": (("auto", "none"), "the legacy functions API is not served: send tool_choice"),
+}
 
 
 # ---- requests ----------------------------------------------------------------------------------
 class RequestError(ValueError):
-    """A request the server cannot answer; the message (and the parameter it names) goes back in
-    the 400 body."""
+    """A request the server cannot answer; the message, the parameter it names and `code` (OpenAI's
+    error code, or None) go back in the error body, with HTTP `status` (400; 404 for a model the
+    server does not serve)."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 code: str | None = None):
         super().__init__(message)
-        self.param = param
+        self.param, self.status, self.code = param, status, code
 
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
@@ -93,6 +113,8 @@ def _integer(req: dict, key: str, default: int, low: int, high: int) -> int:
 
 
 def _tool_names(tools) -> list[str]:
+    """The names of the function tools a request lists; one that is not ours is an error (the
+    server can call only nanocode's own tools, protocol.TOOLS)."""
     if tools is None:
         return []
     if not isinstance(tools, list):
@@ -104,23 +126,117 @@ def _tool_names(tools) -> list[str]:
             raise RequestError(f"tools[{k}] must be {{\"type\": \"function\", \"function\": "
                                "{\"name\": ...}}", "tools")
         names.append(fn["name"])
+    unknown = [n for n in names if n not in TOOLS]
+    if unknown:
+        raise RequestError(f"tools lists {', '.join(repr(n[:40]) for n in unknown[:8])}: this "
+                           f"server can call only nanocode's own tools ({', '.join(TOOLS)}); "
+                           "drop the others from tools", "tools")
     return names
 
 
-def parse_request(req: dict) -> dict:
+def _offered(names: list[str], choice) -> tuple[tuple[str, ...], bool]:
+    """tool_choice over the listed tools: (the tools the reply may call, in TOOLS order; whether
+    it must be a call). "auto" (or absent): those listed, a call or not; "none": no call;
+    "required": a call to one listed; a named function: a call to that one."""
+    listed = tuple(n for n in TOOLS if n in names)
+    if choice is None or choice == "auto":
+        return listed, False
+    if choice == "none":
+        return (), False
+    if choice == "required":
+        if not listed:
+            raise RequestError('tool_choice "required" needs tools: list the tools the reply may '
+                               "call", "tool_choice")
+        return listed, True
+    fn = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" \
+        else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str):
+        raise RequestError(f"tool_choice must be {', '.join(map(json.dumps, TOOL_CHOICES))} or "
+                           '{"type": "function", "function": {"name": ...}}, not '
+                           f"{json.dumps(choice)[:60]}", "tool_choice")
+    if name not in listed:
+        raise RequestError(f"tool_choice names {name[:40]!r}, which tools does not list; list it "
+                           f"in tools (this server's tools: {', '.join(TOOLS)})", "tool_choice")
+    return (name,), True
+
+
+def _stop_strings(stop) -> tuple[str, ...]:
+    """`stop`: null, a string, or a list of at most MAX_STOPS non-empty strings."""
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or len(stops) > MAX_STOPS or not all(
+            isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops):
+        raise RequestError(f"stop must be a string or a list of at most {MAX_STOPS} strings, each "
+                           f"of 1 to {MAX_STOP_CHARS} characters", "stop")
+    return tuple(dict.fromkeys(stops))
+
+
+def _unsupported(req: dict) -> None:
+    """n above 1, or a parameter of UNSUPPORTED away from its neutral value: a RequestError."""
+    n = req.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
+        raise RequestError(f"n is {json.dumps(n)[:40]}: this server returns one choice per request "
+                           "(n=1); send separate requests, with different seeds, for more", "n")
+    for key, (neutral, why) in UNSUPPORTED.items():
+        v = req.get(key)
+        if v is not None and not any(v == x and isinstance(v, bool) == isinstance(x, bool)
+                                     for x in neutral):
+            raise RequestError(f"{key} is {json.dumps(v)[:60]}: {why}; leave {key} out", key)
+
+
+def parse_request(req: dict, model: str | None = None) -> dict:
     """A chat-completions request's parameters, checked: {"temperature", "top_p", "seed",
-    "max_tokens" (before the context's room), "tools" (ours it lists, in TOOLS order),
-    "messages" (our conversation schema)}. Raises RequestError naming the parameter."""
+    "max_tokens" (before the context's room), "stop" (strings; empty: none), "tools" (those the
+    reply may call, in TOOLS order), "must_call" (tool_choice "required" or a named function:
+    the reply is a call), "messages" (our conversation schema)}. `model`: the served model's
+    name; a request naming another is a 404 (code model_not_found), one naming none is taken.
+    Raises RequestError naming the parameter."""
+    name = req.get("model")
+    if name is not None and not isinstance(name, str):
+        raise RequestError("model must be a string: the id /v1/models lists", "model")
+    if model is not None and name is not None and name != model:
+        raise RequestError(f"the model {name[:80]!r} does not exist here: this server serves "
+                           f"{model!r} (GET /v1/models); send that, or leave model out", "model",
+                           404, "model_not_found")
     if not isinstance(req.get("stream", False), (bool, type(None))):
         raise RequestError("stream must be true or false", "stream")
+    _unsupported(req)
     limit = _integer(req, "max_tokens", 1024, 1, MAX_TOKENS)
-    names = _tool_names(req.get("tools"))
+    tools, must_call = _offered(_tool_names(req.get("tools")), req.get("tool_choice"))
     return {"temperature": _number(req, "temperature", 0.0, 0, 2),
             "top_p": _number(req, "top_p", 1.0, 0, 1) or 1.0,
             "seed": _integer(req, "seed", 0, *SEED_RANGE),
             "max_tokens": _integer(req, "max_completion_tokens", limit, 1, MAX_TOKENS),
-            "tools": tuple(n for n in TOOLS if n in names),
+            "stop": _stop_strings(req.get("stop")),
+            "tools": tools, "must_call": must_call,
             "messages": to_conversation(req.get("messages"))}
+
+
+class StopText:
+    """`stop` on a reply's prose as it streams. feed(piece) returns the text that may go out now:
+    never a stop string, nor a tail that may still grow into one (it is held until resolved).
+    Once a stop string has appeared, `hit` is True, the text before its first occurrence has gone
+    out and nothing more does: the reply ends there. flush() returns what is held at the end."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops, self.held, self.hit = stops, "", False
+
+    def feed(self, piece: str) -> str:
+        if self.hit:
+            return ""
+        text = self.held + piece
+        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.hit, self.held = True, ""
+            return text[:min(found)]
+        keep = max((k for s in self.stops for k in range(1, min(len(s), len(text) + 1))
+                    if text.endswith(s[:k])), default=0)
+        self.held = text[len(text) - keep:]
+        return text[:len(text) - keep]
+
+    def flush(self) -> str:
+        out, self.held = ("" if self.hit else self.held), ""
+        return out
 
 
 # ---- OpenAI -> ours ------------------------------------------------------------------------------

@@ -4,14 +4,22 @@
     curl localhost:8000/v1/chat/completions -H "Authorization: Bearer $KEY" \
         -d '{"messages": [{"role": "user", "content": "hi"}]}'
 
-Endpoints: GET /v1/models (with the model's context_length); POST /v1/chat/completions with messages (system, user, assistant
-with `tool_calls`, tool), `tools` (function tools; only nanocode's own, Read/Edit/Grep/Bash,
-can be called: the grammar mask of agent/grammar.py offers just those the request lists, no call
-at all when it lists none; agent/loop_guard.py keeps a reply from extending a loop, ungrounded:
-the server has no project), temperature, top_p, max_tokens (or max_completion_tokens), seed and
-`stream` (server-sent events: a role chunk, content deltas, a tool-call chunk, a finish chunk
-with usage, then `data: [DONE]`). The reply is one message: prose, and at most one tool call (the
-model makes one call per reply), finish_reason "tool_calls", "stop" or "length".
+Endpoints: GET /v1/models (with the model's context_length); POST /v1/chat/completions with
+`model` (the id /v1/models lists, or none; another is a 404 model_not_found), messages (system,
+user, assistant with `tool_calls`, tool), `tools` (function tools, only nanocode's own:
+Read/Edit/Grep/Bash; another is a 400: the grammar mask of agent/grammar.py offers just those the
+request lists, no call at all when it lists none; agent/loop_guard.py keeps a reply from
+extending a loop, ungrounded: the server has no project), `tool_choice` ("auto"; "none": no
+call; "required" or {"type": "function", "function": {"name": ...}}: the reply is a call, to one
+listed or to the one named, with no prose before it), `stop` (up to 4 strings: the reply ends
+before the first one its prose holds, finish_reason "stop"; a stream never sends a stop string's
+text: a tail that may grow into one is held back until it does not), temperature, top_p,
+max_tokens (or max_completion_tokens), seed, n (1 only: more is a 400) and `stream` (server-sent
+events: a role chunk, content deltas, a tool-call chunk, a finish chunk with usage, then
+`data: [DONE]`). The reply is one message: prose, and at most one tool call (the model makes one
+call per reply), finish_reason "tool_calls", "stop" or "length". Parameters this server does not
+implement (logprobs, penalties, logit_bias, a JSON response_format, ...: openai_wire.UNSUPPORTED)
+are a 400 unless at their neutral value, never ignored.
 
 Checking and converting a request, and the reply's wire form: agent/openai_wire.py. Requests
 run one at a time (one engine, batch 1); one too long for the context is a 400.
@@ -51,8 +59,10 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from agent.openai_wire import (RequestError, error_body, openai_call, openai_message, parse_json,
-                               parse_request)
+import numpy as np
+
+from agent.openai_wire import (RequestError, StopText, error_body, openai_call, openai_message,
+                               parse_json, parse_request)
 
 MAX_BODY = 4 << 20  # bytes of one request body
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -67,11 +77,13 @@ class Server:
         self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
         self.lock = threading.Lock()
         self.a_start = self.tok.special_ids["<|assistant_start|>"]
+        self.call_first = np.zeros(self.grammar.n_vocab, bool)  # a reply that must be a call
+        self.call_first[self.grammar.call_start] = True
 
     def prepare(self, req: dict) -> dict:
-        """Check a request and render it; a RequestError says what is wrong (a 400, also for a
-        streamed request: it is raised before the stream starts)."""
-        job = parse_request(req)
+        """Check a request and render it; a RequestError says what is wrong (a 400, or a 404 for
+        another model; also for a streamed request: it is raised before the stream starts)."""
+        job = parse_request(req, self.name)
         ids = self.tok.render_conversation({"messages": job.pop("messages")})[0] + [self.a_start]
         room = self.engine.max_len - len(ids) - 1
         if room < 1:
@@ -84,27 +96,45 @@ class Server:
         "finish_reason", "usage"}. on_text(piece) streams the prose as it is sampled
         (agent/reply_stream.py). finish_reason: "tool_calls" for a call that parsed, "length"
         when the budget or the context cut the reply, else "stop" (a malformed call included:
-        its prose is the reply)."""
+        its prose is the reply). With job["stop"], the prose ends before the first stop string
+        in it (StopText: what on_text gets holds none of it), sampling stops there, and the
+        reply has no call. With job["must_call"], the reply opens with the call."""
         from agent.grammar import CONTENT
         from agent.loop_guard import LoopGuard
         from agent.reply_stream import stream_reply
         state = self.grammar.state(tools=job["tools"])
         loops = LoopGuard.shared(self.grammar).reply()  # no reply extends a loop (agent/loop_guard.py)
+        stop, sent, cancel = StopText(job["stop"]), [], threading.Event()
 
         def allowed(out):
+            if job["must_call"] and not out:
+                return self.call_first
             m = state.allowed(out)
             return loops.mask(out, m, prose=state.phase == CONTENT)
+
+        def emit(piece):
+            if piece:
+                sent.append(piece)
+                if on_text is not None:
+                    on_text(piece)
+
+        def text(piece):
+            emit(stop.feed(piece))
+            if stop.hit:
+                cancel.set()  # no token after this one is read
         with self.lock:
             t0 = time.perf_counter()
             decoder = self.engine.decoder()
             decoder.append(job["ids"])
             tokens = decoder.generate(max_tokens=job["max_tokens"], temperature=job["temperature"],
                                       top_p=job["top_p"], seed=job["seed"], allowed=allowed)
-            reply = stream_reply(self.tok, tokens, on_text)
+            reply = stream_reply(self.tok, tokens, text, cancel)
+            emit(stop.flush())  # the prose ended with no stop string: what was held goes out
             seconds = time.perf_counter() - t0
         finish = "tool_calls" if reply.call else "length" if reply.stop == "length" else "stop"
         prompt, completion = len(job["ids"]), len(reply.ids)
-        return {"content": reply.content, "tool_call": reply.call, "finish_reason": finish,
+        content = "".join(sent) if stop.hit else reply.content
+        return {"content": content, "tool_call": reply.call, "finish_reason": finish,
                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                           "total_tokens": prompt + completion, "seconds": round(seconds, 3)}}
 
@@ -251,8 +281,9 @@ def make_handler(server: Server, token: str | None = None):
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, code: int, message: str, param: str | None = None) -> None:
-            self._send(code, error_body(message, param=param))
+        def _error(self, code: int, message: str, param: str | None = None,
+                   code_name: str | None = None) -> None:
+            self._send(code, error_body(message, param=param, code=code_name))
 
         def _refuse(self, code: int, message: str, kind: str = "invalid_request_error",
                     code_name: str | None = None, **headers) -> None:
@@ -326,7 +357,7 @@ def make_handler(server: Server, token: str | None = None):
                     raise RequestError("the body must be a JSON object")
                 job = server.prepare(req)  # a bad request is a 400, also before a stream starts
             except RequestError as e:
-                return self._error(400, str(e), e.param)
+                return self._error(e.status, str(e), e.param, e.code)
             head = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()),
                     "model": server.name}
             if req.get("stream"):
