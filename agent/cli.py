@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=25,
                    help="most tool calls per request before control returns to you (default 25)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--output-format", choices=OUTPUT_FORMATS, default="text",
-                   help="with -p: the answer as text; JSON with answer, tool_calls, "
+    p.add_argument("--output-format", choices=OUTPUT_FORMATS,
+                   help="with -p: the answer as text (the default); JSON with answer, tool_calls, "
                    "files_changed, steps, stop_reason, usage; or stream-json, one JSON event per "
                    "line as it happens (text deltas, tool calls and results, then the result)")
     p.add_argument("--best-of", type=int, default=1, metavar="N",
@@ -136,6 +136,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
     if args.best_of > 1 and args.prompt is None:
         parser.error("--best-of needs -p PROMPT (it runs headless)")
+    if args.output_format is not None and args.prompt is None:
+        parser.error("--output-format goes with -p PROMPT (a headless run); the interactive "
+                     "interfaces have no output format")
+    args.output_format = args.output_format or "text"
     if args.best_of_temperature <= 0:
         parser.error("--best-of-temperature must be > 0 (the extra rollouts sample)")
     if args.context is not None and (args.base_url is None or args.context < 64):
@@ -169,17 +173,15 @@ def _err(text: str) -> None:
 def trusted(root, headless: bool) -> bool:
     """The folder-trust prompt: a session in /, $HOME or a folder with no project marker
     (tools.workspace.trust_problem) may read and change everything below it, so the user says
-    yes first. Headless (-p) cannot ask: it refuses / and folders holding $HOME, and only warns
-    about a folder with no marker (scripts run it in scratch dirs); --trust says yes up front."""
-    from pathlib import Path
-
-    from tools.workspace import is_inside, trust_problem
+    yes first. Headless (-p) and a stdin that is not a terminal cannot ask, so they
+    refuse all three: a script that runs it in a scratch folder says --trust up front."""
+    from tools.workspace import trust_problem
     problem = trust_problem(root)
     if problem is None:
         return True
     _err(f"warning: {problem}: the agent may read, and with your approval change, anything in {root}")
     if headless or not sys.stdin.isatty():
-        return not is_inside(root, Path.home().resolve())
+        return False
     try:
         return input("trust this folder and start? [y/N] ").strip().lower() in ("y", "yes")
     except (EOFError, KeyboardInterrupt):
@@ -249,6 +251,18 @@ def review_settings(root, headless: bool) -> bool:
     return False
 
 
+def terminal_problem(plain: bool) -> str | None:
+    """Why an interactive face cannot start here, or None: the full-screen interface needs a
+    terminal on stdin and stdout (started into a pipe it would draw into the pipe and never
+    see a key), --plain one on stdin. Either way the fix is a headless run."""
+    streams = (("stdin", sys.stdin),) if plain else (("stdin", sys.stdin), ("stdout", sys.stdout))
+    for name, stream in streams:
+        if stream is None or not stream.isatty():
+            return (f"{name} is not a terminal, so the interactive interface cannot start: run one "
+                    "request headless with -p \"...\" (or pipe the request in: ... | nanocode -p)")
+    return None
+
+
 def _interrupted_at_start(*_) -> None:
     """Ctrl-C before the agent is built: nothing is written yet, so leave at once (a
     KeyboardInterrupt inside jax's import or a loader thread can be swallowed)."""
@@ -279,6 +293,9 @@ def _main(args, started) -> int:
 
     from agent.model import ModelError, resolve_model
 
+    if args.prompt is None and (problem := terminal_problem(args.plain)):
+        _err(f"error: {problem}")
+        return 2
     if args.prompt is not None:
         from agent.headless import read_prompt
         args.prompt = read_prompt(args.prompt)

@@ -260,8 +260,8 @@ def test_headless_best_of_json(ckpt, proj, capsys):
 
 
 def test_folder_trust(tmp_path, monkeypatch, capsys):
-    """/ or $HOME: headless refuses (exit 1, before any model loads) unless --trust; a folder
-    with no project marker only warns; a project folder says nothing."""
+    """/, $HOME or a folder with no project marker: headless cannot ask, so it refuses (exit 1,
+    before any model loads) unless --trust; a project folder says nothing."""
     home = tmp_path / "home"
     (home / "scratch").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
@@ -270,11 +270,32 @@ def test_folder_trust(tmp_path, monkeypatch, capsys):
     assert "your home folder" in err and "not trusted" in err and "--trust" in err
     assert cli.main(["-p", "hi", "--cwd", "/", "--model", "no-such-tag"]) == 1
     assert "file-system root" in capsys.readouterr().err
-    # --trust goes on (to the next error: the missing model), so does a marker-less folder
-    assert cli.main(["-p", "hi", "--cwd", str(home), "--trust", "--model", "no-such-tag"]) == 2
-    assert cli.main(["-p", "hi", "--cwd", str(home / "scratch"), "--model", "no-such-tag"]) == 2
+    assert cli.main(["-p", "hi", "--cwd", str(home / "scratch"), "--model", "no-such-tag"]) == 1
     err = capsys.readouterr().err
-    assert "no project marker" in err and "not trusted" not in err
+    assert "no project marker" in err and "not trusted" in err and "--trust" in err
+    # --trust goes on (to the next error: the missing model)
+    assert cli.main(["-p", "hi", "--cwd", str(home), "--trust", "--model", "no-such-tag"]) == 2
+    assert cli.main(["-p", "hi", "--cwd", str(home / "scratch"), "--trust", "--model", "no-such-tag"]) == 2
     (home / "scratch" / ".git").mkdir()
     assert cli.main(["-p", "hi", "--cwd", str(home / "scratch"), "--model", "no-such-tag"]) == 2
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, stdin", [([], subprocess.DEVNULL), (["--plain"], "q\n")])
+def test_no_terminal_no_interactive_face(proj, argv, stdin):
+    """`nanocode < /dev/null | tail` and `echo q | nanocode --plain`: no terminal to draw on or
+    read keys from, so exit 2 at once with the headless alternative (the full-screen app used to
+    start into the pipe and never exit)."""
+    r = subprocess.run([sys.executable, "-m", "agent.cli", *argv, "--cwd", str(proj)], cwd=ROOT,
+                       input=stdin if isinstance(stdin, str) else None,
+                       stdin=stdin if not isinstance(stdin, str) else None,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[-300:])
+    assert "stdin is not a terminal" in r.stderr and "-p" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_output_format_needs_a_headless_run(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.parse_args(["--output-format", "json"])
+    assert e.value.code == 2 and "--output-format goes with -p" in capsys.readouterr().err
+    assert cli.parse_args(["-p", "hi"]).output_format == "text"
