@@ -45,12 +45,11 @@ def drop_oldest(conv, count) -> str | None:
     messages = conv.messages
     idx = next(iter(droppable(messages, count, len(messages) - 1)), None)
     if idx is not None:
-        messages[idx] = {"role": "tool_result", "content": DROPPED}
+        conv.shorten(idx, DROPPED)
         return "output"
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
     if len(users) >= 2 and users[1] <= conv.turn_start:
-        del messages[users[0]:users[1]]
-        conv.turn_start -= users[1] - users[0]
+        conv.drop_turn(users[0], users[1])
         return "turn"
     return None
 
@@ -217,7 +216,7 @@ def compact(conv, sampler, keep: int = 1) -> int:
         short = digest(messages[i - 1].get("tool_call"), messages[i]["content"])
         if count(short) >= count(messages[i]["content"]):
             short = DROPPED
-        messages[i] = {"role": "tool_result", "content": short}
+        conv.shorten(i, short)
     sampler.invalidate()
     try:
         sampler.sync(conv, quiet, usage)

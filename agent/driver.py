@@ -126,7 +126,8 @@ class Agent:
         return {"messages": self.messages, "meta": self.meta}
 
     def adopt(self, messages: list[dict], meta: dict) -> None:
-        """Continue from another agent's conversation (best-of: the winning rollout's)."""
+        """Continue from another agent's conversation (best-of: the winning rollout's, which
+        started from this one's context; the turns this one had dropped stay in its transcript)."""
         self.conv.messages, self.conv.meta = messages, meta
         self.sampler.invalidate()
 
@@ -165,6 +166,15 @@ class Agent:
 
     def _scope(self, all_sessions: bool) -> str | None:
         return None if all_sessions else self.meta["id"]
+
+    def load_context(self) -> None:
+        """A continued session: fit its transcript to the context and bring the model up to it
+        now (one prefill), so the status line says how full the context is before the first
+        request and that request starts at once. Nothing said: the first turn's fit speaks."""
+        try:
+            self.sampler.sync(self.conv, lambda event: None, TurnResult().usage)
+        except (ContextFull, SamplerError):  # the first turn says so, where it can be acted on
+            pass
 
     def compact(self, keep: int = 1) -> int:
         """/compact (agent/context.compact): old outputs become one-line digests; tokens freed."""

@@ -81,6 +81,8 @@ def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, stor
     except SettingsError as e:
         raise ModelError(str(e), 2) from None
     agent.refresh_system_prompt()  # a resumed session: today's AGENTS.md, folder and mode
+    if messages:
+        agent.load_context()
     agent.meta["model"] = name
     agent.conv.store = store or SessionStore(root, agent.meta["id"])
     return agent

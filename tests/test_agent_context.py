@@ -8,19 +8,25 @@ from scripted_agent import call, make, reply
 
 
 def test_drop_oldest_takes_outputs_then_whole_turns_never_the_request():
-    from types import SimpleNamespace
-
     from agent.context import drop_oldest
+    from agent.conversation import Conversation
     count = len  # characters stand in for tokens
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "one"},
             {"role": "assistant", "content": "", "tool_call": {"name": "Bash", "args": {"command": "ls"}}},
             {"role": "tool_result", "content": "x" * 100}, {"role": "assistant", "content": "ok"},
             {"role": "user", "content": "two"}]
-    conv = SimpleNamespace(messages=msgs, turn_start=5)
+    conv = Conversation("/p", msgs)
+    conv.turn_start = 5
+    msgs = conv.messages
     assert drop_oldest(conv, count) == "output" and msgs[3]["content"] == DROPPED and conv.turn_start == 5
     assert drop_oldest(conv, count) == "turn" and conv.turn_start == 1  # the first turn goes, the system prompt stays
     assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "two"
     assert drop_oldest(conv, count) is None
+    assert conv.transcript() == [{"role": "system", "content": "s"}, {"role": "user", "content": "one"},
+                                 {"role": "assistant", "content": "", "tool_call": {"name": "Bash", "args": {"command": "ls"}}},
+                                 {"role": "tool_result", "content": "x" * 100}, {"role": "assistant", "content": "ok"},
+                                 {"role": "user", "content": "two"}]  # the transcript keeps it all
+    assert conv.absolute(1) == 5
 
 
 def test_context_drops_old_output_then_turns(engine, tok, repo):
@@ -45,6 +51,34 @@ def test_context_drops_old_output_then_turns(engine, tok, repo):
     assert status == ["context full: dropped 1 old tool output and 2 earlier turns"], status
     assert agent.messages[0]["role"] == "system" and agent.messages[1]["content"] == "third"
     assert res.answer == "fine" and all(script.identity)
+
+
+def test_the_saved_session_keeps_every_turn(engine, tok, repo, tmp_path, monkeypatch):
+    """Turns that left a full context stay in the session file, whole, and each turn record
+    points at its own request there; --continue loads them all and fits them again."""
+    from agent.sessions import SessionStore, load_session
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    rd = call(tok, "", "Read", file_path="big.py", limit="50")
+    agent, script = make(engine, repo, [rd, reply(tok, "ok")] * 3 + [reply(tok, "fine")], max_tokens=64)
+    agent.conv.store = SessionStore(repo, agent.meta["id"])
+    asks = ["read it", "again", "and again", "fourth"]
+    for i, ask in enumerate(asks):
+        if i == 3:  # room for the request alone: every earlier turn leaves the context
+            n_min = len(tok.render_conversation({"messages": [agent.messages[0], {
+                "role": "user", "content": ask}]})[0]) + 1
+            agent.sampler.reserve = engine.max_len - n_min - 10
+        agent.run_turn(ask)
+    assert [m["content"] for m in agent.messages if m["role"] == "user"] == ["fourth"]
+    messages, meta = load_session(agent.conv.store.path)
+    assert [m["content"] for m in messages if m["role"] == "user"] == asks
+    assert [messages[t["user_index"]]["content"] for t in meta["turns"]] == asks
+    outs = [m["content"] for m in messages if m["role"] == "tool_result"]
+    assert len(outs) == 3 and DROPPED not in "".join(outs) and outs[0].startswith("    1→value_0")
+    again, _ = make(engine, repo, [reply(tok, "sure")], messages=messages, meta=meta, max_tokens=64)
+    again.load_context()  # what build_agent does for --continue: the status shows a true count
+    assert 0 < again.sampler.context_used(again.messages) <= engine.max_len
+    assert again.run_turn("fifth").answer == "sure"
+    assert [m["content"] for m in again.conv.transcript() if m["role"] == "user"] == [*asks, "fifth"]
 
 
 def test_big_results_are_cut_to_their_share(engine, tok, repo):
