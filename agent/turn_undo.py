@@ -94,7 +94,8 @@ def slash_undo(agent, rest: str) -> str:
     """The /undo command of the REPL and the TUI, as the text to show: without `yes` only the
     plan (nothing changes: the user confirms by typing `/undo yes`); with it, the restore. Words
     of `rest`: all (any session's last turn), yes (do it), committed (allow_committed)."""
-    from tools.undo import UndoError
+    from tools.snapshot import names_list
+    from tools.undo import NothingToUndo, UndoError
     words = set(rest.split())
     unknown = words - {"all", "yes", "committed"}
     if unknown:
@@ -108,7 +109,17 @@ def slash_undo(agent, rest: str) -> str:
             return (f"/undo would undo turn {plan.turn}: {plan.describe()}. Type /undo{extra} yes{more} "
                     "to do it")
         paths = agent.undo(plan.turn, allow_committed="committed" in words)
+    except NothingToUndo:
+        undone = agent.undo_log.last_undone
+        said = f" (turn {undone} is undone already)" if undone is not None else ""
+        where = "in any session" if scope["all_sessions"] else \
+            "in this session; /undo all reaches the last turn of any session"
+        return f"nothing left to undo{said} {where}"
     except UndoError as e:
         return str(e)
-    done = paths + plan.git  # files, then the git state (refs, HEAD, stash, index) put back
-    return f"undid turn {plan.turn}; restored: {', '.join(done)}" if done else "nothing to undo"
+    removed = [p for p in paths if p in plan.remove]
+    restored = [p for p in paths if p not in plan.remove]
+    done = [f"{label} {names_list(items)}" for label, items in (
+        ("restored", restored), ("removed (the turn created them)", removed),
+        ("put back git's", plan.git)) if items]
+    return f"undid turn {plan.turn}: {'; '.join(done)}" if done else "nothing to undo"

@@ -299,3 +299,22 @@ def test_output_format_needs_a_headless_run(capsys):
         cli.parse_args(["--output-format", "json"])
     assert e.value.code == 2 and "--output-format goes with -p" in capsys.readouterr().err
     assert cli.parse_args(["-p", "hi"]).output_format == "text"
+
+
+def test_repl_undo_then_diff_says_what_happened(engine, tok, repo):
+    """A turn that edits a.py and creates norep.txt, then in the --plain REPL: /undo yes says
+    which file it restored and which it removed (it used to say "restored: norep.txt" for a file
+    it deleted); /diff no longer shows the undone change; a second /undo yes says nothing is left
+    and how to reach earlier sessions."""
+    from scripted_agent import call, make, reply
+    bash = call(tok, "", "Bash", command="echo y = 2 > a.py && echo new > norep.txt")
+    agent, _ = make(engine, repo, [bash, reply(tok, "done.")], mode="auto")
+    con = FakeConsole(["change it", "/undo yes", "/diff", "/undo yes", "/quit"])
+    assert run_repl(agent, "tiny", console=con) == 0
+    text = "".join(con.out)
+    assert "undid turn 1: restored a.py; removed (the turn created them) norep.txt" in text
+    assert (repo / "a.py").read_text() == "x = 1\n" and not (repo / "norep.txt").exists()
+    assert "turn 1 was undone: none of its changes are in the files now" in text
+    assert "+y = 2" not in text
+    assert ("nothing left to undo (turn 1 is undone already) in this session; /undo all reaches "
+            "the last turn of any session") in text

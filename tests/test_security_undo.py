@@ -314,7 +314,7 @@ def test_git_only_turn_is_told_through_slash_undo(repo):
     turn = agent.end()
     assert (turn.changed, turn.id, turn.skipped) == ([], 1, [])
     assert "restore git stash" in slash_undo(_Agent(agent), "")
-    assert slash_undo(_Agent(agent), "yes") == "undid turn 1; restored: stash"
+    assert slash_undo(_Agent(agent), "yes") == "undid turn 1: put back git's stash"
     assert git_state(repo) == gs
 
 
@@ -322,7 +322,7 @@ class _Agent:
     """The two calls slash_undo makes on an agent, on top of a TurnUndo."""
 
     def __init__(self, undo):
-        self.u = undo
+        self.u = self.undo_log = undo
 
     def undo_plan(self, all_sessions=False):
         return self.u.plan(None if all_sessions else "sess")

@@ -90,6 +90,10 @@ class UndoError(Exception):
     """A snapshot or undo operation was refused; the message names the problem and the fix."""
 
 
+class NothingToUndo(UndoError):
+    """No recorded turn is left to act on (none yet, or every one is undone)."""
+
+
 @dataclass
 class Turn:
     id: int
@@ -270,7 +274,7 @@ class Snapshots:
             found = [t for t in all_turns if pick(t) and (session is None or t.session == session)]
             if not found:
                 whose = " in this session" if session is not None else ""
-                raise UndoError(f"no turn to act on{whose}: nothing has been recorded (or everything is "
+                raise NothingToUndo(f"no turn to act on{whose}: nothing has been recorded (or everything is "
                                 "undone)" + ("; ask for all sessions to reach earlier ones" if whose else ""))
             return found[-1]
         for t in all_turns:
@@ -330,6 +334,8 @@ class Snapshots:
         turn = self._get(turn, lambda t: t.after is not None, session)
         if turn.after is None:
             raise UndoError(f"turn {turn.id} is not finished; call end() first")
+        if turn.undone:
+            raise UndoError(f"turn {turn.id} was undone: none of its changes are in the files now")
         if turn.after == turn.before:
             return ""
         out = self._run("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
