@@ -18,22 +18,24 @@ import os
 
 _CONTROLS = [*(c for c in range(0x20) if c not in (0x09, 0x0A)), 0x7F, *range(0x80, 0xA0)]
 _BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-_SHOW = {c: f"\\x{c:02x}" for c in _CONTROLS} | {c: f"\\u{c:04x}" for c in _BIDI}
-_JSON = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), *_BIDI)}
+_SURROGATES = range(0xD800, 0xE000)  # a file name that is not UTF-8 (os.fsdecode's \udcXX)
+_SHOW = {c: f"\\x{c:02x}" for c in _CONTROLS} | {c: f"\\u{c:04x}" for c in (*_BIDI, *_SURROGATES)}
+_JSON = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), *_BIDI, *_SURROGATES)}
 
 
 def printable(text) -> str:
     """`str(text)` with every character a terminal could act on replaced by a visible escape:
     C0 controls except newline and tab (ESC, BEL, CR, backspace, NUL ...), DEL and the C1
     controls U+0080-U+009F (U+009B is CSI to some terminals) as `\\x1b`, `\\x9b`; the bidi
-    embeddings, overrides and isolates U+202A-U+202E and U+2066-U+2069 as `\\u202e`. Everything
+    embeddings, overrides and isolates U+202A-U+202E and U+2066-U+2069 as `\\u202e`, and lone
+    surrogates (a non-UTF-8 file name's bytes, which no terminal can be sent) as `\\udce9`. Everything
     else is kept. One character maps to one escape and escapes are plain ASCII, so escaping a
     stream piece by piece equals escaping it whole, and escaping twice changes nothing."""
     return str(text).translate(_SHOW)
 
 
 def printable_json(obj) -> str:
-    """`json.dumps(obj, ensure_ascii=False)` with DEL, C1 and bidi characters written as
+    """`json.dumps(obj, ensure_ascii=False)` with DEL, C1, bidi and surrogate characters written as
     `\\u` escapes too (json.dumps escapes C0 itself): any JSON parser reads the same value,
     and no character of the line is one a terminal acts on."""
     return json.dumps(obj, ensure_ascii=False).translate(_JSON)

@@ -36,13 +36,24 @@ def mentioned(text: str, root) -> list[str]:
 
 def complete(word: str, files: list[str]) -> list[str]:
     """`@` + each project file the `@word` could be: prefix matches first, then files whose name
-    starts with it, at most MAX_COMPLETIONS."""
+    starts with it, at most MAX_COMPLETIONS. A name that is not UTF-8 is not offered (no
+    prompt or terminal can hold it; Glob and Bash still reach the file)."""
     if not word.startswith("@"):
         return []
     q = word[1:]
+    files = [f for f in files if _is_text(f)]
     first = [f for f in files if f.startswith(q)]
     named = [f for f in files if os.path.basename(f).startswith(q) and f not in first]
     return ["@" + f for f in (first + named)[:MAX_COMPLETIONS]]
+
+
+def _is_text(name: str) -> bool:
+    """A name a prompt can hold: not one whose bytes are not UTF-8 (os.fsdecode's surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def project_files(root) -> list[str]:

@@ -99,7 +99,10 @@ class SessionStore:
         if not is_inside(self.root, os.path.realpath(folder)):
             raise OSError(f"{folder} resolves outside {self.root}: remove the link to save sessions")
         _ignore_all(folder)
-        data = (json.dumps({"messages": messages, "meta": meta}, ensure_ascii=False) + "\n").encode()
+        # A non-UTF-8 file name is a lone surrogate in a str: written as its JSON escape (\udce9),
+        # so the file stays UTF-8 and reads back the same string.
+        text = json.dumps({"messages": messages, "meta": meta}, ensure_ascii=False) + "\n"
+        data = text.encode("utf-8", "backslashreplace")
         write_atomic(self.path, data)
         try:
             record(self.path, data)
