@@ -142,10 +142,11 @@ def _resume(agent, root, rest) -> Out:
 def _mark(verdict: str):
     def run(agent, root, rest) -> Out:
         try:
-            n = agent.mark(verdict)
+            n, before = agent.mark(verdict)
         except ValueError as e:
             return Note(str(e))
-        return Note(f"turn {n} marked {verdict} (`train export-sessions` "
+        was = f", no longer {before}" if before else ""
+        return Note(f"turn {n} marked {verdict}{was} (`train export-sessions` "
                    f"{'trains on it' if verdict == 'good' else 'learns to avoid it'})")
     return run
 

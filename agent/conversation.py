@@ -83,14 +83,19 @@ class Conversation:
         return ([self._as_written(i) for i in range(lead)] + self.earlier +
                 [self._as_written(i) for i in range(lead, len(self.messages))])
 
-    def mark(self, verdict: str) -> int:
+    def mark(self, verdict: str) -> tuple[int, str | None]:
         """/good, /bad: the user's verdict on the last turn, kept in its record (`train
-        export-sessions` trains on good turns and pairs bad ones); returns its number (1-based)."""
+        export-sessions` trains on good turns and pairs bad ones); one verdict per turn, the
+        latest. Returns (its number, 1-based; the verdict it replaced or None); ValueError when
+        there is no turn or it already has this verdict."""
         if not self.meta["turns"]:
             raise ValueError("no turn to mark yet")
+        n, before = len(self.meta["turns"]), self.meta["turns"][-1].get("mark")
+        if before == verdict:
+            raise ValueError(f"turn {n} is already marked {verdict}")
         self.meta["turns"][-1]["mark"] = verdict
         self.save()
-        return len(self.meta["turns"])
+        return n, before
 
     def record_turn(self, steps: int, stop_reason: str, files_changed, snapshot) -> None:
         """One turn's record. The undo snapshot's turn id is saved under "checkpoint", the field's

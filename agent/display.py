@@ -50,6 +50,9 @@ def rule_words(rules: str) -> str:
     return printable(", ".join(words))
 
 
+CALL_MARK, RESULT_MARK = "• ", "  └ "  # a call's line and its result's, in --plain and -p progress
+
+
 def summarize(result: str, width: int = 100) -> str:
     """The first line of `result` (escaped, cut at `width`) and how many lines follow."""
     lines = printable(result).splitlines() or [""]
@@ -62,10 +65,16 @@ def format_call(name, args, width: int = 100) -> str:
     `width`. A progress line, never an approval (those show `call_text`)."""
     parts = []
     for k, v in args.items():
-        text = json.dumps(v, ensure_ascii=False) if isinstance(v, str) else str(v)
+        text = quoted(v) if isinstance(v, str) else str(v)
         parts.append(f"{k}={text if len(text) <= 60 else text[:57] + '...'}")
     out = f"{name}({', '.join(parts)})"
     return printable(out if len(out) <= width else out[:width] + "...")
+
+
+def quoted(value: str) -> str:
+    """A string argument on one line, as written: in double quotes, a newline shown as \\n, a
+    backslash kept single (a Grep pattern `def f\\(` reads as the model wrote it, not as JSON)."""
+    return '"' + value.replace("\n", "\\n") + '"'
 
 
 def call_title(name: str, args: dict) -> str:
@@ -73,7 +82,7 @@ def call_title(name: str, args: dict) -> str:
     if name in ("Read", "Edit") and "file_path" in args:
         return printable(f"{name} {args['file_path']}")
     if name == "Grep":
-        return printable(f"Grep {args.get('pattern', '')!r} {args.get('path', '')}".rstrip())
+        return printable(f"Grep {quoted(str(args.get('pattern', '')))} {args.get('path', '')}".rstrip())
     if name == "Bash":
         lines = printable(args.get("command", "")).splitlines() or [""]
         cut = len(lines[0]) > 80 or len(lines) > 1

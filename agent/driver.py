@@ -78,7 +78,7 @@ from tools.permissions import QUESTION_EDIT, Policy
 from tools.sandbox import for_commands
 
 STOP_NOTES = {"repeat": "the same call three times in a row: stopped; your turn",
-              "cancelled": "cancelled", "rejected": "call rejected; your turn",
+              "cancelled": "cancelled",
               "loop": "reply stopped: it was repeating itself"}
 REPLY_STOPS = {"stop": "done", "cancelled": "cancelled", "loop": "loop", "length": "max_tokens"}
 
@@ -151,7 +151,7 @@ class Agent:
         self.conv.save()
         return paths
 
-    def mark(self, verdict: str) -> int:
+    def mark(self, verdict: str) -> tuple[int, str | None]:
         """/good, /bad on the last turn (Conversation.mark)."""
         return self.conv.mark(verdict)
 
@@ -289,7 +289,7 @@ class Agent:
             stop = "cancelled"
         if stop is None and res.steps >= self.settings.max_steps:
             stop = "step_limit"
-        if stop:
+        if stop and stop != "rejected":  # a rejection is said once, by the call's result
             emit(Status(STOP_NOTES.get(stop) or f"step limit ({self.settings.max_steps} calls) reached; your turn"))
         return stop
 

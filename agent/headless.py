@@ -6,7 +6,8 @@ Three output formats:
   result, status notes) goes to stderr.
 - json: one JSON object on stdout at the end: answer, tool_calls [{name, args, result}],
   files_changed, steps, stop_reason, retries, usage, session, sandbox.
-- stream-json: one JSON object per line on stdout as things happen (`stream_event`: text
+- stream-json: one JSON object per line on stdout as things happen: first an "init" line
+  (`stream_start`: session, model, cwd, mode, tools, sandbox), then (`stream_event`) text
   deltas, tool calls and results, approvals, status notes, then one "result" line carrying
   the json format's fields, usage included). Nothing but the sandbox line goes to stderr.
 The sandbox line (what contains Bash) is always the first stderr line. Text that came from the
@@ -41,7 +42,7 @@ import threading
 
 import dataclasses
 
-from agent.display import format_call, printable, printable_json, summarize
+from agent.display import CALL_MARK, RESULT_MARK, format_call, printable, printable_json, summarize
 from nanocode.protocol import REJECTED, Approval, Event, Status, StopReason, ToolCall, ToolResult
 
 EXIT_CODES: dict[StopReason, int] = {
@@ -54,11 +55,11 @@ def on_event(ev: Event) -> None:
     """Progress on stderr: each call, a line of its result, approvals refused, status notes."""
     match ev:
         case ToolCall(name=name, args=args):
-            line = f"> {format_call(name, args)}"
+            line = f"{CALL_MARK}{format_call(name, args)}"
         case ToolResult(result=result) if result == REJECTED:  # there is no user to reject it
-            line = "  rejected: nobody can approve it in headless mode"
+            line = f"{RESULT_MARK}rejected: nobody can approve it in headless mode"
         case ToolResult(result=result):
-            line = f"  {summarize(result)}"
+            line = f"{RESULT_MARK}{summarize(result)}"
         case Approval(answer="no", reason=reason):
             line = f"  (needs approval: {printable(reason)}; rejected in headless mode, see --mode)"
         case Status(text=text):
@@ -71,6 +72,15 @@ def on_event(ev: Event) -> None:
 def stream_event(ev: Event) -> None:
     """One event as one JSON line on stdout: {"type": ev.kind, ...its fields}."""
     print(printable_json({"type": ev.kind, **dataclasses.asdict(ev)}), flush=True)
+
+
+def stream_start(agent) -> None:
+    """stream-json's first line, before anything runs: {"type": "init", session, model, cwd,
+    mode, tools (those the mode offers), sandbox}, so a reader knows what it is talking to."""
+    from nanocode.protocol import MODE_TOOLS
+    print(printable_json({"type": "init", "session": agent.meta.get("id"), "model": agent.meta.get("model"),
+                          "cwd": agent.root, "mode": agent.mode, "tools": list(MODE_TOOLS[agent.mode]),
+                          "sandbox": agent.sandbox_status}), flush=True)
 
 
 def read_prompt(prompt: str) -> str | None:
@@ -108,6 +118,8 @@ def _print(res, output_format: str, **extra) -> None:
 def run_headless(agent, prompt: str, output_format: str = "text") -> int:
     cancel = threading.Event()
     _say_sandbox(agent)
+    if output_format == "stream-json":
+        stream_start(agent)
     events = stream_event if output_format == "stream-json" else on_event
     res = _with_sigint(cancel, lambda: agent.run_turn(prompt, approve=None, on_event=events,
                                                       cancel=cancel))
@@ -141,6 +153,8 @@ def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
     from agent.best_of import BestOfError, best_of
     cancel = threading.Event()
     _say_sandbox(agent)
+    if output_format == "stream-json":
+        stream_start(agent)
 
     def run():
         return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, n,

@@ -17,7 +17,8 @@ import signal
 import sys
 import threading
 
-from agent.display import call_text, edit_diff, format_call, printable, rule_words, summarize
+from agent.display import (CALL_MARK, RESULT_MARK, call_text, edit_diff, format_call, printable,
+                           rule_words, summarize)
 from nanocode.protocol import Approval, Event, Status, Text, ToolCall, ToolResult
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -104,9 +105,9 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
                 con.write(piece)
                 state["open"] = True
             case ToolCall(name=name, args=args):
-                con.dim(f"> {format_call(name, args)}")
+                con.dim(f"{CALL_MARK}{format_call(name, args)}")
             case ToolResult(result=result):
-                con.dim(f"  {summarize(result)}")
+                con.dim(f"{RESULT_MARK}{summarize(result)}")
             case Status(text=text):
                 con.dim(f"[{text}]")
             case Approval(rule=rule) if rule:
@@ -141,13 +142,13 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
             continue
         except EOFError:
             con.write("\n")
-            return 0
+            return _leave(agent, con)
         text = text.strip()
         if not text:
             continue
         if text.startswith("/"):
             if slash(agent, text, con):
-                return 0
+                return _leave(agent, con)
             continue
         cancel = threading.Event()
         main = threading.current_thread() is threading.main_thread()
@@ -162,6 +163,18 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         if state["open"]:
             con.write("\n")
             state["open"] = False
+
+
+def _leave(agent, con) -> int:
+    """Quit: say how to come back to a conversation that has turns."""
+    if agent.meta.get("turns"):
+        con.dim(resume_hint(agent.meta["id"]))
+    return 0
+
+
+def resume_hint(session_id: str) -> str:
+    """The line both faces print on leaving a session with turns."""
+    return f"resume this session with: nanocode --resume {session_id}"
 
 
 def slash(agent, text: str, con) -> bool:

@@ -154,15 +154,17 @@ def test_headless_subprocess_text(ckpt, proj):
 
 
 def test_headless_stream_json_from_stdin(ckpt, proj):
-    """The prompt on stdin, one JSON event per line on stdout (text deltas ... the result with
-    usage), the exit status from the stop reason."""
+    """The prompt on stdin, one JSON event per line on stdout (init, text deltas ... the result
+    with usage), the exit status from the stop reason."""
     r = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "--model", str(ckpt), "--cwd",
                         str(proj), "--max-tokens", "12", "--temperature", "1", "--output-format",
                         "stream-json"], input="what is x?\n", cwd=ROOT, capture_output=True,
                        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     events = [json.loads(line) for line in r.stdout.splitlines()]
     assert events[-1]["type"] == "result" and events[-2]["type"] == "turn_end"
-    end = events[-1]
+    init, end = events[0], events[-1]  # the first line says who is talking, before anything runs
+    assert init == {"type": "init", "session": end["session"], "model": str(ckpt), "cwd": str(proj),
+                    "mode": "ask", "tools": ["Read", "Edit", "Grep", "Bash"], "sandbox": end["sandbox"]}
     assert r.returncode == headless.EXIT_CODES[end["stop_reason"]], r.stderr
     assert end["usage"]["completion_tokens"] >= 1
     texts = "".join(e["text"] for e in events if e["type"] == "text")
@@ -318,3 +320,29 @@ def test_repl_undo_then_diff_says_what_happened(engine, tok, repo):
     assert "+y = 2" not in text
     assert ("nothing left to undo (turn 1 is undone already) in this session; /undo all reaches "
             "the last turn of any session") in text
+
+
+def test_repl_marks_calls_and_says_how_to_resume(engine, tok, repo):
+    """--plain: a tool call is marked `• `, its result `  └ ` (not the user's `> `); /good twice
+    says the turn is marked already, /bad after it says what it replaces; leaving (Ctrl-D) prints
+    how to resume the session."""
+    from scripted_agent import call, make, reply
+    agent, _ = make(engine, repo, [call(tok, "", "Read", file_path="a.py"), reply(tok, "x is 1.")])
+    con = FakeConsole(["what is x?", "/good", "/good", "/bad"])
+    assert run_repl(agent, "tiny", console=con) == 0
+    text = "".join(con.out)
+    assert '• Read(file_path="a.py")\n' in text and "  └ " in text and "> Read" not in text
+    assert "turn 1 marked good (" in text and "turn 1 is already marked good" in text
+    assert "turn 1 marked bad, no longer good" in text and agent.meta["turns"][0]["mark"] == "bad"
+    assert text.endswith(f"resume this session with: nanocode --resume {agent.meta['id']}\n")
+    con = FakeConsole([])  # nothing asked: nothing to resume
+    assert run_repl(new_agent(engine, repo), "tiny", console=con) == 0
+    assert "--resume" not in "".join(con.out)
+
+
+def test_progress_lines_show_patterns_as_written():
+    """A Grep pattern reads as the model wrote it, not double-escaped (`def f\\\\(` was shown)."""
+    from agent.display import call_title, format_call
+    assert format_call("Grep", {"pattern": r"def f\(", "path": "."}) == r'Grep(pattern="def f\(", path=".")'
+    assert call_title("Grep", {"pattern": r"\d+\s", "path": "src"}) == r'Grep "\d+\s" src'
+    assert format_call("Bash", {"command": "a\nb"}) == r'Bash(command="a\nb")'

@@ -20,7 +20,7 @@ def test_sessions_become_rows_and_pairs(engine, tok, repo, tmp_path, capsys):
                 mode="ask")
     a.conv.store = SessionStore(repo, a.meta["id"])
     a.run_turn("what is x?")
-    assert a.mark("good") == 1
+    assert a.mark("good") == (1, None)
     assert a.run_turn("set x to 2", approve=lambda *x: "no").stop_reason == "rejected"
     assert a.run_turn("no: 2, please", approve=lambda *x: "yes").stop_reason == "done"
     # session 2: cancelled at its first approval: nothing to train on

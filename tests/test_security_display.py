@@ -262,7 +262,7 @@ def test_headless_text(raw, shown, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert_clean(out + err)
     assert out == "answer: " + printable(raw) + "\n" and shown in out
-    for want in ("> Bash(command=", "out: " + shown, "needs approval: because " + shown,
+    for want in ("• Bash(command=", "out: " + shown, "needs approval: because " + shown,
                  "[note: " + shown):
         assert want in err, want
 
