@@ -438,11 +438,7 @@ def main(args) -> int:
                                names=not args.no_whole_names, loop_guard=not args.no_loop_guard)
     turn = TurnSettings(max_steps=args.max_steps, retries=args.retries,
                         question_guard=not args.no_question_guard)
-    if args.policy == "model":
-        if not args.model:
-            print("error: evals agent needs --model PATH|TAG (or --policy oracle / nothing to check "
-                  "the harness without a model)", file=sys.stderr)
-            return 2
+    if args.policy == "model":  # no --model: the default model, as `nanocode` runs it
         from nanocode.checkpoint import latest_step
         try:
             ckpt, tag = resolve_model(args.model)

@@ -86,7 +86,8 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     from evals.agent import POLICIES  # light: no jax at import
 
     a = p.add_argument
-    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
+    a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs (default: the "
+      "model shipped in the package, the one `nanocode` runs)")
     a("--step", type=int, help="checkpoint step (default: the latest)")
     a("--policy", choices=POLICIES, default="model",
       help="model (default); oracle / nothing: the harness-validity baselines (no model)")

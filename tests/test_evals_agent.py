@@ -207,6 +207,18 @@ def test_missing_model_is_a_one_line_error(tmp_path, capsys, monkeypatch):
     assert err.startswith("error: ") and "nope" in err and len(err.splitlines()) == 1
 
 
+def test_no_model_means_the_default_model(tmp_path, capsys, monkeypatch):
+    """`evals agent` with no --model scores the model `nanocode` runs (it used to refuse)."""
+    import json
+
+    from evals import cli
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path))
+    assert cli.main(["agent", "--limit", "1", "--workers", "1", "--max-steps", "1", "--max-tokens", "8",
+                     "--out", str(tmp_path / "out"), "--quiet"]) == 0, capsys.readouterr().err
+    [result] = (tmp_path / "out").glob("agent*.json")
+    assert json.loads(result.read_text())["model"] == "default_model"  # nanocode/default_model
+
+
 def test_checkpoint_without_tokenizer_is_a_one_line_error(tmp_path, capsys):
     from evals import cli
     from nanocode.checkpoint import save

@@ -198,3 +198,25 @@ def test_continued_pretraining_at_a_longer_context(home, tmp_path):
     r = subprocess.run([sys.executable, "-m", "train.cli", "base", *TINY, "--from", str(tmp_path / "nope"),
                         "--steps", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_the_eta_does_not_count_the_compile():
+    """restart_rate after a stage's first step (which compiles): a 10 s first step followed by
+    0.01 s steps gives an ETA from the fast steps (it used to be minutes at the first print)."""
+    from tqdm import tqdm
+
+    from train.loop import restart_rate
+    clock = [0.0]
+    bar = tqdm(total=100, initial=0, file=open(os.devnull, "w"), mininterval=0, smoothing=0)
+    bar._time = lambda: clock[0]
+    bar.start_t = bar.last_print_t = 0.0
+    clock[0] = 10.0  # the compile
+    bar.update(1)
+    restart_rate(bar)
+    for _ in range(5):
+        clock[0] += 0.01
+        bar.update(1)
+    d = bar.format_dict
+    assert bar.n == 6 and d["n"] == 6 and d["elapsed"] < 0.1
+    rate = (d["n"] - d["initial"]) / d["elapsed"]
+    assert 90 < rate < 110 and (100 - 6) / rate < 1.5  # ~0.94 s left, not ~15 min

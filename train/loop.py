@@ -95,6 +95,15 @@ def on_one_process(params, fn) -> None:
             fn(params)
 
 
+def restart_rate(bar) -> None:
+    """Forget the time a tqdm bar has counted so far (its rate and ETA start from the next
+    update) but keep its count: the first step of a stage includes the compile."""
+    n = bar.n
+    bar.reset()
+    bar.initial = bar.n = bar.last_print_n = n
+    bar.refresh()
+
+
 def any_process(flag: bool) -> bool:
     """True on every process if `flag` is true on any (one SIGTERM stops all hosts at the same
     step). A collective with several processes, so every process calls it at the same point."""
@@ -294,6 +303,8 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
                 state, m = step_fn(state, batch)
             pending.append((step + 1, m["loss"]))
             bar.update(1)
+            if step == start:  # it compiled the step: its time is no rate to count the ETA from
+                restart_rate(bar)
             done = step + 1
             stopping = any_process(stop.signal is not None)
             if every(done, lc.log_every, lc.total_steps) or stopping:
