@@ -90,6 +90,12 @@ def _mode(agent, root, rest) -> Out:
 
 
 def _model(agent, root, rest) -> Out:
+    if rest:
+        from agent.model import ModelError, switch_model
+        try:
+            switch_model(agent, rest)
+        except ModelError as e:
+            return Note(f"{e}; still using {agent.meta.get('model')}")
     st = agent.sampler.settings
     return Note(f"model {agent.meta.get('model', '(in-memory engine)')}\n{agent.sampler.describe()}; "
                 f"temperature {st.temperature}, max {st.max_tokens} tokens per reply, "
@@ -122,7 +128,18 @@ def _session(agent, root, rest) -> Out:
 
 
 def _resume(agent, root, rest) -> Out:
-    from agent.sessions import list_sessions, load_session
+    from agent.sessions import SessionStore, find_session, list_sessions, load_session
+    if rest:
+        try:
+            path = find_session(root, rest)
+            messages, meta = load_session(path)
+        except (OSError, ValueError) as e:
+            return Note(str(e))
+        if meta.get("id") == agent.meta.get("id"):
+            return Note(f"session {rest} is the one in use")
+        agent.resume(messages, meta, SessionStore(root, meta.get("id") or path.stem.rsplit("-", 1)[-1], path))
+        asked = sum(m["role"] == "user" for m in messages)
+        return Cleared(f"resumed session {agent.meta['id']} ({asked} earlier requests)")
     found = list_sessions(root)[-10:]
     if not found:
         return Note("no saved sessions in this project yet")
@@ -135,7 +152,7 @@ def _resume(agent, root, rest) -> Out:
         first = next((m["content"] for m in msgs if m["role"] == "user"), "")
         lines.append(f"{p.stem.rsplit('-', 1)[-1]}  {p.stem[:15]}  "
                      f"{first.splitlines()[0][:60] if first else '(empty)'}")
-    return Note("saved sessions, newest first (continue one with `nanocode --resume ID`):\n"
+    return Note("saved sessions, newest first (continue one with /resume ID):\n"
                 + "\n".join(lines))
 
 
@@ -166,7 +183,9 @@ COMMANDS = [
             _compact, idle_only=True, slow=True),
     Command("/mode", "[MODE]", "show or set the permission mode: ask, accept-edits, auto, plan",
             _mode),
-    Command("/model", "", "the model in use and its sampling settings", _model),
+    Command("/model", "[NAME]", "the model in use and its sampling settings; NAME: go on with "
+            "another (a checkpoint directory or run tag; with --base-url, a model the server has)",
+            _model, idle_only=True, slow=True),
     Command("/memory", "", "the project memory file (NANOCODE.md or AGENTS.md)", _memory,
             needs_agent=False),
     Command("/settings", "", "the permission mode, rules and the settings files they came from",
@@ -176,7 +195,8 @@ COMMANDS = [
     Command("/bad", "", "mark the last turn bad: exported as the rejected side of a pair",
             _mark("bad"), idle_only=True),
     Command("/session", "", "this session's id and file", _session),
-    Command("/resume", "", "list this project's saved sessions", _resume, needs_agent=False),
+    Command("/resume", "[ID]", "list this project's saved sessions; ID: continue that one here",
+            _resume, idle_only=True),
     Command("/quit", "", "leave (also /exit, Ctrl-D in --plain, Ctrl-C twice in the TUI)", _quit,
             needs_agent=False),
 ]

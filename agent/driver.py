@@ -131,6 +131,30 @@ class Agent:
         self.conv.messages, self.conv.meta = messages, meta
         self.sampler.invalidate()
 
+    def resume(self, messages: list[dict], meta: dict, store) -> None:
+        """/resume ID: go on with a saved conversation instead (agent/sessions.py), as
+        `nanocode --resume ID` would; the model, settings and undo history stay."""
+        model = self.meta.get("model")
+        self.conv = Conversation(self.root, messages, meta, store)
+        if model:
+            self.meta["model"] = model
+        self.sampler.reset()
+        self.sampler.n_replies = sum(m["role"] == "assistant" for m in self.conv.messages)
+        self.undo_log.notes = []
+        self.refresh_system_prompt()
+        self.load_context()
+
+    def use_sampler(self, sampler, name: str) -> None:
+        """/model NAME: the conversation goes on with another model; the budgets follow its
+        context and the conversation is rendered for it afresh."""
+        sampler.n_replies = self.sampler.n_replies
+        self.sampler = sampler
+        self.result_budget = result_budget(sampler.max_len, sampler.reserve)
+        self.read_limit = read_limit(self.result_budget)
+        self.meta["model"] = name
+        sampler.invalidate()
+        self.refresh_system_prompt()  # the memory file's share follows the context
+
     def clear(self) -> None:
         """Start a new conversation (new session id); settings and undo history stay."""
         self.conv.clear()

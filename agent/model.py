@@ -86,3 +86,18 @@ def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, stor
     agent.meta["model"] = name
     agent.conv.store = store or SessionStore(root, agent.meta["id"])
     return agent
+
+
+def switch_model(agent, name: str) -> str:
+    """/model NAME: the agent goes on with another model: a checkpoint directory or run tag for
+    our engine, or with a server (--base-url) another model it serves; its sampling settings
+    stay. A ModelError (one line) leaves the agent as it was. Returns the name the session
+    records."""
+    old = agent.sampler
+    base_url = getattr(old, "base_url", None)
+    model_dir = None if base_url else resolve_model(name)[0]
+    options = AgentOptions(model=name, base_url=base_url, sampling=old.settings,
+                           context=old.max_len if base_url else None)
+    sampler, label = load_sampler(options, agent.root, model_dir)
+    agent.use_sampler(sampler, label)
+    return label

@@ -346,3 +346,31 @@ def test_progress_lines_show_patterns_as_written():
     assert format_call("Grep", {"pattern": r"def f\(", "path": "."}) == r'Grep(pattern="def f\(", path=".")'
     assert call_title("Grep", {"pattern": r"\d+\s", "path": "src"}) == r'Grep "\d+\s" src'
     assert format_call("Bash", {"command": "a\nb"}) == r'Bash(command="a\nb")'
+
+
+def test_repl_switches_model_and_session(ckpt, proj, tmp_path):
+    """/model NAME goes on with another checkpoint (a bad name changes nothing and says why);
+    /resume ID continues a saved session in place (it used to only list them)."""
+    import shutil
+
+    from agent.model import load_engine
+    engine = load_engine(ckpt)
+    first = new_agent(engine, proj, max_tokens=4)
+    from agent.sessions import SessionStore
+    first.conv.store = SessionStore(proj, first.meta["id"])
+    first.run_turn("what is x?")
+    other = tmp_path / "other" / "checkpoints"
+    shutil.copytree(ckpt, other)
+    agent = new_agent(engine, proj, max_tokens=4)
+    agent.meta["model"] = str(ckpt)
+    con = FakeConsole(["/model nope", f"/model {other}", "/resume nope", f"/resume {first.meta['id']}",
+                       "and y?"])
+    assert run_repl(agent, "tiny", console=con) == 0
+    text = "".join(con.out)
+    assert "no checkpoint for 'nope'" in text and f"still using {ckpt}" in text
+    assert f"model {other}\n" in text and agent.meta["model"] == str(other)
+    assert agent.sampler.engine is not engine  # really loaded from the other checkpoint
+    assert "no session 'nope'" in text
+    assert f"resumed session {first.meta['id']} (1 earlier requests)" in text
+    assert agent.meta["id"] == first.meta["id"]
+    assert [m["content"] for m in agent.messages if m["role"] == "user"] == ["what is x?", "and y?"]
