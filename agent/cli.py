@@ -251,15 +251,15 @@ def review_settings(root, headless: bool) -> bool:
     return False
 
 
-def terminal_problem(plain: bool) -> str | None:
-    """Why an interactive face cannot start here, or None: the full-screen interface needs a
-    terminal on stdin and stdout (started into a pipe it would draw into the pipe and never
-    see a key), --plain one on stdin. Either way the fix is a headless run."""
-    streams = (("stdin", sys.stdin),) if plain else (("stdin", sys.stdin), ("stdout", sys.stdout))
-    for name, stream in streams:
+def terminal_problem() -> str | None:
+    """Why the full-screen interface cannot start here, or None: it needs a terminal on stdin
+    and stdout (started into a pipe it would draw into the pipe and never see a key). The fix is
+    a headless run, or --plain, which reads requests from a pipe line by line."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
         if stream is None or not stream.isatty():
-            return (f"{name} is not a terminal, so the interactive interface cannot start: run one "
-                    "request headless with -p \"...\" (or pipe the request in: ... | nanocode -p)")
+            return (f"{name} is not a terminal, so the full-screen interface cannot start: run one "
+                    "request headless with -p \"...\" (or pipe it in: ... | nanocode -p), or use "
+                    "--plain to read requests line by line")
     return None
 
 
@@ -293,7 +293,7 @@ def _main(args, started) -> int:
 
     from agent.model import ModelError, resolve_model
 
-    if args.prompt is None and (problem := terminal_problem(args.plain)):
+    if args.prompt is None and not args.plain and (problem := terminal_problem()):
         _err(f"error: {problem}")
         return 2
     if args.prompt is not None:

@@ -1,9 +1,10 @@
 """The slash commands: one table (name, arguments, help, handler) that both faces use, the
 Textual TUI (agent/tui.py) and the --plain REPL (agent/repl.py); `help_text` is generated from it.
 
-A handler takes (agent, root, rest) and returns an `Out`, one of four classes a face `match`es
+A handler takes (agent, root, rest) and returns an `Out`, one of five classes a face `match`es
 on: Note (plain text), Diff (a unified diff, highlighted by the TUI), Cleared (a new conversation:
-the TUI also empties its transcript), Quit. `agent` is None while
+the TUI also empties its transcript), Prompt (a request to send as if typed: the user's own
+commands from markdown files, agent/custom_commands.py), Quit. `agent` is None while
 the TUI's model loads; a command with `needs_agent` then says so instead of running. `slow`
 commands (a KV-cache rebuild) run off the TUI's UI thread; `idle_only` ones wait for no turn to
 be running. Keys (Enter, Ctrl-C, Tab ...) are the faces' own and listed under the table.
@@ -33,11 +34,17 @@ class Cleared:
 
 
 @dataclass(frozen=True)
+class Prompt:
+    """Send `text` as the user's request (a custom command, expanded)."""
+    text: str
+
+
+@dataclass(frozen=True)
 class Quit:
     """Leave the face."""
 
 
-Out = Note | Diff | Cleared | Quit
+Out = Note | Diff | Cleared | Prompt | Quit
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ class Command:
 
 
 def _help(agent, root, rest) -> Out:
-    return Note(help_text())
+    return Note(help_text(root))
 
 
 def _undo(agent, root, rest) -> Out:
@@ -168,6 +175,11 @@ def _mark(verdict: str):
     return run
 
 
+def _init(agent, root, rest) -> Out:
+    from agent.project_notes import write_starter_notes
+    return Note(write_starter_notes(root))
+
+
 def _quit(agent, root, rest) -> Out:
     return Quit()
 
@@ -188,6 +200,8 @@ COMMANDS = [
             _model, idle_only=True, slow=True),
     Command("/memory", "", "the project memory file (NANOCODE.md or AGENTS.md)", _memory,
             needs_agent=False),
+    Command("/init", "", "write a starter AGENTS.md from the project (layout, test command)",
+            _init, needs_agent=False),
     Command("/settings", "", "the permission mode, rules and the settings files they came from",
             _settings),
     Command("/good", "", "mark the last turn good: `train export-sessions` trains on it",
@@ -206,8 +220,12 @@ KEYS = ("keys: Enter sends, up/down history, Ctrl-C stops the running turn; in t
         "answers a waiting approval, Esc goes back to the prompt")
 
 
-def help_text() -> str:
+def help_text(root=None) -> str:
+    """The table, then the custom commands of `root`'s project and the user's, then the keys."""
     rows = [(f"{c.name} {c.args}".strip(), c.help) for c in COMMANDS]
+    if root is not None:
+        from agent.custom_commands import custom_commands
+        rows += [(f"{c.name} [ARGS]", f"{c.description} ({c.source})") for c in custom_commands(root).values()]
     width = max(len(r[0]) for r in rows) + 2
     return "\n".join(f"{name:<{width}}{text}" for name, text in rows) + "\n" + KEYS
 
@@ -222,7 +240,11 @@ def run(text: str, agent, root, running: bool = False) -> Out:
     """Run one slash command line as a face would (not `slow` ones on a UI thread)."""
     cmd, rest = find(text)
     if cmd is None:
-        return Note(f"unknown command {text.split()[0]}; /help lists them")
+        from agent.custom_commands import custom_commands
+        name = text.split()[0] if text.split() else text
+        if (custom := custom_commands(root).get(name)) is not None:
+            return Prompt(custom.prompt(rest))
+        return Note(f"unknown command {name}; /help lists them")
     if cmd.needs_agent and agent is None:
         return Note("the model is still loading; try again in a moment")
     if cmd.idle_only and running:

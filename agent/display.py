@@ -53,6 +53,15 @@ def rule_words(rules: str) -> str:
 CALL_MARK, RESULT_MARK = "• ", "  └ "  # a call's line and its result's, in --plain and -p progress
 
 
+def usage_line(res) -> str:
+    """A turn's usage on one line (a nanocode.protocol.TurnResult): tokens read and written,
+    the decode rate, the whole turn's seconds."""
+    u, tps = res.usage, res.tokens_per_second
+    rate = f", {tps:.1f} tok/s" if tps else ""
+    return (f"{u['prompt_tokens']:,} tokens in, {u['completion_tokens']:,} out{rate}, "
+            f"{u['seconds']:.1f} s")
+
+
 def summarize(result: str, width: int = 100) -> str:
     """The first line of `result` (escaped, cut at `width`) and how many lines follow."""
     lines = printable(result).splitlines() or [""]

@@ -2,7 +2,7 @@
 plain input() otherwise, so it can be driven through a pipe).
 
 The reply streams as it is written; tool calls and a short summary of each result are shown
-dimmed; a call that needs approval asks `[y]es / [n]o / [a]lways`. Ctrl-C during a turn stops
+dimmed, and after each turn its usage (tokens read and written, tok/s, seconds); a call that needs approval asks `[y]es / [n]o / [a]lways`. Ctrl-C during a turn stops
 generation or the running command (the conversation survives); at the prompt it clears the line;
 Ctrl-D or /quit leaves. Slash commands: agent/commands.py, the same table as the TUI's.
 
@@ -18,7 +18,7 @@ import sys
 import threading
 
 from agent.display import (CALL_MARK, RESULT_MARK, call_text, edit_diff, format_call, printable,
-                           rule_words, summarize)
+                           rule_words, summarize, usage_line)
 from nanocode.protocol import Approval, Event, Status, Text, ToolCall, ToolResult
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -147,22 +147,27 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         if not text:
             continue
         if text.startswith("/"):
-            if slash(agent, text, con):
+            out = slash(agent, text, con)
+            if out is True:
                 return _leave(agent, con)
-            continue
+            if out is None:
+                continue
+            con.dim(f"{text.split()[0]}: {out.splitlines()[0][:80]}")
+            text = out
         cancel = threading.Event()
         main = threading.current_thread() is threading.main_thread()
         old = signal.getsignal(signal.SIGINT) if main else None
         if main:
             signal.signal(signal.SIGINT, lambda *a: cancel.set())
         try:
-            agent.run_turn(text, approve=approve, on_event=on_event, cancel=cancel)
+            res = agent.run_turn(text, approve=approve, on_event=on_event, cancel=cancel)
         finally:
             if main:
                 signal.signal(signal.SIGINT, old)
         if state["open"]:
             con.write("\n")
             state["open"] = False
+        con.dim(f"[{usage_line(res)}]")
 
 
 def _leave(agent, con) -> int:
@@ -177,12 +182,15 @@ def resume_hint(session_id: str) -> str:
     return f"resume this session with: nanocode --resume {session_id}"
 
 
-def slash(agent, text: str, con) -> bool:
-    """Run one slash command (agent/commands.py, the table both faces share); True means quit."""
+def slash(agent, text: str, con):
+    """Run one slash command (agent/commands.py, the table both faces share): True to quit, a
+    request to send (a custom command's prompt), else None."""
     from agent import commands
     match commands.run(text, agent, agent.root):
         case commands.Quit():
             return True
+        case commands.Prompt(text=request):
+            return request
         case commands.Note(text=shown) | commands.Diff(text=shown) | commands.Cleared(text=shown):
             con.write(shown + "\n")
-    return False
+    return None

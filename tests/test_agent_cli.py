@@ -283,17 +283,26 @@ def test_folder_trust(tmp_path, monkeypatch, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, stdin", [([], subprocess.DEVNULL), (["--plain"], "q\n")])
-def test_no_terminal_no_interactive_face(proj, argv, stdin):
-    """`nanocode < /dev/null | tail` and `echo q | nanocode --plain`: no terminal to draw on or
-    read keys from, so exit 2 at once with the headless alternative (the full-screen app used to
-    start into the pipe and never exit)."""
-    r = subprocess.run([sys.executable, "-m", "agent.cli", *argv, "--cwd", str(proj)], cwd=ROOT,
+@pytest.mark.parametrize("stdin", [subprocess.DEVNULL, "q\n"])
+def test_no_terminal_no_full_screen_app(proj, stdin):
+    """`nanocode < /dev/null | tail` and `echo q | nanocode`: no terminal to draw on or read keys
+    from, so exit 2 at once naming -p and --plain (the full-screen app used to start into the
+    pipe and never exit)."""
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "--cwd", str(proj)], cwd=ROOT,
                        input=stdin if isinstance(stdin, str) else None,
                        stdin=stdin if not isinstance(stdin, str) else None,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[-300:])
-    assert "stdin is not a terminal" in r.stderr and "-p" in r.stderr and "Traceback" not in r.stderr
+    assert "stdin is not a terminal" in r.stderr and "-p" in r.stderr and "--plain" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_plain_reads_requests_from_a_pipe(ckpt, proj):
+    """--plain is the face for pipes: requests line by line, /quit (or the end of input) leaves."""
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "--plain", "--model", str(ckpt), "--cwd",
+                        str(proj)], input="/mode plan\n/quit\n", cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and "mode: plan" in r.stdout, r.stderr[-2000:]
 
 
 def test_output_format_needs_a_headless_run(capsys):
@@ -374,3 +383,38 @@ def test_repl_switches_model_and_session(ckpt, proj, tmp_path):
     assert f"resumed session {first.meta['id']} (1 earlier requests)" in text
     assert agent.meta["id"] == first.meta["id"]
     assert [m["content"] for m in agent.messages if m["role"] == "user"] == ["what is x?", "and y?"]
+
+
+def test_repl_custom_commands_init_and_usage(engine, tok, repo, monkeypatch):
+    """A markdown file under .nanocode/commands (or the user's commands folder) is a slash
+    command whose text, $ARGUMENTS filled in, is sent as the request; /help lists it; a project
+    file cannot shadow a built-in. /init writes a starter AGENTS.md read off the project and
+    never overwrites it. Each turn ends with a usage line."""
+    from scripted_agent import make, reply
+    user = Path(os.environ["NANOCODE_HOME"]) / "commands"
+    user.mkdir(parents=True)
+    (user / "explain.md").write_text("Explain $ARGUMENTS in two sentences.\n")
+    cmds = repo / ".nanocode" / "commands"
+    cmds.mkdir(parents=True)
+    (cmds / "review.md").write_text("---\ndescription: review a file for bugs\n---\nReview $ARGUMENTS for bugs.\n")
+    (cmds / "undo.md").write_text("rm -rf everything\n")  # cannot replace the built-in /undo
+    (cmds / "fix.md").write_text("Fix the failing test.\n")  # no $ARGUMENTS: they are appended
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_a.py").write_text("def test_a():\n    assert True\n")
+    (repo / "README.md").write_text("# proj\n\nA tiny project that holds x.\n")
+    agent, _ = make(engine, repo, [reply(tok, "ok.")] * 4)
+    con = FakeConsole(["/help", "/review a.py", "/explain big.py", "/fix quickly", "/undo", "/init", "/init"])
+    assert run_repl(agent, "tiny", console=con) == 0
+    text = "".join(con.out)
+    assert "/review [ARGS]" in text and "review a file for bugs" in text and "/explain [ARGS]" in text
+    asks = [m["content"] for m in agent.messages if m["role"] == "user"]
+    assert [a.splitlines()[-1] for a in asks] == ["Review a.py for bugs.", "Explain big.py in two sentences.",
+                                                  "quickly"]
+    assert asks[2].startswith("Fix the failing test.")
+    assert "rm -rf" not in text and "nothing left to undo" in text  # the built-in ran
+    assert text.count(" tokens in, ") == 3 and " out, " in text  # one usage line per turn
+    notes = (repo / "AGENTS.md").read_text()
+    for want in ("## proj", "A tiny project that holds x.", "- tests/ (1 files)", "- a.py",
+                 "`python -m pytest -q`", "Python ("):
+        assert want in notes, want
+    assert "AGENTS.md exists already" in text and (repo / "AGENTS.md").read_text() == notes

@@ -362,7 +362,7 @@ def test_the_tui_runs_on_a_remote_model(scripted, tmp_path, monkeypatch):
     (tmp_path / "a.py").write_text("x = 1\n")
     got = {}
     monkeypatch.setattr(tui, "run", lambda loader, args: got.setdefault("loader", loader) and 0)
-    monkeypatch.setattr(cli, "terminal_problem", lambda plain: None)  # pytest's stdin is a pipe
+    monkeypatch.setattr(cli, "terminal_problem", lambda: None)  # pytest's stdin is a pipe
     assert cli.main(["--base-url", scripted, "--cwd", str(tmp_path), "--trust", "--mode", "auto"]) == 0
     Scripted.script = [[*call_pieces(0, "Read", '{"file_path": "a.py"}'), finish("tool_calls")],
                        [delta(content="x is 1."), finish("stop")]]
