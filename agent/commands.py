@@ -211,13 +211,14 @@ COMMANDS = [
     Command("/session", "", "this session's id and file", _session),
     Command("/resume", "[ID]", "list this project's saved sessions; ID: continue that one here",
             _resume, idle_only=True),
-    Command("/quit", "", "leave (also /exit, Ctrl-D in --plain, Ctrl-C twice in the TUI)", _quit,
+    Command("/quit", "", "leave (also /exit, Ctrl-D on an empty prompt, Ctrl-C twice in the TUI)", _quit,
             needs_agent=False),
 ]
 ALIASES = {"/exit": "/quit", "/q": "/quit"}
 BY_NAME = {c.name: c for c in COMMANDS}
-KEYS = ("keys: Enter sends, up/down history, Ctrl-C stops the running turn; in the TUI Tab "
-        "answers a waiting approval, Esc goes back to the prompt")
+KEYS = ("keys: Enter sends, up/down history, Ctrl-C stops the running turn; in the TUI Shift+Enter "
+        "or Ctrl+J a new line, Tab completes / and @path (and goes to a waiting approval), Esc "
+        "stops the turn, Shift+Tab cycles the mode, Ctrl-D on an empty prompt quits")
 
 
 def help_text(root=None) -> str:

@@ -1,25 +1,33 @@
 """`nanocode`: the full-screen face of the loop (Textual). Only renders agent/driver.Agent events.
 
-Layout: the transcript (user messages, the assistant's prose streamed as it is written, one card
-per tool call: a Collapsible titled like `Edit src/app.py` holding the result, and for Edit a
-highlighted diff of the change; status notes dimmed), an approval prompt when the policy asks
-(the whole call: a Bash command wrapped, an Edit's full diff, scrolling when long; y yes / n no /
-a always for this session), a status line (model, mode, context used/total, tokens/s of the last
-reply, what is going on) and the input (Enter submits, up/down history).
+Layout: the transcript (user messages and slash commands as typed, the assistant's prose
+streamed as it is written, one card per tool call: a Collapsible titled like `Edit src/app.py`
+holding the result, and for Edit a highlighted diff of the change; status notes dimmed; a reply
+the driver takes back and resamples is removed again), an approval panel when the policy asks
+(agent/tui_approval.py: the whole call, y yes / n no / a always for this session; it takes the
+keys and the draft is kept), a status line that fits its width (agent/tui_status.py: model,
+mode, context used/total, tokens/s of the last reply, and always the state), the prompt
+(agent/tui_input.py: multi-line, Enter sends, Shift+Enter or Ctrl+J a newline, up/down history)
+and under it the completions (agent/tui_complete.py: `/` commands, `@path` files; Tab cycles).
+
+Keys: Esc or Ctrl-C stops a running turn (its cancel Event: generation or a running command
+stops; at an approval it is a cancel, not a rejection); idle, Ctrl-C clears the prompt and
+twice within 2 s quits, as does Ctrl-D on an empty prompt, /quit or Ctrl-Q. Shift+Tab cycles the
+permission mode (ask -> accept-edits -> auto -> plan -> ask), shown in the status line.
 
 Threads: the model loads on a loader thread (`run` takes a ready Agent or a zero-argument loader
 returning one, e.g. `Loader`), so the input works at once; prompts typed meanwhile wait for it.
 Each turn runs `Agent.run_turn` on a worker thread; events come back with `post_message` (thread
 safe, non-blocking, in order); `approve` blocks the worker on a threading.Event until the user
-answers. Ctrl-C sets the turn's cancel Event (stops generation or a running command); when idle
-it clears the input, and twice within 2 s quits (as does /quit or Ctrl-Q). /compact also runs on
-a worker (it rebuilds the KV cache: a prefill). A resumed session is replayed into the transcript.
+answers. /compact also runs on a worker (it rebuilds the KV cache: a prefill). A resumed session
+is replayed into the transcript.
 
-The widgets live beside it: agent/tui_transcript.py (the transcript, the streamed reply, the tool
-cards) and agent/tui_input.py (the prompt and the approval panel). Every string shown goes in as
-a Text or Syntax made by tui_transcript's `plain` / `code_view` (escaped by
-agent/display.printable, never parsed as markup): no model output, tool result or file reaches
-the terminal as a control sequence, and `[bold]` shows as written.
+The widgets live beside it: agent/tui_transcript.py (the transcript, a turn's events as widgets,
+the tool cards), agent/tui_input.py (the prompt), agent/tui_complete.py (its completions) and
+agent/tui_approval.py (the approval panel). Every string shown goes in as a Text or Syntax made
+by tui_transcript's `plain` / `code_view` (escaped by agent/display.printable, never parsed as
+markup): no model output, tool result or file reaches the terminal as a control sequence, and
+`[bold]` shows as written.
 """
 from __future__ import annotations
 
@@ -31,15 +39,18 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.widgets import Input, Static
+from textual.widgets import Static
 
 from agent import commands
-from agent.display import edit_diff, rule_words
-from agent.tui_input import ApprovalPanel, HistoryInput, PendingApproval
-from agent.tui_transcript import ReplyView, ToolCard, Transcript, code_view, plain
-from nanocode.protocol import Approval, Event, Status, Text, ToolCall, ToolResult, TurnEnd
+from agent.display import edit_diff
+from agent.tui_approval import ApprovalPanel, PendingApproval
+from agent.tui_complete import CompletionList
+from agent.tui_input import HistoryInput
+from agent.tui_status import next_mode, status_line
+from agent.tui_transcript import LiveTurn, Transcript, code_view, plain
+from nanocode.protocol import Event, ToolCall
 
-PLACEHOLDER = "ask nanocode… (/help for commands, @path pins a file)"
+PLACEHOLDER = "ask nanocode… (/ commands, @path pins a file, Shift+Enter newline)"
 
 
 # ---- loading ----------------------------------------------------------------------------------
@@ -49,6 +60,15 @@ class LoadError(Exception):
         self.code = code
 
 
+def model_label(model) -> str:
+    """The status line's name for a model path (its run's name for a checkpoints folder), or a
+    server's model name; "" for none."""
+    if not model:
+        return ""
+    d = Path(model)
+    return d.parent.name if d.name == "checkpoints" else d.name
+
+
 class Loader:
     """Builds the Agent as cli.main does for the other faces, but on the TUI's loader thread
     (jax is imported there). Failures are LoadError with the CLI's one-line message and code."""
@@ -56,11 +76,8 @@ class Loader:
     def __init__(self, options, root, model_dir, messages=None, meta=None, store=None):
         self.options, self.root, self.model_dir = options, root, model_dir
         self.messages, self.meta, self.store = messages, meta, store
-        if model_dir is None:  # --base-url: the status names the server's model once loaded
-            self.name = options.model or ""
-        else:
-            d = Path(model_dir)
-            self.name = d.parent.name if d.name == "checkpoints" else d.name
+        # --base-url: the status names the server's model once loaded
+        self.name = (options.model or "") if model_dir is None else model_label(model_dir)
 
     def __call__(self):
         from agent.model import ModelError, build_agent
@@ -84,18 +101,6 @@ def load_in_background(loader, done) -> None:
     threading.Thread(target=load, daemon=True, name="nanocode-load").start()
 
 
-# ---- the status bar ---------------------------------------------------------------------------
-def status_line(agent, model_name: str, tps: float | None, state: str) -> str:
-    """The status bar: model, mode, sandbox, context used of the model's, tokens/s, state."""
-    parts = [model_name or "nanocode"]
-    if agent is not None:
-        m = agent.sampler
-        parts += [f"mode {agent.mode}", "sandbox" if agent.sandbox is not None else "NO SANDBOX",
-                  f"context {m.context_used(agent.messages):,}/{m.max_len:,}",
-                  f"{tps:.1f} tok/s" if tps else "– tok/s"]
-    return " │ ".join(parts + [state])
-
-
 # ---- messages from the worker threads ---------------------------------------------------------
 class Call(Message):
     """Run `fn(*args)` on the UI thread; posted from worker threads (post_message is thread
@@ -115,14 +120,20 @@ class NanocodeApp(App):
     .assistant { margin-top: 1; }
     .tool { margin: 0 0 0 2; padding: 0; border: none; }
     .tool.failed CollapsibleTitle { color: $error; }
-    #approval { display: none; height: auto; max-height: 50vh; border: round $warning; padding: 0 1; }
+    #approval { display: none; height: auto; border: round $warning; padding: 0 1; }
     #approval.show { display: block; }
-    #approval-scroll { height: auto; max-height: 35vh; }  /* + border and buttons: under 50vh */
-    #approval-buttons { height: 1; }
-    #approval-buttons Button { margin-right: 1; }
+    #approval-scroll { height: auto; }  /* its max-height: ApprovalPanel.fit */
+    #approval-choices { height: auto; margin-top: 1; }
     #status { height: 1; background: $panel; padding: 0 1; }
+    #prompt { height: auto; min-height: 3; max-height: 8; }
+    #completions { display: none; height: auto; padding: 0 1; text-wrap: nowrap;
+                   text-overflow: ellipsis; }
+    #completions.show { display: block; }
     """
-    BINDINGS = [Binding("ctrl+c", "interrupt", "stop / quit", priority=True, show=False)]
+    BINDINGS = [Binding("ctrl+c", "interrupt", "stop / quit", priority=True, show=False),
+                Binding("shift+tab", "cycle_mode", "mode", priority=True, show=False),
+                Binding("escape", "stop", "stop the turn", show=False)]
+    ESCAPE_TO_MINIMIZE = False
 
     def __init__(self, agent=None, loader=None, model_name: str = "", root=None):
         super().__init__()
@@ -137,22 +148,20 @@ class NanocodeApp(App):
         self.load_error: str | None = None
         self.exit_code = 0
         self.turns = 0  # finished turns (tests wait on it)
-        self._reply: ReplyView | None = None
-        self._cards: dict[int, ToolCard] = {}
-        self._last_note = ""
+        self.live: LiveTurn | None = None  # the running turn's widgets
         self._ctrl_c_at = 0.0
-        self._typed_at = 0.0  # the last change to the prompt: an approval then waits for Tab
 
     def compose(self) -> ComposeResult:
         yield Transcript(id="transcript")
         yield ApprovalPanel(id="approval")
         yield Static(id="status")
         yield HistoryInput(root=self.root, id="prompt", placeholder=PLACEHOLDER)
+        yield CompletionList(id="completions")
 
     def on_mount(self) -> None:
         from nanocode import __version__
-        self.note(f"nanocode {__version__} in {self.root}. /help for commands; Ctrl-C stops a "
-                  "turn, twice quits")
+        self.note(f"nanocode {__version__} in {self.root}. /help for commands; Esc stops a turn; "
+                  "Shift+Tab changes the mode; Ctrl-D quits")
         if self.agent is None and self.loader is not None:
             self.query_one(HistoryInput).placeholder = "loading model… (type away: prompts wait)"
             load_in_background(self.loader, lambda *done: self.later(self.loaded, *done))
@@ -167,8 +176,7 @@ class NanocodeApp(App):
         self.query_one(Transcript).add(widget)
 
     def note(self, text: str, style: str = "dim") -> None:
-        self._last_note = text
-        self.add(Static(plain(text, style), classes="note"))
+        self.query_one(Transcript).note(text, style)
 
     def transcript_text(self) -> str:
         """Plain text of the transcript (for tests and debugging)."""
@@ -178,9 +186,10 @@ class NanocodeApp(App):
         a = self.agent
         state = ((self.load_error and "model failed to load" or "loading model…") if a is None else
                  "waiting for your approval" if self.asking else
-                 "working… (Ctrl-C stops)" if self.running else "ready")
+                 "working… (Esc stops)" if self.running else "ready")
         for status in self.query("#status"):  # none left while the app shuts down
-            status.update(plain(status_line(a, self.model_name, self.tps, state)))
+            status.update(plain(status_line(a, self.model_name, self.tps, state,
+                                            status.size.width or None)))
 
     # ---- loading ------------------------------------------------------------------------------
     def loaded(self, agent, error, code) -> None:
@@ -206,17 +215,15 @@ class NanocodeApp(App):
         self._next()
 
     # ---- input ------------------------------------------------------------------------------
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
-        event.input.value = ""
-        self._typed_at = 0.0
-        if not text:
+    def on_history_input_submitted(self, event: HistoryInput.Submitted) -> None:
+        if event.typed.startswith("/"):
+            self.add(Static(plain(event.typed), classes="user"))
+            self.slash(event.typed)
             return
-        event.input.remember(text)
-        if text.startswith("/"):
-            self.slash(text)
-            return
-        text = event.input.expand(text)
+        self.request(event.text)
+
+    def request(self, text: str) -> None:
+        """Send `text` to the model: now, or after the running turn or the loading model."""
         if self.load_error:
             self.add(Static(plain("> " + text), classes="user"))
             self.note("no model: " + self.load_error)
@@ -227,9 +234,8 @@ class NanocodeApp(App):
             self.note(f"queued ({len(self.pending)}), runs after {waits}: {text.splitlines()[0][:60]}")
         self._next()
 
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.value:  # a draft being typed (not the clearing after a submit)
-            self._typed_at = time.monotonic()
+    def on_history_input_completions(self, event: HistoryInput.Completions) -> None:
+        self.query_one(CompletionList).show(event.completion, event.word)
 
     def _next(self) -> None:
         if self.agent is None or self.running or not self.pending:
@@ -237,7 +243,7 @@ class NanocodeApp(App):
         text = self.pending.pop(0)
         self.add(Static(plain("> " + text), classes="user"))
         self.running, self.cancel = True, threading.Event()
-        self._reply, self._cards = None, {}
+        self.live = LiveTurn(self.query_one(Transcript))
         threading.Thread(target=self._turn, args=(self.agent, text, self.cancel), daemon=True,
                          name="nanocode-turn").start()
         self.refresh_status()
@@ -275,28 +281,8 @@ class NanocodeApp(App):
         msg.fn(*msg.args)
 
     def agent_event(self, ev: Event, diff: str | None = None) -> None:
-        match ev:
-            case Text(text=piece):
-                if self._reply is None:
-                    self._reply = ReplyView()
-                    self.add(self._reply)
-                self._reply.add(piece)
-                self.call_after_refresh(self.query_one(Transcript).scroll_end, animate=False)
-                return
-            case ToolCall(name=name, args=args, step=step):
-                card = self._cards[step] = ToolCard(name, args, diff)
-                self.add(card)
-            case ToolResult(result=result, step=step) if step in self._cards:
-                self._cards[step].set_result(result)
-            case Approval(name=name, answer=answer, rule=rule):
-                said = {"yes": "allowed once", "no": "rejected", "cancelled": "cancelled, not run",
-                        "always": f"allowed, and from now on this session: {rule_words(rule)}"}
-                self.note(f"{name}: {said.get(answer, answer)}")
-            case Status(text=text):
-                self.note(f"[{text}]")
-            case TurnEnd(stop_reason="cancelled") if self._last_note != "[cancelled]":
-                self.note("[cancelled]")  # only a cancel after a call has a status note of its own
-        self._reply = None  # the next prose is a new reply
+        if self.live is not None:
+            self.live.event(ev, diff)
         self.refresh_status()
 
     def ask_approval(self, box: PendingApproval) -> None:
@@ -306,12 +292,8 @@ class NanocodeApp(App):
             self.asking = None
             return
         panel = self.query_one(ApprovalPanel)
-        panel.show(box, self.root)
-        prompt = self.query_one(HistoryInput)
-        if prompt.value or time.monotonic() - self._typed_at < 1.0:  # mid-typing: keys stay there
-            self.note("[approval waiting: press Tab to answer it; your draft is kept]")
-        else:
-            panel.focus()
+        panel.show(box, self.root, draft=bool(self.query_one(HistoryInput).value.strip()))
+        panel.focus()  # the keys answer it; typing under way goes on into the draft meanwhile
         self.refresh_status()
 
     def action_focus_approval(self) -> None:
@@ -326,22 +308,22 @@ class NanocodeApp(App):
 
     def on_resize(self, event) -> None:
         self.query_one(Transcript).keep_end()
+        self.query_one(ApprovalPanel).fit()
+        self.call_after_refresh(self.refresh_status)
 
     def answer_approval(self, answer: str) -> None:
         if answer == "always" and self.asking is not None and not self.asking.always:
             return  # no rule to store: the choice is not offered
         box, self.asking = self.asking, None
         self.query_one(ApprovalPanel).remove_class("show")
-        prompt = self.query_one(HistoryInput)
-        prompt.focus()
-        prompt.cursor_position = len(prompt.value)
+        self.query_one(HistoryInput).focus()  # the draft as it was, the cursor where it was
         if box is not None:
             box.answer = answer
             box.done.set()
         self.refresh_status()
 
     def turn_done(self, tps, error) -> None:
-        self.running, self._reply = False, None
+        self.running = False
         if self.asking is not None:
             self.answer_approval("cancelled")
         if tps:
@@ -373,6 +355,19 @@ class NanocodeApp(App):
             self._ctrl_c_at = now
             self.note("press Ctrl-C again to quit")
 
+    def action_stop(self) -> None:
+        """Esc: stop a running turn, as Ctrl-C does; idle, nothing."""
+        if self.running and not self.cancel.is_set():
+            self.action_interrupt()
+
+    def action_cycle_mode(self) -> None:
+        """Shift+Tab: the next permission mode (agent/tui_status.next_mode), in the status line."""
+        if self.agent is None:
+            self.note("the model is still loading; the mode can change once it is ready")
+            return
+        self.agent.set_mode(next_mode(self.agent.mode))
+        self.refresh_status()
+
     async def action_quit(self) -> None:
         self.shutdown()
 
@@ -402,6 +397,7 @@ class NanocodeApp(App):
 
     def _slow_done(self, out) -> None:
         self.running = False
+        self.model_name = model_label(self.agent.meta.get("model")) or self.model_name  # /model
         self.show(out)
         self.refresh_status()
         self._next()
@@ -418,16 +414,15 @@ class NanocodeApp(App):
                 self.note(text)
             case commands.Note(text=text):
                 self.note(text, style="" if "\n" in text else "dim")
+            case commands.Prompt(text=text):  # a custom command: its request, as if typed
+                self.request(text)
 
 
 def run(agent, args=None) -> int:
     """The TUI on `agent`: a ready agent.driver.Agent, or a zero-argument callable returning one
     (run on a loader thread; raise LoadError to fail with a message). Returns the exit status."""
     ready = hasattr(agent, "run_turn")
-    name = getattr(agent, "name", "") if not ready else ""
-    if ready and agent.meta.get("model"):
-        d = Path(agent.meta["model"])
-        name = d.parent.name if d.name == "checkpoints" else d.name
+    name = model_label(agent.meta.get("model")) if ready else getattr(agent, "name", "")
     app = NanocodeApp(agent=agent if ready else None, loader=None if ready else agent,
                       model_name=name or str(getattr(args, "model", "") or ""))
     app.run()

@@ -1,159 +1,247 @@
-"""What the user types and answers in the Textual face (agent/tui.py): the prompt (history,
-pasted blocks, `@path` completion) and the approval panel with the question it shows.
+"""What the user types in the Textual face (agent/tui.py): the prompt.
 
-The panel shows the call in full, escaped (agent/tui_transcript.plain / code_view); it takes
-y / n / a only while it has focus, so an approval that appears mid-typing never takes a
-keystroke meant for the prompt (Tab goes to it, Esc comes back).
+The prompt is a multi-line text area that grows with its text (up to a few lines, then it
+scrolls). Keys:
+- Enter sends (posts `HistoryInput.Submitted`); Shift+Enter or Ctrl+J inserts a newline;
+- a paste keeps its lines; one of more than FOLD_LINES lines shows as a `[pasted N lines #k]`
+  token that `unfold` turns back into the text on send;
+- up/down: on the first / last line they walk the history (the draft comes back at the end),
+  elsewhere they move the cursor; page up/down scroll the transcript;
+- Tab completes (agent/tui_complete.py: `/command` at the start, `@path` anywhere): it puts the
+  selected candidate in, and pressed again the next one; with nothing to complete it does
+  nothing: Tab never moves the focus out of the prompt, except to a waiting approval;
+- with the candidate list showing, up/down choose, Enter takes a candidate when the word is not
+  one already, Esc hides the list (else Esc is the app's: it stops a running turn);
+- Ctrl-D on an empty prompt quits (as in a shell); otherwise it deletes forward.
+`typed_at` is when a key last typed into the draft (an approval waits for a pause,
+agent/tui_approval.py). `value` and `cursor_position` read and set the text and the cursor as a
+one-line Input's would.
+
+The approval panel lives in agent/tui_approval.py (ApprovalPanel and PendingApproval are
+importable from here too).
 """
 from __future__ import annotations
 
-import threading
+import time
 
-from rich.console import Group
-from rich.text import Text
-from textual.app import ComposeResult
+from textual.actions import SkipAction
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.suggester import Suggester
-from textual.widgets import Button, Input, Static
+from textual.message import Message
+from textual.widgets import TextArea
 
-from agent.display import call_text, edit_diff, rule_words
-from agent.tui_transcript import code_view, plain
+from agent.tui_approval import ApprovalPanel, PendingApproval  # noqa: F401 - importable here
+from agent.tui_complete import Completion, ProjectFiles, SlashCommands, find
 
-
-class MentionSuggester(Suggester):
-    """Completes the `@path` word being typed with a project file (agent/mentions.py), shown
-    inline; Tab or Right takes it. The file list is read once per prompt face (cheap: git's
-    list) and again after a miss."""
-
-    def __init__(self, root):
-        super().__init__(use_cache=False, case_sensitive=True)
-        self.root, self.files = root, None
-
-    async def get_suggestion(self, value: str) -> str | None:
-        from agent.mentions import complete, project_files
-        word = value.rsplit(" ", 1)[-1]
-        if len(word) < 2 or not word.startswith("@"):
-            return None
-        if self.files is None:
-            self.files = project_files(self.root)
-        found = complete(word, self.files)
-        if not found:
-            self.files = None  # a new file since: list again next time
-            return None
-        return value[:len(value) - len(word)] + found[0]
+FOLD_LINES = 12  # a paste of more lines shows as one token in the prompt
 
 
-class HistoryInput(Input):
-    """The prompt: up/down history, page up/down scroll the transcript, Tab answers a waiting
-    approval or takes the `@path` completion. A paste of several lines becomes one
-    `[pasted N lines #k]` token in the line (Input holds one line) that `expand` turns back into
-    the text on submit. The draft is never selected when focus comes back (the next key would
-    replace it)."""
-    BINDINGS = [Binding("up", "history(-1)", show=False), Binding("down", "history(1)", show=False),
+class HistoryInput(TextArea):
+    """The prompt (see the module doc)."""
+    BINDINGS = [Binding("up", "up", show=False), Binding("down", "down", show=False),
                 Binding("pageup", "app.page_transcript(-1)", show=False),
                 Binding("pagedown", "app.page_transcript(1)", show=False),
-                Binding("tab", "tab", show=False)]
+                Binding("tab", "tab", show=False), Binding("escape", "escape", show=False),
+                Binding("ctrl+d", "eof", show=False)]
 
-    def __init__(self, root=None, **kw):
-        super().__init__(select_on_focus=False, suggester=MentionSuggester(root) if root else None, **kw)
-        self.history: list[str] = []
+    class Submitted(Message):
+        """Enter: `typed` as the prompt showed it (stripped), `text` with the pastes put back."""
+
+        def __init__(self, prompt: HistoryInput, typed: str, text: str):
+            super().__init__()
+            self.prompt, self.typed, self.text = prompt, typed, text
+
+    class Completions(Message):
+        """The candidates changed: `completion` (None: none) and the word as it stands."""
+
+        def __init__(self, completion: Completion | None, word: str):
+            super().__init__()
+            self.completion, self.word = completion, word
+
+    def __init__(self, root=None, placeholder: str = "", **kw):
+        self.sent: list[str] = []  # the prompts sent, oldest first (TextArea's `history` is undo)
         self.pos, self.draft = 0, ""
         self.pastes: dict[str, str] = {}  # token -> the pasted text
+        self.files = ProjectFiles(root) if root else None
+        self.slash = SlashCommands(root)
+        self.completion: Completion | None = None
+        self.typed_at = 0.0
+        self._putting = False  # a candidate going in: the completion stays as it is
+        self._hidden = False  # Esc hid the list: until the next edit
+        super().__init__(soft_wrap=True, tab_behavior="focus", highlight_cursor_line=False,
+                         placeholder=placeholder, **kw)
 
-    def _on_paste(self, event) -> None:
-        text = event.text.replace("\r\n", "\n").replace("\r", "\n")
-        if "\n" not in text.strip("\n"):
-            return  # one line: Input's own handler (Textual runs each class's _on_paste)
-        event.prevent_default()  # not Input's: it would keep the first line only
+    # ---- the text as a one-line Input would have it ---------------------------------------------
+    @property
+    def value(self) -> str:
+        return self.text
+
+    @value.setter
+    def value(self, text: str) -> None:
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+
+    @property
+    def cursor_position(self) -> int:
+        row, col = self.cursor_location
+        return sum(len(line) + 1 for line in self.document.lines[:row]) + col
+
+    @cursor_position.setter
+    def cursor_position(self, offset: int) -> None:
+        row = 0
+        lines = self.document.lines
+        while row < len(lines) - 1 and offset > len(lines[row]):
+            offset -= len(lines[row]) + 1
+            row += 1
+        self.move_cursor((row, min(offset, len(lines[row]))))
+
+    # ---- keys -------------------------------------------------------------------------------------
+    async def _on_key(self, event) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()  # not TextArea's newline
+            self.action_enter()
+        elif event.key in ("shift+enter", "ctrl+j"):
+            event.stop()
+            event.prevent_default()
+            self.type_key("\n")
+        elif event.is_printable:
+            self.typed_at = time.monotonic()
+
+    def type_key(self, text: str | None) -> None:
+        """Type `text` at the cursor (None: Backspace), as a key would (approval hand-off)."""
+        self.typed_at = time.monotonic()
+        if text is None:
+            self.action_delete_left()
+        else:
+            self.move_cursor(self.replace(text, *self.selection,
+                                          maintain_selection_offset=False).end_location)
+
+    async def _on_paste(self, event) -> None:
+        event.prevent_default()  # not TextArea's: the lines are normalized (and long ones folded)
         event.stop()
-        token = f"[pasted {len(text.strip(chr(10)).splitlines())} lines #{len(self.pastes) + 1}]"
-        self.pastes[token] = text
-        self.insert_text_at_cursor(token)
+        text = event.text.replace("\r\n", "\n").replace("\r", "\n")
+        n = len(text.strip("\n").splitlines())
+        if n > FOLD_LINES:
+            token = f"[pasted {n} lines #{len(self.pastes) + 1}]"
+            self.pastes[token] = text
+            text = token
+        self.type_key(text)
+
+    def action_enter(self) -> None:
+        c = self.completion
+        if c is not None and not self._hidden and not c.holds_a_candidate(self._word(c)):
+            self._put(c)
+            return
+        typed, text = self.text.strip(), self.unfold(self.text).strip()
+        self.value = ""
+        if typed:
+            self.remember(typed)
+            self.post_message(self.Submitted(self, typed, text))
 
     def action_tab(self) -> None:
         if self.app.asking is not None:
             self.app.action_focus_approval()
-        elif self._suggestion and self._suggestion != self.value:  # the @path completion
-            self.value = self._suggestion
-            self.cursor_position = len(self.value)
-        else:
-            self.screen.focus_next()
+            return
+        c = self.completion
+        if c is None:
+            return  # nothing to complete: the focus stays here
+        if self._word(c) == c.selected:  # it is in already: the next one
+            c.move(1)
+        self._put(c)
 
-    def expand(self, text: str) -> str:
+    def action_up(self) -> None:
+        if self._listing():
+            self._choose(-1)
+        elif self.cursor_at_first_line:
+            self.action_history(-1)
+        else:
+            self.action_cursor_up()
+
+    def action_down(self) -> None:
+        if self._listing():
+            self._choose(1)
+        elif self.cursor_at_last_line:
+            self.action_history(1)
+        else:
+            self.action_cursor_down()
+
+    def action_escape(self) -> None:
+        if not self._listing():
+            raise SkipAction()  # the app's Esc: stop a running turn
+        self._hidden = True
+        self._announce()
+
+    async def action_eof(self) -> None:
+        if self.text:
+            self.action_delete_right()
+        else:
+            await self.app.action_quit()
+
+    # ---- completion ---------------------------------------------------------------------------
+    def update_suggestion(self) -> None:
+        """After every edit (TextArea's hook): complete the word before the cursor anew."""
+        if not self._putting:
+            self._hidden = False
+        self._complete()
+
+    def watch_selection(self) -> None:
+        self._complete()  # the cursor moved: another word
+
+    def _complete(self) -> None:
+        if self._putting:
+            return
+        row, col = self.cursor_location
+        line = self.document[row]
+        self.completion = find(line, row, col, self.slash, self.files)
+        self._announce()
+
+    def _word(self, c: Completion) -> str:
+        return self.document[c.row][c.start:c.end]
+
+    def _listing(self) -> bool:
+        c = self.completion
+        return c is not None and not self._hidden and c.visible(self._word(c))
+
+    def _choose(self, step: int) -> None:
+        self.completion.move(step)
+        self._announce()
+
+    def _put(self, c: Completion) -> None:
+        """Replace the word with the selected candidate; the candidates stay (Tab cycles)."""
+        self._putting = True
+        try:
+            self.replace(c.selected, (c.row, c.start), (c.row, c.end))
+            c.end = c.start + len(c.selected)
+            self.move_cursor((c.row, c.end))
+        finally:
+            self._putting = False
+        self._announce()
+
+    def _announce(self) -> None:
+        """Show the selected candidate's rest after the cursor and tell the list."""
+        c = None if self._hidden else self.completion
+        word = self._word(c) if c else ""
+        at_end = c is not None and self.cursor_location == (c.row, c.end) and \
+            c.end == len(self.document[c.row])
+        self.suggestion = c.selected[len(word):] if at_end and c.selected.startswith(word) else ""
+        self.post_message(self.Completions(c, word))
+
+    # ---- history and pastes -------------------------------------------------------------------
+    def unfold(self, text: str) -> str:
         """`text` with each paste token replaced by what was pasted."""
         for token, pasted in self.pastes.items():
             text = text.replace(token, pasted)
         return text
 
     def remember(self, text: str) -> None:
-        if not self.history or self.history[-1] != text:
-            self.history.append(text)
-        self.pos = len(self.history)
+        if not self.sent or self.sent[-1] != text:
+            self.sent.append(text)
+        self.pos = len(self.sent)
 
     def action_history(self, step: int) -> None:
-        if not self.history:
+        if not self.sent:
             return
-        if self.pos == len(self.history):
+        if self.pos == len(self.sent):
             self.draft = self.value
-        self.pos = max(0, min(len(self.history), self.pos + step))
-        self.value = self.history[self.pos] if self.pos < len(self.history) else self.draft
-        self.cursor_position = len(self.value)
-
-
-class PendingApproval:
-    """A call the turn's worker thread waits on: `done` is set once `answer` is in ("no" until
-    the user says otherwise). `always` is the session rule an "always" would add ("" when none
-    can be made, and then the choice is not offered)."""
-
-    def __init__(self, name, args, reason, always=""):
-        self.name, self.args, self.reason, self.always = name, args, reason, always
-        self.answer, self.done = "no", threading.Event()
-
-
-class ApprovalPanel(Vertical, can_focus=True):
-    """The call in full (a long one scrolls: up/down, page up/down, the wheel) and y / n / a;
-    Esc goes back to the prompt without answering (Tab there comes back)."""
-    BINDINGS = [Binding("y", "answer('yes')", "yes"), Binding("n", "answer('no')", "no"),
-                Binding("a", "answer('always')", "always"),
-                Binding("escape", "app.focus_prompt", "back to the prompt", show=False),
-                *(Binding(k, f"scroll_by({n})", show=False) for k, n in
-                  (("up", -1), ("down", 1), ("pageup", -10), ("pagedown", 10)))]
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="approval-scroll"):
-            yield Static(id="approval-text")
-        with Horizontal(id="approval-buttons"):
-            yield Button(Text("[y]es"), id="yes", variant="success", compact=True)
-            yield Button(Text("[n]o"), id="no", variant="error", compact=True)
-            yield Button(Text("[a]lways for this session"), id="always", compact=True)
-
-    def show(self, box: PendingApproval, root) -> None:
-        """Ask about `box`: the call in full (an Edit as its diff, numbered where old_string sits
-        in the file now), and an "always" button only where a rule can be made, saying what it
-        would store."""
-        head = Text.assemble(plain(f"{box.name} ", "bold"), "needs approval: ",
-                             plain(box.reason, "italic"))
-        if box.name == "Edit":
-            body = Group(head, plain(f"file: {box.args.get('file_path')}"),
-                         code_view(edit_diff(box.args, root)))
-        elif box.name == "Bash":
-            body = Group(head, code_view(str(box.args.get("command", "")), "bash"))
-        else:
-            body = Group(head, plain(call_text(box.args)))
-        self.query_one("#approval-text", Static).update(body)
-        button = self.query_one("#always", Button)
-        button.label = Text(f"[a]lways this session: {rule_words(box.always)}")
-        button.display = bool(box.always)
-        self.query_one("#approval-scroll").scroll_home(animate=False)
-        self.add_class("show")
-
-    def action_answer(self, answer: str) -> None:
-        self.app.answer_approval(answer)
-
-    def action_scroll_by(self, lines: int) -> None:
-        self.query_one("#approval-scroll").scroll_relative(y=lines, animate=False)
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        self.app.answer_approval(event.button.id)
+        self.pos = max(0, min(len(self.sent), self.pos + step))
+        self.value = self.sent[self.pos] if self.pos < len(self.sent) else self.draft

@@ -1,6 +1,7 @@
-"""What the Textual face (agent/tui.py) shows of the conversation: the transcript, the reply
-streamed into it, one card per tool call, and the two ways untrusted text becomes something to
-show (`plain`, `code_view`).
+"""What the Textual face (agent/tui.py) shows of the conversation: the transcript, a running
+turn's events as widgets in it (`LiveTurn`: the reply streamed, one card per tool call, notes; a
+reply the driver takes back and resamples is removed again), and the two ways untrusted text
+becomes something to show (`plain`, `code_view`).
 
 Everything untrusted goes through agent/display.printable and into a rich Text or Syntax, never a
 markup string: no model output, tool result or file reaches the terminal as a control sequence,
@@ -8,13 +9,16 @@ and `[bold]` shows as written.
 """
 from __future__ import annotations
 
+import re
+
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Static
 
-from agent.display import call_title, edit_diff, printable, summarize
-from nanocode.protocol import REJECTED
+from agent.display import call_title, edit_diff, printable, rule_words, summarize
+from nanocode.protocol import REJECTED, Approval, Status, ToolCall, ToolResult, TurnEnd
+from nanocode.protocol import Text as TextEvent
 
 
 def plain(text, style: str = "") -> Text:
@@ -30,11 +34,19 @@ def code_view(code: str, lexer: str = "diff") -> Syntax:
 
 class Transcript(VerticalScroll):
     """The conversation as it happens; it follows its end unless the user scrolled up (the app
-    calls `keep_end` when the terminal is resized)."""
+    calls `keep_end` when the terminal is resized). `last_note` is the text of the last note."""
 
-    def add(self, widget) -> None:
+    last_note = ""
+
+    def add(self, widget):
         self.mount(widget)
         self.call_after_refresh(self.scroll_end, animate=False)
+        return widget
+
+    def note(self, text: str, style: str = "dim") -> Static:
+        """A status note (escaped, dimmed unless `style` says otherwise)."""
+        self.last_note = text
+        return self.add(Static(plain(text, style), classes="note"))
 
     def page(self, pages: int) -> None:
         self.scroll_relative(y=pages * max(1, self.size.height - 2), animate=False)
@@ -99,3 +111,71 @@ class ToolCard(Collapsible):
         self.title = Text(f"{self.header}  ⎯ {summarize(result, width=60)}")  # both escaped
         if result.startswith("error:") or result == REJECTED:
             self.add_class("failed")
+
+
+RESAMPLING = re.compile(r": resampling \(\d+ of \d+\)$")  # agent/driver.Agent._take_back's Status
+SAID = {"yes": "allowed once", "no": "rejected", "cancelled": "cancelled, not run"}
+
+
+class LiveTurn:
+    """One running turn's events (agent/driver.py) as widgets in `transcript`: prose streamed
+    into a ReplyView, a ToolCard per call (its result filled in), a note per approval and status.
+
+    A step is sampled until it stands: a reply whose call the driver takes back (malformed, a
+    repeat, or failed without changing anything; its Status "<why>: resampling (k of n)") is
+    removed again, with its card and approval note, so only replies that count stay on screen;
+    one note per step, updated, says that and how often it was resampled."""
+
+    def __init__(self, transcript: Transcript):
+        self.transcript = transcript
+        self.reply: ReplyView | None = None
+        self.cards: dict[int, ToolCard] = {}
+        self.attempt: list = []  # the widgets of the step being sampled
+        self.ran = False  # the step's call has its result: the next reply starts a new step
+        self.retry_note: Static | None = None
+
+    def event(self, ev, diff: str | None = None) -> None:
+        """Show `ev`; `diff` is an Edit call's diff, made before the call ran."""
+        match ev:
+            case TextEvent(text=piece):
+                self._next_step()
+                if self.reply is None:
+                    self.reply = self._add(ReplyView())
+                self.reply.add(piece)
+                self.transcript.call_after_refresh(self.transcript.scroll_end, animate=False)
+                return
+            case ToolCall(name=name, args=args, step=step):
+                self._next_step()
+                self.cards[step] = self._add(ToolCard(name, args, diff))
+            case ToolResult(result=result, step=step) if step in self.cards:
+                self.cards[step].set_result(result)
+                self.ran = True
+            case Approval(name=name, answer=answer, rule=rule):
+                said = SAID.get(answer, answer) if answer != "always" else \
+                    f"allowed, and from now on this session: {rule_words(rule)}"
+                self.attempt.append(self.transcript.note(f"{name}: {said}"))
+            case Status(text=text) if RESAMPLING.search(text):
+                self._take_back(f"[{text}]")
+            case Status(text=text):
+                self.transcript.note(f"[{text}]")
+            case TurnEnd(stop_reason="cancelled") if self.transcript.last_note != "[cancelled]":
+                self.transcript.note("[cancelled]")  # a cancel after a call has its own note
+        self.reply = None  # the next prose is a new reply
+
+    def _add(self, widget):
+        self.attempt.append(widget)
+        return self.transcript.add(widget)
+
+    def _next_step(self) -> None:
+        if self.ran:  # the last step stood: its widgets stay
+            self.attempt, self.ran, self.retry_note = [], False, None
+
+    def _take_back(self, note: str) -> None:
+        for widget in self.attempt:
+            widget.remove()
+        self.attempt, self.ran = [], False
+        if self.retry_note is not None and self.retry_note.is_attached:
+            self.retry_note.update(plain(note, "dim"))
+            self.transcript.last_note = note
+        else:
+            self.retry_note = self.transcript.note(note)

@@ -1,9 +1,10 @@
 """The Textual TUI's flow (agent/tui.py), driven by Textual's pilot on a REAL tiny engine (random
 weights, real tokenizer, real tools in a temp git repo): a prompt streams its reply, tool cards
-fill in, slash commands, a resumed session, Ctrl-C mid-turn, queued prompts, the model loading
-behind a live input. The engine, the project and the scripted model (tests/tui_pilot.py) can hold
-a turn mid-reply so a test knows it is still running while it types or presses Ctrl-C. The
-prompt and approvals: test_agent_tui_input.py."""
+fill in, a reply taken back and resampled leaves the screen, slash commands (echoed), a resumed
+session, Ctrl-C mid-turn, queued prompts, the model loading behind a live input. The engine, the
+project and the scripted model (tests/tui_pilot.py) can hold a turn mid-reply so a test knows it
+is still running while it types or presses Ctrl-C. The prompt and approvals:
+test_agent_tui_input.py; completion and keys: test_agent_tui_keys.py."""
 
 import threading
 
@@ -74,8 +75,32 @@ def test_edit_approved_with_y_then_undo(engine, tok, repo):
         await submit(pilot, "/undo yes")
         await pilot.pause()
         assert (repo / "a.py").read_text() == "x = 1\n"
-        assert "undid turn 1; restored: a.py" in app.transcript_text()
+        assert "undid turn 1: restored a.py" in app.transcript_text()
     drive(app, body)
+
+
+def test_a_resampled_reply_leaves_the_screen(engine, tok, repo):
+    """Replies the driver takes back and resamples are removed from the transcript: a repeat of
+    an earlier call (taken back before it runs: its prose goes) and a call that failed without
+    changing anything (taken back after it ran: its prose and its card go). One note, updated,
+    says the step was resampled."""
+    rd = call(tok, "let me look.", "Read", file_path="a.py")
+    past_the_end = call(tok, "let me look again.", "Read", file_path="a.py", offset=50)
+    agent, _ = make(engine, repo, [rd, rd, past_the_end, reply(tok, "done: x is 1.")], retries=2)
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await submit(pilot, "what is x?")
+        await until(pilot, lambda: app.turns == 1)
+        assert [r.text for r in app.query(ReplyView)] == ["let me look.", "done: x is 1."]
+        assert [c.header for c in app.query(ToolCard)] == ["Read a.py"]
+        text = app.transcript_text()
+        assert "[a failed call: resampling (2 of 2)]" in text
+        assert "resampling (1 of 2)" not in text and "past the end" not in text
+    drive(app, body)
+    assert agent.meta["turns"][-1]["stop_reason"] == "done"
+    assert [m["role"] for m in agent.messages] == ["system", "user", "assistant", "tool_result",
+                                                   "assistant"]
 
 
 def test_read_card_then_edit_and_diff(engine, tok, repo):
@@ -163,6 +188,9 @@ def test_slash_commands(engine, tok, repo):
         await pilot.pause()
         assert agent.mode == "plan" and "mode plan" in str(app.query_one("#status").content)
         await until(pilot, lambda: "nothing to compact" in app.transcript_text())
+        echoed = [str(w.content) for w in app.query(".user")]
+        assert echoed == ["/mode plan", "/help", "/memory", "/model", "/compact", "/resume",
+                          "/nope", "/mode nope"]  # each command as typed, like a message
         text = app.transcript_text()
         for want in ("mode: plan", "/undo", "NANOCODE.md", "use tabs", "4 layers",
                      "no saved sessions", "unknown command /nope", "unknown mode 'nope'"):
@@ -292,6 +320,7 @@ def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
     save(ckpt, 1, random_params(cfg), config=cfg, tokenizer=tok)
     got = {}
     monkeypatch.setattr(tui, "run", lambda loader, args: got.setdefault("loader", loader) and 7)
+    monkeypatch.setattr(cli, "terminal_problem", lambda *a: None)  # pytest's stdin is no tty
     assert cli.main(["--model", str(ckpt), "--cwd", str(repo), "--mode", "plan",
                      "--max-tokens", "9"]) == 7
     loader = got["loader"]

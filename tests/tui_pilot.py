@@ -1,7 +1,8 @@
 """The TUI tests' world (tests/test_agent_tui.py, tests/test_agent_tui_input.py): a real tiny
 engine on its own small vocabulary, a one-file project, a scripted model whose generation a `gate`
 can hold after a few tokens (so a test knows a turn is still running while it types or presses
-Ctrl-C), and the pilot helpers that drive a Textual app from a plain asyncio loop."""
+Ctrl-C), and the pilot helpers that drive a Textual app from a plain asyncio loop and read what
+the terminal shows."""
 import asyncio
 import threading
 import time
@@ -85,3 +86,14 @@ def approval_text(app):
     """The approval panel's text, syntax-highlighted parts included."""
     shown = app.query_one("#approval-text").content
     return "\n".join(r.code if hasattr(r, "code") else str(r) for r in shown.renderables)
+
+
+def screen_text(app, widget=None) -> str:
+    """What the terminal shows now (the text of every segment the compositor would send); with
+    `widget`, only the cells inside its content region (no border, no padding), its rows joined
+    by one space and every run of spaces squeezed to one (so a wrapped phrase reads as one)."""
+    lines = ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+    if widget is None:
+        return "\n".join(lines)
+    r = widget.content_region
+    return " ".join(" ".join(line[r.x:r.right].split()) for line in lines[r.y:r.bottom]).strip()
