@@ -62,6 +62,7 @@ BYTES_PER_TOKEN = 3  # the size estimate: a little more tokens than most tokeniz
 CONTEXT_RETRIES = 8  # 400s naming the context, each answered by dropping one more thing
 DEADLINE = 600.0  # seconds for one request, reply included
 MAX_REPLY = 8 << 20  # bytes of one reply
+SERVER_SEEDS = 2**31  # a server's seed is a 32-bit int (`nanocode serve` refuses more): sent mod this
 MAX_LINE = 1 << 20  # bytes of one line of it
 OPENAI = ("https", "api.openai.com", 443)
 
@@ -220,7 +221,7 @@ class RemoteSampler:
         st = self.settings
         body = {"model": self.model, "stream": True, "max_tokens": st.max_tokens,
                 "temperature": st.temperature_for(retry), "top_p": st.top_p,
-                "seed": st.seed + self.n_replies,
+                "seed": (st.seed + self.n_replies) % SERVER_SEEDS,
                 "stream_options": {"include_usage": True}}
         if tools:
             body.update(tools=[tool_schema(n) for n in tools], parallel_tool_calls=False)

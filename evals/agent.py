@@ -66,8 +66,24 @@ Trade-offs and numbers:
   looping_replies, invented_spans (answer spans found nowhere the model could read them),
   question_edits (Edits that ran in a task whose request is a question), and the stop reasons.
 
+A server as the model (--base-url URL [--model NAME]): the same tasks, checks, metrics and
+result JSON for any OpenAI-compatible server (vLLM, llama.cpp, Ollama, `nanocode serve`, a
+vendor's API), so a server, the default model and a checkpoint of one's own compare side by side
+(`evals compare`). The agent of each task runs on a RemoteSampler (agent/remote.py, its key
+handling unchanged: $NANOCODE_API_KEY), made once per worker by agent/model.load_sampler with the
+model the parent found (--model, else the first the server lists), forked per run. The server is
+asked for its models before any task runs: a bad URL is exit status 2, a server that cannot be
+reached or lacks the model exit status 6 (the model server failed, as `nanocode -p --base-url`
+says it), each a one-line error. The flags that set our engine (--step, --no-ground,
+--no-whole-names, --no-loop-guard, --copy-bias) are a usage error with --base-url (exit 2): a
+server samples its own way (agent/remote.py checks loops and calls after the fact). The summary
+has the keys of a checkpoint run: model "<url> <model>", base_url, checkpoint and step None, and
+None for the engine-only settings (ENGINE_ONLY). A turn the server failed (stop reason
+model_error) scores as unresolved, and the run warns with their count.
+
 Outputs (under $NANOCODE_HOME/evals/<model tag>/, `reference/` for the baselines, or --out):
-agent_step<N>.json (or agent_oracle.json / agent_nothing.json; agent_<split>_step<N>.json for the
+agent_step<N>.json (agent_server.json under evals/<the server's model name, sanitized>/ with
+--base-url; agent_oracle.json / agent_nothing.json; agent_<split>_step<N>.json for the
 splits other than eval, so one --out holds the generated and the real suite) summary, the .jsonl of
 per-task records beside it and <name>_transcripts/<task id>.jsonl (one line: {"messages", "meta"},
 the session file format; with --best-of the pick's). Runs of one step that differ only in flags
@@ -96,9 +112,13 @@ from tasks import (
     pattern_symbol, resolved, setup_env, snapshot, task_agent)
 
 POLICIES = ("model", "oracle", "nothing")
+# SamplerSettings' fields only our engine applies (a server samples its own way): None in a
+# --base-url run's summary
+ENGINE_ONLY = ("top_k", "constrain", "ground", "names", "loop_guard", "copy_bias")
 
 _engine = None  # the worker's engine, loaded once per process by _init
-_load_error = None  # or why it could not be loaded: raised by run_task, so the parent says it
+_remote = None  # or, with --base-url, its RemoteSampler (forked per run)
+_load_error = None  # or why neither could be made: raised by run_task, so the parent says it
 
 
 # ---- tasks ------------------------------------------------------------------------------------
@@ -192,11 +212,20 @@ def audit(task, messages: list[dict], calls: list[dict], root: str) -> dict:
 
 # ---- running one task ------------------------------------------------------------------------------
 
-def _init(model: str | None, step: int | None) -> None:
-    """Per worker: the environment the tools expect, and the engine (policy model only)."""
-    global _engine, _load_error
+def _init(model: str | None, step: int | None, server=None) -> None:
+    """Per worker: the environment the tools expect, and the model (policy model only): the
+    engine of checkpoint `model` at `step`, or with `server` (agent/model.AgentOptions naming
+    base_url and the model) a RemoteSampler on that server (agent/model.load_sampler)."""
+    global _engine, _remote, _load_error
     setup_env()
-    _engine = _load_error = None
+    _engine = _remote = _load_error = None
+    if server is not None:
+        from agent.model import ModelError, load_sampler
+        try:
+            _remote = load_sampler(server, None, None)[0]
+        except ModelError as e:
+            _load_error = e
+        return
     if model is not None:
         from nanocode.common import enable_compilation_cache
         enable_compilation_cache()
@@ -212,10 +241,14 @@ def _init(model: str | None, step: int | None) -> None:
 
 def make_agent(task, opts: dict, root: str, temperature: float, seed: int):
     """The headless Agent of one run of `task` in `root` (the task's project or a copy of it):
-    opts' settings at this temperature and seed."""
-    from agent.engine_sampler import EngineSampler
+    opts' settings at this temperature and seed, on the worker's server (--base-url) or engine."""
     sampling = replace(opts["sampling"], temperature=temperature, seed=seed)
-    return task_agent(EngineSampler(_engine, root, sampling), task, root, opts["turn"])
+    if _remote is not None:
+        sampler = _remote.fork(root, sampling)
+    else:
+        from agent.engine_sampler import EngineSampler
+        sampler = EngineSampler(_engine, root, sampling)
+    return task_agent(sampler, task, root, opts["turn"])
 
 
 @dataclass
@@ -307,19 +340,24 @@ def run_task(job: tuple) -> dict:
     return rec
 
 
-def run_all(jobs: list[tuple], workers: int, model: str | None, step: int | None, on_done) -> list[dict]:
-    """Run the jobs in `workers` spawned processes (1: in this one); results in job order."""
+def run_all(jobs: list[tuple], workers: int, model: str | None, step: int | None, on_done,
+            server=None) -> list[dict]:
+    """Run the jobs in `workers` spawned processes (1: in this one), each _init(model, step,
+    server); results in job order."""
     if workers <= 1:
-        _init(model, step)
+        _init(model, step, server)
         out = []
-        for job in jobs:
-            out.append(run_task(job))
-            on_done(out[-1])
+        try:
+            for job in jobs:
+                out.append(run_task(job))
+                on_done(out[-1])
+        finally:
+            _init(None, None)  # the model goes with the run: a later run in this process starts clean
         return out
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
-                             initargs=(model, step)) as pool:
+                             initargs=(model, step, server)) as pool:
         futures = {pool.submit(run_task, job): i for i, job in enumerate(jobs)}
         out = [None] * len(jobs)
         for fut in as_completed(futures):
@@ -431,14 +469,49 @@ def main(args) -> int:
     if args.best_of > 1 and args.policy != "model":
         print("error: --best-of needs --policy model (the baselines are deterministic)", file=sys.stderr)
         return 2
+    if args.context is not None and (args.base_url is None or args.context < 64):
+        print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
+        return 2
+    if args.base_url is not None:
+        from agent.remote import base_url_error
+        engine_flags = [flag for flag, given in (
+            ("--step", args.step is not None), ("--no-ground", args.no_ground),
+            ("--no-whole-names", args.no_whole_names), ("--no-loop-guard", args.no_loop_guard),
+            ("--copy-bias", args.copy_bias != 0.0)) if given]
+        if args.policy != "model":
+            problem = f"--base-url goes with --policy model, not {args.policy}"
+        elif engine_flags:
+            problem = (f"{', '.join(engine_flags)} set our engine (a checkpoint's step, its grammar, "
+                       "its sampling); a server behind --base-url samples its own way: drop them, "
+                       "or score a checkpoint with --model")
+        else:
+            problem = base_url_error(args.base_url)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     info: dict = {"policy": args.policy}
-    model = step = None
+    model = step = server = None
     sampling = SamplerSettings(temperature=args.temperature, max_tokens=args.max_tokens,
                                ground=not args.no_ground, copy_bias=args.copy_bias,
                                names=not args.no_whole_names, loop_guard=not args.no_loop_guard)
     turn = TurnSettings(max_steps=args.max_steps, retries=args.retries,
                         question_guard=not args.no_question_guard)
-    if args.policy == "model":  # no --model: the default model, as `nanocode` runs it
+    settings = {**asdict(sampling), **asdict(turn)}
+    del settings["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
+    if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
+        from agent.model import AgentOptions, load_sampler
+        try:
+            remote, label = load_sampler(AgentOptions(model=args.model, base_url=args.base_url,
+                                                      context=args.context), None, None)
+        except ModelError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.code  # 6: the model server failed
+        server = AgentOptions(model=remote.model, base_url=args.base_url, context=args.context)
+        info.update(model=label, base_url=args.base_url, checkpoint=None, step=None,
+                    **{**settings, **dict.fromkeys(ENGINE_ONLY)})
+        tag = re.sub(r"[^A-Za-z0-9._-]+", "_", remote.model).strip("._") or "server"
+        dest, name = out_dir(args.out, tag), f"agent{split_suffix(args.split)}_server"
+    elif args.policy == "model":  # no --model: the default model, as `nanocode` runs it
         from nanocode.checkpoint import latest_step
         try:
             ckpt, tag = resolve_model(args.model)
@@ -451,15 +524,15 @@ def main(args) -> int:
                   "`train sft`", file=sys.stderr)
             return 2
         model = str(ckpt)
-        settings = {**asdict(sampling), **asdict(turn)}
-        del settings["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
-        info.update(model=tag, checkpoint=model, step=int(step), **settings, best_of=args.best_of)
-        if args.best_of > 1:
-            info["best_of_temperature"] = args.best_of_temperature
+        info.update(model=tag, base_url=None, checkpoint=model, step=int(step), **settings)
         dest, name = out_dir(args.out, tag), f"agent{split_suffix(args.split)}_step{step}"
     else:
         info["model"] = args.policy
         dest, name = out_dir(args.out, "reference"), f"agent{split_suffix(args.split)}_{args.policy}"
+    if args.policy == "model":
+        info["best_of"] = args.best_of
+        if args.best_of > 1:
+            info["best_of_temperature"] = args.best_of_temperature
     jobs = task_jobs(families, args.per_family, args.seed, args.limit, args.split)
     transcripts = dest / f"{name}_transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)
@@ -476,10 +549,10 @@ def main(args) -> int:
         bar.set_postfix(resolved=f"{solved[0]}/{bar.n}")
     try:
         records = run_all([(f, s, args.policy, opts, str(transcripts)) for f, s in jobs], workers,
-                          model, step, on_done)
-    except ModelError as e:  # a worker could not load the checkpoint
+                          model, step, on_done, server)
+    except ModelError as e:  # a worker could not load the checkpoint, or reach the server
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 6 if server is not None else 2  # (its code does not cross a process boundary)
     finally:
         bar.close()
     summary = {"eval": "agent", **info, **summarize(records), "per_family": args.per_family,
@@ -490,6 +563,10 @@ def main(args) -> int:
     for r in records:
         if "error" in r:
             print(f"warning: {r['id']} did not run: {r['error']}", file=sys.stderr)
+    if failed := summary["overall"]["stop_reasons"].get("model_error"):
+        print(f"warning: {failed} turn(s) ended because the model server failed (stop reason "
+              "model_error) and count as unresolved; check the server and run again",
+              file=sys.stderr)
     if summary["system_prompt_mismatches"]:
         print(f"warning: {summary['system_prompt_mismatches']} task(s) ran with a system prompt "
               "other than the task's (train/inference mismatch)", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""`evals`: each eval loads a checkpoint, runs, prints a table and writes a JSON result (under
-$NANOCODE_HOME/evals/<model tag>/ or --out).
+"""`evals`: each eval loads a checkpoint (`evals agent`: or talks to a server, --base-url), runs,
+prints a table and writes a JSON result (under $NANOCODE_HOME/evals/<model tag>/ or --out).
 
 Convention (the same in train/cli.py): every `evals` command's arguments are defined here, one
 add_<command>_args(p) per command (the four pass@k tasks share add_codegen_args), and nowhere
@@ -87,8 +87,14 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
 
     a = p.add_argument
     a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs (default: the "
-      "model shipped in the package, the one `nanocode` runs)")
+      "model shipped in the package, the one `nanocode` runs); with --base-url, the server's model "
+      "name (default: the first it lists)")
     a("--step", type=int, help="checkpoint step (default: the latest)")
+    a("--base-url", metavar="URL", help="score any OpenAI-compatible server instead of a checkpoint "
+      "(its API root, e.g. http://127.0.0.1:8000/v1; key: $NANOCODE_API_KEY): the same tasks, "
+      "checks and result JSON; exit status 6 when it cannot be reached")
+    a("--context", type=int, metavar="TOKENS", help="with --base-url: the model's context when the "
+      "server does not say it (default 8192)")
     a("--policy", choices=POLICIES, default="model",
       help="model (default); oracle / nothing: the harness-validity baselines (no model)")
     a("--families", help="comma-separated task families (default: every trained and eval-only one)")
@@ -121,7 +127,8 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
       help="copy bias toward tokens seen in the context (default 0.0: off)")
     a("--workers", type=int, default=0, help="task processes, each loading the model once "
       "(default min(2, cpus); 1 = in this process)")
-    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, or reference/ for baselines)")
+    a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, <the server's model "
+      "name> with --base-url, or reference/ for baselines)")
     a("--quiet", action="store_true", help="no progress bar")
 
 

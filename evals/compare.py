@@ -1,7 +1,8 @@
 """`evals compare A B`: two `evals agent` runs on the same tasks, side by side, paired per task.
 
-A and B are result files (`<dir>/agent_stepN.json`, with its records `.jsonl` and its
-`_transcripts/` beside it). Reported per family and overall: resolved A -> B, edits applied,
+A and B are result files (`<dir>/agent_stepN.json`, or agent_server.json from an
+`evals agent --base-url` run, with its records `.jsonl` and its `_transcripts/` beside it), so a
+server, the default model and a checkpoint of one's own compare on the same tasks. Reported per family and overall: resolved A -> B, edits applied,
 calls to nonexistent paths (Read / Edit / Grep whose result says the path is not there, counted
 from the transcripts), tasks whose run edited the tests unasked (`tampered`), stop reasons, and
 McNemar's exact test on the tasks whose outcome differs (b = resolved only in A, c = only in B;

@@ -158,7 +158,7 @@ def test_a_tampered_rollout_that_passes_the_check_is_no_sft_row(tmp_path, monkey
     def honest(agent, task):
         agent.messages = task.rollout()["messages"]
         return [TurnResult(answer=agent.messages[-1]["content"], stop_reason="done")]
-    monkeypatch.setattr(rollouts, "EngineSampler", lambda *a, **k: None)  # no model: Fake answers
+    monkeypatch.setattr(rollouts, "make_sampler", lambda *a, **k: None)  # no model: Fake answers
     monkeypatch.setattr(rollouts, "task_agent", lambda sampler, task, *a, **k: Fake(task))
     opts = {"samples": 1, "temperature": 0.0, "workdir": str(tmp_path),
             "sampling": SamplerSettings(max_tokens=64), "turn": TurnSettings(max_steps=6, retries=0)}

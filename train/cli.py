@@ -20,7 +20,8 @@ STAGES = {
     "base": "pretrain the base model (next-token cross-entropy)",
     "synth": "generate agentic tool-use rollouts, preference pairs and eval tasks (offline)",
     "sft": "supervised fine-tuning on conversations and agent traces (masked cross-entropy)",
-    "rollouts": "run the model on fresh training tasks: resolved rollouts for SFT, pairs where it departs from the oracle",
+    "rollouts": "run the model (or a server as the teacher) on fresh training tasks: resolved rollouts "
+                "for SFT, pairs where it departs from the oracle",
     "dpo": "preference tuning on chosen/rejected pairs (IPO)",
     "export": "a run's newest checkpoint as the agent loads it: bf16 params, tokenizer and config",
     "speedrun": "the whole pipeline, data to agent-ready checkpoint, in one command",
@@ -219,7 +220,13 @@ def add_rollouts_args(p: argparse.ArgumentParser) -> None:
     from tasks import BASE  # light: no jax at import
 
     a = p.add_argument
-    a("--model", required=True, help="the model to roll out: checkpoint dir, run dir or run tag")
+    a("--model", help="the model to roll out: checkpoint dir, run dir or run tag; with --base-url, "
+      "the server's model name (default: the first it lists)")
+    a("--base-url", metavar="URL", help="a server as the teacher: any OpenAI-compatible API root "
+      "(e.g. http://127.0.0.1:8000/v1; key: $NANOCODE_API_KEY) rolls out instead of a checkpoint; "
+      "exit status 6 when it cannot be reached")
+    a("--context", type=int, metavar="TOKENS", help="with --base-url: the model's context when the "
+      "server does not say it (default 8192)")
     a("--out", required=True, metavar="DIR", help="output directory (rerun with the same one to resume)")
     a("--n", type=int, default=200, help="tasks (default 200), the training families interleaved")
     a("--seed", type=int, default=0, help="which draw of tasks: a new seed for each round (default 0)")

@@ -29,6 +29,21 @@ same path `evals agent` scores with. Rollout k of a task (--samples) runs greedy
 --temperature with seed task seed + k otherwise, each on a freshly built project under --workdir
 (the synth path, so prompts and tool output look like the SFT data). Worker processes (spawn, one
 engine each) run tasks in parallel; the bar shows rate, ETA and resolves.
+
+A server as the teacher (--base-url URL [--model NAME]): any OpenAI-compatible server (a capable
+model behind vLLM, llama.cpp, Ollama, a vendor's API) rolls out instead of our engine, each
+worker on a RemoteSampler (agent/remote.py, its key handling unchanged: $NANOCODE_API_KEY) made
+by agent/model.load_sampler for the model the parent found (--model, else the first the server
+lists). Everything else is as for our model: the same tasks, the same verdict (the hidden check,
+the tests as they were before the change, never a tampered rollout), resolved rollouts as SFT
+rows (`train sft` trains on them: the calls arrive in our conversation schema), failures as a
+pair's rejected side. A server that cannot be reached at the start is a one-line error, exit
+status 6 (the model server failed, as `nanocode -p --base-url` says it; a URL that is no http(s)
+URL is a usage error, 2). A rollout whose turn the server broke off (stop reason model_error) is
+no failure of the teacher: it is never a pair's rejected side, and a task whose every rollout
+ended so is not recorded, so a rerun with the same --out retries it. summary.json's "model" says
+which model rolled out ("<url> <model>" for a server, with "base_url"); every task record says it
+too, and a rerun into an --out that holds another model's rollouts is refused.
 """
 from __future__ import annotations
 
@@ -42,13 +57,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent.engine_sampler import EngineSampler
 from agent.settings import SamplerSettings, TurnSettings
 from tasks import (
     EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, WORLD_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
     pattern_symbol, resolved, setup_env, task_agent)
 
 _engine = None  # per worker process
+_remote = None  # or, with --base-url, the teacher's RemoteSampler (forked per rollout)
+_load_error = None  # or why the server could not be reached: raised by run_task, so the parent says it
 
 
 # ---- pairs -------------------------------------------------------------------------------------------
@@ -156,10 +172,22 @@ def clean(messages: list[dict]) -> list[dict]:
 
 # ---- one task -----------------------------------------------------------------------------------------
 
-def _init(model: str) -> None:
-    global _engine
-    from nanocode.common import enable_compilation_cache
+def _init(model: str | None, server=None) -> None:
+    """Per worker: the environment the tools expect, and the model: our engine on checkpoint
+    `model`, or with `server` (agent/model.AgentOptions naming base_url and the model) a
+    RemoteSampler on that server (agent/model.load_sampler; its ModelError is kept for run_task
+    to raise: an initializer that raises would have the pool start workers forever)."""
+    global _engine, _remote, _load_error
     setup_env()
+    _engine = _remote = _load_error = None
+    if server is not None:
+        from agent.model import ModelError, load_sampler
+        try:
+            _remote = load_sampler(server, None, None)[0]
+        except ModelError as e:
+            _load_error = e
+        return
+    from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
     from nanocode.checkpoint import latest_step, load_params
     from nanocode.common import find_checkpoints
@@ -170,13 +198,24 @@ def _init(model: str) -> None:
     _engine = Engine(params, cfg, Tokenizer.from_dict(tok))
 
 
+def make_sampler(root: str, sampling: SamplerSettings):
+    """The worker's model for one rollout in `root`: the teacher server, else our engine."""
+    if _remote is not None:
+        return _remote.fork(root, sampling)
+    from agent.engine_sampler import EngineSampler  # jax: only where our engine runs
+    return EngineSampler(_engine, root, sampling)
+
+
 def run_task(job: tuple) -> dict:
     """Every sample of one task; returns its record (with the rows and pair it produced)."""
     from nanocode.protocol import DROPPED
+    if _load_error is not None:
+        raise _load_error
     family, seed, world, opts = job
     tid = f"rollout-{family}-{seed}"
     t0 = time.perf_counter()
-    rec = {"id": tid, "family": family, "world": world, "seed": seed, "samples": []}
+    rec = {"id": tid, "family": family, "world": world, "seed": seed, "model": opts.get("model"),
+           "samples": []}
     rows, failed = [], None
     base = opts["workdir"]
     try:
@@ -184,20 +223,22 @@ def run_task(job: tuple) -> dict:
             task = build_task(family, seed, False, base, world)
             temperature = 0.0 if k == 0 else opts["temperature"]
             sampling = replace(opts["sampling"], temperature=temperature, seed=seed + k)
-            agent = task_agent(EngineSampler(_engine, task.root, sampling), task, task.root, opts["turn"])
+            agent = task_agent(make_sampler(task.root, sampling), task, task.root, opts["turn"])
             turns = drive(agent, task)
             calls = [c for t in turns for c in t.tool_calls]
             verdict = resolved(task, turns[-1].answer, calls)
             ok = verdict.resolved and agent.messages[0]["content"] == task.system
             tampered = list(verdict.tampered)
-            rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": [t.stop_reason for t in turns],
+            stops = [t.stop_reason for t in turns]
+            broken = "model_error" in stops  # the server failed: no verdict on the model
+            rec["samples"].append({"resolved": ok, "steps": len(calls), "stops": stops,
                                    "tampered": tampered})
             messages = clean(agent.messages)
             # a row must read as a whole turn: ended by the model's own answer, nothing compacted
             whole = turns[-1].stop_reason == "done" and not any(m["content"].startswith(DROPPED) for m in messages)
             if ok and whole and all(messages != r["messages"] for r in rows):
                 rows.append({"id": f"{tid}-{k}", "family": family, "world": world, "messages": messages})
-            elif not ok and failed is None:
+            elif not ok and not broken and failed is None:
                 failed = messages
         rec["resolved"] = any(x["resolved"] for x in rec["samples"])
         if failed is not None and not rows:
@@ -242,46 +283,82 @@ def main(args) -> int:
     if not 0 <= args.real_ratio <= 1:
         print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}", file=sys.stderr)
         return 2
-    from nanocode.common import find_checkpoints
-    try:
-        find_checkpoints(args.model)
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
+    if args.base_url is None and args.model is None:
+        print("error: train rollouts needs --model (a checkpoint dir, run dir or run tag) or "
+              "--base-url URL (a server as the teacher)", file=sys.stderr)
         return 2
+    if args.context is not None and (args.base_url is None or args.context < 64):
+        print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
+        return 2
+    from agent.model import AgentOptions, ModelError, load_sampler
+    server = None
+    if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
+        from agent.remote import base_url_error
+        if (problem := base_url_error(args.base_url)) is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        try:
+            remote, label = load_sampler(AgentOptions(model=args.model, base_url=args.base_url,
+                                                      context=args.context), None, None)
+        except ModelError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return e.code  # 6: the model server failed
+        server = AgentOptions(model=remote.model, base_url=args.base_url, context=args.context)
+    else:
+        from nanocode.common import find_checkpoints
+        try:
+            find_checkpoints(args.model)
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        label = args.model
     seed0 = ROLLOUT_SEED0 + args.seed * 10**6
     assert seed0 + args.n < EVAL_SEED0
     out, tasks_dir = Path(args.out), Path(args.out) / "tasks"
     tasks_dir.mkdir(parents=True, exist_ok=True)
     opts = {"samples": args.samples, "temperature": args.temperature, "workdir": args.workdir,
-            "sampling": SamplerSettings(max_tokens=args.max_tokens),
+            "model": label, "sampling": SamplerSettings(max_tokens=args.max_tokens),
             "turn": TurnSettings(max_steps=args.max_steps, retries=args.retries)}
     jobs = [(family, seed0 + i, task_world(family, seed0 + i, args.real_ratio), opts)
             for i in range(args.n) for family in [TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)]]]
+    others = {json.loads(p.read_text()).get("model") for p in tasks_dir.glob("*.json")}
+    others -= {label, None}  # records from before they named their model count as this one's
+    if others:
+        print(f"error: {out} holds rollouts of {', '.join(sorted(others))}, not {label}; give each "
+              "model its own --out", file=sys.stderr)
+        return 2
     todo = [j for j in jobs if not (tasks_dir / f"rollout-{j[0]}-{j[1]}.json").exists()]
     if len(todo) < len(jobs):
         print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} tasks done already")
     t0 = time.perf_counter()
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="rollouts", unit="task",
                file=sys.stderr, dynamic_ncols=True)
-    solved = [0]
+    solved, unrecorded = [0], []
 
     def done(rec):
+        bar.update()
+        if rec["samples"] and all("model_error" in x["stops"] for x in rec["samples"]):
+            unrecorded.append(rec["id"])  # the server failed every rollout: a rerun retries it
+            return
         tmp = tasks_dir / f".{rec['id']}.json.tmp"
         tmp.write_text(json.dumps(rec, ensure_ascii=False))
         os.replace(tmp, tasks_dir / f"{rec['id']}.json")
         solved[0] += rec["resolved"]
-        bar.update()
         bar.set_postfix(resolved=solved[0])
     try:
         if args.workers <= 1 or len(todo) <= 1:
-            _init(args.model)
+            _init(args.model, server)
             for job in todo:
                 done(run_task(job))
         elif todo:
             import multiprocessing as mp
-            with mp.get_context("spawn").Pool(args.workers, initializer=_init, initargs=(args.model,)) as pool:
+            with mp.get_context("spawn").Pool(args.workers, initializer=_init,
+                                              initargs=(args.model, server)) as pool:
                 for rec in pool.imap_unordered(run_task, todo):
                     done(rec)
+    except ModelError as e:  # a worker could not reach the server
+        print(f"error: {e}", file=sys.stderr)
+        return 6
     finally:
         bar.close()
     records = [json.loads((tasks_dir / f"rollout-{f}-{s}.json").read_text()) for f, s, _, _ in jobs
@@ -299,7 +376,8 @@ def main(args) -> int:
         w = worlds.setdefault(rec.get("world", "generated"), {"tasks": 0, "resolved": 0})
         w["tasks"] += 1
         w["resolved"] += rec["resolved"]
-    summary = {"model": args.model, "tasks": len(records), "resolved": sum(r["resolved"] for r in records),
+    summary = {"model": label, "base_url": args.base_url, "tasks": len(records),
+               "resolved": sum(r["resolved"] for r in records),
                "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
                "tampered_samples": sum(bool(x.get("tampered")) for r in records for x in r["samples"]),
                "samples": args.samples, "seed": args.seed, "real_ratio": args.real_ratio,
@@ -312,4 +390,8 @@ def main(args) -> int:
     for rec in records:
         if "error" in rec:
             print(f"warning: {rec['id']} did not run: {rec['error']}", file=sys.stderr)
+    if unrecorded:
+        print(f"warning: {len(unrecorded)} task(s) not recorded: the model server failed in every "
+              "rollout (stop reason model_error); check the server and rerun with the same --out "
+              "to retry them", file=sys.stderr)
     return 0
