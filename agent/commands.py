@@ -125,6 +125,8 @@ def _settings(agent, root, rest) -> Out:
     for kind in ("allow", "ask", "deny", "session"):
         rules = getattr(p, kind)
         lines.append(f"{kind} rules: {', '.join(rules) if rules else '-'}")
+    hooks = [f"{h.event}{f'({h.matcher})' if h.matcher else ''}: {h.command} [{h.source}]" for h in p.hooks]
+    lines.append("hooks: " + ("; ".join(hooks) or "-"))
     return Note("\n".join(lines))
 
 

@@ -64,6 +64,7 @@ from agent.approval import ask
 from agent.call_rules import CallRules, call_key
 from agent.context import ContextFull, compact, fit_memory, fit_result, memory_budget, read_limit, result_budget
 from agent.conversation import Conversation
+from agent.hooks import Hooks
 from agent.mentions import mentioned
 from agent.request_kind import is_question
 from agent.sampler import Reply, Sampler, SamplerError
@@ -95,6 +96,7 @@ class Agent:
         self.sampler, self.policy, self.settings = sampler, policy, settings
         self.sandbox, self.sandbox_status = for_commands(settings.sandbox, settings.network)
         policy.sandboxed = self.sandbox is not None  # no sandbox: every Bash asks
+        self.hooks = Hooks(self.root, policy, self.sandbox)  # the settings' "hooks" (agent/hooks.py)
         self.result_budget = result_budget(sampler.max_len, sampler.reserve)  # agent/context.py
         self.read_limit = read_limit(self.result_budget)
         self.conv = Conversation(self.root, messages, meta, store)
@@ -251,6 +253,7 @@ class Agent:
                 emit(Status(str(e)))
         finally:
             self._close_turn(res, emit, started)
+        self.hooks.stop(res.stop_reason, self.meta["id"], emit)
         emit(TurnEnd(res.stop_reason, res.steps, res.retries))
         return res
 
@@ -377,6 +380,9 @@ class Agent:
             return f"error: {d.reason}", None
         if d.reason == QUESTION_EDIT and approve is None:  # headless: nobody to ask, so the model answers
             return "error: the request is a question: answer it; edit only when the user asks for a change", None
+        blocked = self.hooks.before(name, args, self.meta["id"], emit, cancel)  # PreToolUse: before asking
+        if blocked:
+            return blocked
         if d.action == "ask":
             answer, rule = ask(self.policy, d, name, args, approve, cancel)  # agent/approval.py
             self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,
@@ -404,6 +410,7 @@ class Agent:
                           timeout=self.settings.tool_timeout, cancel=cancel, sandbox=self.sandbox,
                           env_names=tuple(self.policy.env))
         result = fit_result(name, result, self.sampler.count, self.result_budget)
+        result = self.hooks.after(name, args, result, self.meta["id"], emit, cancel)  # PostToolUse
         if changes:
             self.sampler.tree_changed()  # grounding lists the project again
         return result, None

@@ -231,7 +231,7 @@ def test_repl_slash_commands_and_a_turn(ckpt, proj):
     assert run_repl(agent, "tiny", console=con) == 0
     text = "".join(con.out)  # the TUI's commands, here too (one table: agent/commands.py)
     for want in ("layers, width", "AGENTS.md (in the system prompt", "run pytest",
-                 "saved sessions", "allow rules: Bash(pytest*)",
+                 "saved sessions", "allow rules: Bash(pytest*)", "hooks: -",
                  str(proj / '.nanocode' / 'settings.json'), "session "):
         assert want in text, want
     from agent.commands import COMMANDS, help_text

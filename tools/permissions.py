@@ -36,6 +36,8 @@ Design trade-offs (read these first):
   widen its own permissions or plant code that runs later.
   Unknown settings keys are errors (a typo must not drop deny rules). `"env": [names]` lists
   environment variables Bash may see beyond tools/bash.ENV_ALLOW (API keys never pass unlisted).
+  `"hooks"` is parsed here into `Hook`s (`policy.hooks`, user file first) and run by agent/hooks.py,
+  so a project's hooks, like the rest of its file, apply only once the user accepted it.
 * Path rules are gitignore-style globs on the project-relative path (`*.md` at any depth,
   `docs/**` = `docs/` = the folder, `src/*.py` anchored); `~/` and absolute patterns match the
   resolved absolute path. `Read(...)` rules also govern Grep; a Grep of a folder is judged by
@@ -93,6 +95,20 @@ class Decision:
 
 class SettingsError(ValueError):
     """A malformed settings file; the message names the file, the problem and the fix."""
+
+
+HOOK_EVENTS = ("PreToolUse", "PostToolUse", "Stop")  # what each one does: agent/hooks.EVENTS
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One hook of the settings file `source`: a shell command run at `event` (agent/hooks.py) for
+    the tools whose whole name the regex `matcher` matches (None: every tool; Stop has none)."""
+    event: str
+    command: str
+    matcher: str | None = None
+    timeout: float = 30.0
+    source: str = ""
 
 
 # ------------------------------------------------------------------------------ rules
@@ -189,7 +205,8 @@ def _parse(path: Path, raw: bytes) -> dict:
     perms = data.get("permissions", {})
     if not isinstance(perms, dict):
         raise fail('"permissions" must be an object')
-    for unknown in sorted(set(data) - {"mode", "permissions", "env", "$schema"}) + sorted(set(perms) - set(_KINDS)):
+    known = {"mode", "permissions", "env", "hooks", "$schema"}
+    for unknown in sorted(set(data) - known) + sorted(set(perms) - set(_KINDS)):
         raise fail(f"unknown key {unknown!r}")
     out = {key: perms.get(key, []) for key in _KINDS}
     env = data.get("env", [])
@@ -209,7 +226,35 @@ def _parse(path: Path, raw: bytes) -> dict:
             except ValueError as e:
                 raise fail(f'bad rule in "permissions.{key}": {e}',
                            'write Tool or Tool(pattern), e.g. "Bash(git status*)"') from e
-    return {**out, "env": env}
+    return {**out, "env": env, "hooks": _parse_hooks(path, data.get("hooks", {}), fail)}
+
+
+def _parse_hooks(path: Path, section, fail) -> list[Hook]:
+    """The "hooks" object of one settings file as Hooks; a SettingsError names the bad key."""
+    fix = 'e.g. "hooks": {"PreToolUse": [{"matcher": "Bash|Edit", "command": "./check.sh", "timeout": 30}]}'
+    if not isinstance(section, dict):
+        raise fail('"hooks" must be an object: event name -> list of hooks', fix)
+    out = []
+    for event, entries in section.items():
+        if event not in HOOK_EVENTS or not isinstance(entries, list):
+            raise fail(f'"hooks.{event}": not an event name with a list of hooks', f"use {', '.join(HOOK_EVENTS)}")
+        keys = {"command", "timeout"} | ({"matcher"} if event != "Stop" else set())
+        for i, entry in enumerate(entries):
+            key = f'"hooks.{event}[{i}]"'
+            if not isinstance(entry, dict) or set(entry) - keys:
+                raise fail(f"{key} must be an object with only the keys {', '.join(sorted(keys))}", fix)
+            command, matcher, timeout = entry.get("command"), entry.get("matcher", "*"), entry.get("timeout", 30)
+            if not isinstance(command, str) or not command.strip() or "\x00" in command:
+                raise fail(f"{key}.command must be a non-empty shell command", fix)
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+                raise fail(f"{key}.timeout must be seconds, more than 0 and at most 3600", fix)
+            try:
+                matcher = None if matcher in ("", "*") else re.compile(matcher).pattern
+            except (re.error, TypeError) as e:
+                raise fail(f"{key}.matcher is not a regular expression ({e})",
+                           'a regex on the tool name, e.g. "Bash|Edit", or "*" for every tool') from e
+            out.append(Hook(event, command, matcher, float(timeout), str(path)))
+    return out
 
 
 def default_user_file(home=None) -> Path:
@@ -281,6 +326,7 @@ class Policy:
     sources: list = field(default_factory=list)  # the settings files that were read (/settings)
     question: bool = False  # this turn's request is a question: the mode alone allows no Edit
     env: list = field(default_factory=list)  # variable names Bash gets beyond tools/bash.ENV_ALLOW
+    hooks: list = field(default_factory=list)  # Hook, in settings order (agent/hooks.py runs them)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -300,7 +346,7 @@ class Policy:
                 continue
             files.append(_parse(f.path, f.data))
             sources.append(str(f.path))
-        lists = {key: [r for data in files for r in data.get(key, [])] for key in (*_KINDS, "env")}
+        lists = {key: [r for data in files for r in data.get(key, [])] for key in (*_KINDS, "env", "hooks")}
         file_mode = next((data["mode"] for data in reversed(files) if "mode" in data), "ask")
         return cls(Path(root), file_mode if mode is None else mode, session=[], home=home,
                    sources=sources, **lists)
