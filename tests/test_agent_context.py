@@ -187,7 +187,7 @@ def test_repl_compact(engine, tok, repo):
     agent.run_turn("again")
     slash(agent, "/compact", con)
     assert out[0].startswith("nothing to compact") and "tokens freed" in out[1]
-    assert slash(agent, "/help", con) is False and "/compact" in out[-1]
+    assert slash(agent, "/help", con) is None and "/compact" in out[-1]
 
 
 def test_request_too_long_for_the_context(engine, tok, repo):

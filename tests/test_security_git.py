@@ -443,6 +443,8 @@ def bare_agent(root, sid="sess"):
                           {"id": sid, "turns": [], "approvals": []})
     a.sampler = SimpleNamespace(count=lambda text: len(text.split()), tree_changed=lambda: None)
     a.undo_log, a.sandbox, a._said_no_snapshot = TurnUndo(str(root)), None, False
+    from agent.hooks import Hooks
+    a.hooks = Hooks(a.root, a.policy, None)  # the settings have none: a no-op
     a.result_budget, a.read_limit = 10**9, 100
     a.events = []
     a._emit = a.events.append
