@@ -7,7 +7,8 @@ tested alone.
   before anything runs.
 - A call whose tool reports an `error:` that changed nothing (protocol.Tool.error_changes_nothing:
   Read, Grep, a refused Edit) is taken back after it ran: the model sees a fresh chance instead
-  of its own failure.
+  of its own failure. Not a call a hook blocked (protocol.BLOCKED): that is the user's verdict,
+  and the model reads why.
 - At most `retries` take-backs per step; then the call stands, and the same call three times in
   a row ends the turn (protocol.REPEATED).
 A call's identity is its name and arguments (`call_key`).
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from nanocode.protocol import TOOLS
+from nanocode.protocol import BLOCKED, TOOLS
 
 
 def call_key(name: str, args: dict) -> str:
@@ -50,7 +51,7 @@ class CallRules:
         """Why a call that ran should be taken back (its error changed nothing), or None."""
         tool = TOOLS.get(name)
         if (tool is None or not tool.error_changes_nothing or not result.startswith("error:")
-                or self.attempt >= self.retries or cancelled):
+                or result.startswith(BLOCKED) or self.attempt >= self.retries or cancelled):
             return None
         self.recent.pop()  # it is taken back: not one of the calls in a row
         return "a failed call"

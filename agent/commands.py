@@ -223,6 +223,11 @@ KEYS = ("keys: Enter sends, up/down history, Ctrl-C stops the running turn; in t
         "stops the turn, Shift+Tab cycles the mode, Ctrl-D on an empty prompt quits")
 
 
+def resume_hint(session_id: str) -> str:
+    """The line both faces print on leaving a session with turns."""
+    return f"resume this session with: nanocode --resume {session_id}"
+
+
 def help_text(root=None) -> str:
     """The table, then the custom commands of `root`'s project and the user's, then the keys."""
     rows = [(f"{c.name} {c.args}".strip(), c.help) for c in COMMANDS]

@@ -335,7 +335,7 @@ class Agent:
         self.messages.pop()
         self.sampler.invalidate()  # the model saw the dropped reply: rebuilt before the next one
         res.retries += 1
-        emit(Status(f"{why}: resampling ({rules.resampled()} of {self.settings.retries})"))
+        emit(Status(f"{why}: resampling ({rules.resampled()} of {self.settings.retries})", took_back=True))
 
     def _close_turn(self, res: TurnResult, emit, started: float) -> None:
         """Record the turn's changes for /undo (saying what it could not snapshot) and save it."""

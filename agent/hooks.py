@@ -55,7 +55,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, replace
 
-from nanocode.protocol import CANCELLED, Status
+from nanocode.protocol import BLOCKED, CANCELLED, Status
 from tools import process
 from tools import sandbox as sbx
 from tools.bash import LINGER, TERM_GRACE, command_env
@@ -69,7 +69,6 @@ EVENTS = {  # event: (what its stdin adds, what exit 2 does)
 }
 assert tuple(EVENTS) == HOOK_EVENTS  # tools/permissions.py validates the settings by these names
 
-BLOCKED = "error: blocked by a hook: "
 INPUT = "nanocode-hook-input.json"  # in the hook's /tmp
 KEPT = 4000  # characters of a hook's stderr kept for a message
 

@@ -68,6 +68,16 @@ def load_sampler(o: AgentOptions, root, model_dir):
     return EngineSampler(load_engine(model_dir), root, o.sampling), str(model_dir)
 
 
+def remote_for_worker(server: AgentOptions):
+    """A pool worker's RemoteSampler on `server` (its base_url and model): (sampler, None), or
+    (None, the ModelError) for the task runner to raise: a pool initializer that raises would
+    have the pool start workers forever."""
+    try:
+        return load_sampler(server, None, None)[0], None
+    except ModelError as e:
+        return None, e
+
+
 def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, store=None):
     """The Agent for these options (load_sampler). Every failure is a one-line ModelError; the
     TUI calls this on its loader thread."""

@@ -173,13 +173,9 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
 def _leave(agent, con) -> int:
     """Quit: say how to come back to a conversation that has turns."""
     if agent.meta.get("turns"):
+        from agent.commands import resume_hint
         con.dim(resume_hint(agent.meta["id"]))
     return 0
-
-
-def resume_hint(session_id: str) -> str:
-    """The line both faces print on leaving a session with turns."""
-    return f"resume this session with: nanocode --resume {session_id}"
 
 
 def slash(agent, text: str, con):

@@ -42,7 +42,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from agent import commands
-from agent.display import edit_diff
+from agent.display import edit_diff, usage_line
 from agent.tui_approval import ApprovalPanel, PendingApproval
 from agent.tui_complete import CompletionList
 from agent.tui_input import HistoryInput
@@ -250,14 +250,13 @@ class NanocodeApp(App):
 
     # ---- the worker thread --------------------------------------------------------------------
     def _turn(self, agent, text: str, cancel: threading.Event) -> None:
-        tps, error = None, None
+        res, error = None, None
         try:
             res = agent.run_turn(text, approve=lambda n, a, d: self._approve(n, a, d, cancel),
                                  on_event=self._on_event, cancel=cancel)
-            tps = res.tokens_per_second  # sampling time only: approvals and tools left out
         except Exception as e:  # noqa: BLE001 - the session survives a crashed turn
             error = f"error: the turn crashed: {type(e).__name__}: {e}"
-        self.later(self.turn_done, tps, error)
+        self.later(self.turn_done, res, error)
 
     def _on_event(self, ev: Event) -> None:
         """On the worker, before the call runs: an Edit's diff is made here, so it is numbered
@@ -322,12 +321,14 @@ class NanocodeApp(App):
             box.done.set()
         self.refresh_status()
 
-    def turn_done(self, tps, error) -> None:
+    def turn_done(self, res, error) -> None:
+        """A turn ended: its usage under it (as --plain prints it), or the crash."""
         self.running = False
         if self.asking is not None:
             self.answer_approval("cancelled")
-        if tps:
-            self.tps = tps
+        if res is not None:
+            self.tps = res.tokens_per_second or self.tps  # sampling time only: no approvals, tools
+            self.note(f"[{usage_line(res)}]")
         if error:
             self.note(error, style="bold red")
         self.turns += 1
@@ -426,4 +427,6 @@ def run(agent, args=None) -> int:
     app = NanocodeApp(agent=agent if ready else None, loader=None if ready else agent,
                       model_name=name or str(getattr(args, "model", "") or ""))
     app.run()
+    if app.agent is not None and app.agent.meta.get("turns"):
+        print(commands.resume_hint(app.agent.meta["id"]))
     return app.return_code or 0

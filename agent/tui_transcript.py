@@ -9,8 +9,6 @@ and `[bold]` shows as written.
 """
 from __future__ import annotations
 
-import re
-
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -113,7 +111,6 @@ class ToolCard(Collapsible):
             self.add_class("failed")
 
 
-RESAMPLING = re.compile(r": resampling \(\d+ of \d+\)$")  # agent/driver.Agent._take_back's Status
 SAID = {"yes": "allowed once", "no": "rejected", "cancelled": "cancelled, not run"}
 
 
@@ -122,7 +119,7 @@ class LiveTurn:
     into a ReplyView, a ToolCard per call (its result filled in), a note per approval and status.
 
     A step is sampled until it stands: a reply whose call the driver takes back (malformed, a
-    repeat, or failed without changing anything; its Status "<why>: resampling (k of n)") is
+    repeat, or failed without changing anything; its Status has took_back set) is
     removed again, with its card and approval note, so only replies that count stay on screen;
     one note per step, updated, says that and how often it was resampled."""
 
@@ -154,7 +151,7 @@ class LiveTurn:
                 said = SAID.get(answer, answer) if answer != "always" else \
                     f"allowed, and from now on this session: {rule_words(rule)}"
                 self.attempt.append(self.transcript.note(f"{name}: {said}"))
-            case Status(text=text) if RESAMPLING.search(text):
+            case Status(text=text, took_back=True):
                 self._take_back(f"[{text}]")
             case Status(text=text):
                 self.transcript.note(f"[{text}]")

@@ -220,11 +220,8 @@ def _init(model: str | None, step: int | None, server=None) -> None:
     setup_env()
     _engine = _remote = _load_error = None
     if server is not None:
-        from agent.model import ModelError, load_sampler
-        try:
-            _remote = load_sampler(server, None, None)[0]
-        except ModelError as e:
-            _load_error = e
+        from agent.model import remote_for_worker
+        _remote, _load_error = remote_for_worker(server)
         return
     if model is not None:
         from nanocode.common import enable_compilation_cache

@@ -92,6 +92,7 @@ MODE_TOOLS = {"ask": tuple(TOOLS), "accept-edits": tuple(TOOLS), "auto": tuple(T
 # fixed tool results and notes: the data and the agent write exactly these
 REJECTED = "rejected by user"
 CANCELLED = "cancelled by user: the call was not run"
+BLOCKED = "error: blocked by a hook: "  # then the hook's stderr (agent/hooks.py)
 DROPPED = "[output dropped to save context]"
 REPEATED = "error: the same call three times in a row; stopped so the user can step in"
 PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
@@ -290,6 +291,7 @@ class Status:
     text: str
     dropped_outputs: int = 0
     dropped_turns: int = 0
+    took_back: bool = False  # the reply just made is taken back, to be resampled (its call dropped)
 
 
 @dataclass

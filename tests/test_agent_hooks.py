@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.hooks import BLOCKED
 from scripted_agent import call, make, reply
+from nanocode.protocol import BLOCKED
 from tools import sandbox as sbx
 from tools.permissions import Hook, Policy, SettingsError
 from tools.workspace import accept_settings, project_settings, user_settings_dir
@@ -60,6 +60,20 @@ def test_pre_tool_use_exit_2_blocks_rm_and_the_model_reads_why(engine, tok, repo
     assert {"role": "tool_result", "content": blocked} in agent.messages
     assert {"command": "rm a.py"} not in asked  # blocked before anyone was asked
     assert res.stop_reason == "done" and not [s for s in status if "hook" in s]
+
+
+def test_a_blocked_read_reaches_the_model_and_is_not_resampled(engine, tok, repo):
+    """A Read, Grep or Edit that fails is taken back and resampled unseen (agent/call_rules.py);
+    one a hook blocked is the user's verdict, so the model reads the block's reason instead."""
+    (repo / ".env").write_text("TOKEN=secret\n")
+    user_hooks({"PreToolUse": [{"matcher": "Read", "command": py(
+        "import sys; print('.env is off limits', file=sys.stderr); sys.exit(2)")}]})
+    agent, _ = make(engine, repo, [call(tok, "", "Read", file_path=".env"), reply(tok, "ok")],
+                    mode="auto", max_steps=5, retries=2)
+    res, status = run(agent, "show .env")
+    assert [c["result"] for c in res.tool_calls] == [BLOCKED + ".env is off limits"]
+    assert res.retries == 0 and not [s for s in status if "resampling" in s]
+    assert "secret" not in json.dumps(agent.messages)
 
 
 def test_hooks_get_the_call_and_its_result_as_json_on_stdin(engine, tok, repo):

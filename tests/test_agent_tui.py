@@ -331,3 +331,28 @@ def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
     bad = tui.Loader(loader.options, repo, tmp_path / "nothing")
     with pytest.raises(tui.LoadError, match="cannot load the model"):
         bad()
+
+
+def test_usage_under_each_turn_and_how_to_resume_on_exit(engine, tok, repo, monkeypatch, capsys):
+    """Each finished turn leaves its usage under it (tokens in and out, tok/s, seconds: the line
+    --plain prints), and leaving the app prints how to resume the session, only once it has turns."""
+    import re
+
+    from agent import tui
+    agent, _ = make(engine, repo, [reply(tok, "done: it returns 1.")])
+
+    async def body(pilot):
+        await submit(pilot, "what is x?")
+        await until(pilot, lambda: pilot.app.turns == 1)
+        lines = pilot.app.transcript_text().splitlines()
+        usage = [line for line in lines if re.fullmatch(r"\[[\d,]+ tokens in, \d+ out, [\d.]+ tok/s, [\d.]+ s\]",
+                                                        line.strip())]
+        assert len(usage) == 1 and lines.index(usage[0]) > lines.index("> what is x?")
+        await pilot.press("ctrl+d")
+    monkeypatch.setattr(tui.NanocodeApp, "run", lambda app: drive(app, body))
+    assert tui.run(agent) == 0
+    assert capsys.readouterr().out == f"resume this session with: nanocode --resume {agent.meta['id']}\n"
+
+    idle, _ = make(engine, repo, [reply(tok, "unused")])
+    monkeypatch.setattr(tui.NanocodeApp, "run", lambda app: drive(app, lambda pilot: pilot.pause(0.01)))
+    assert tui.run(idle) == 0 and capsys.readouterr().out == ""

@@ -175,17 +175,13 @@ def clean(messages: list[dict]) -> list[dict]:
 def _init(model: str | None, server=None) -> None:
     """Per worker: the environment the tools expect, and the model: our engine on checkpoint
     `model`, or with `server` (agent/model.AgentOptions naming base_url and the model) a
-    RemoteSampler on that server (agent/model.load_sampler; its ModelError is kept for run_task
-    to raise: an initializer that raises would have the pool start workers forever)."""
+    RemoteSampler on that server (agent/model.remote_for_worker)."""
     global _engine, _remote, _load_error
     setup_env()
     _engine = _remote = _load_error = None
     if server is not None:
-        from agent.model import ModelError, load_sampler
-        try:
-            _remote = load_sampler(server, None, None)[0]
-        except ModelError as e:
-            _load_error = e
+        from agent.model import remote_for_worker
+        _remote, _load_error = remote_for_worker(server)
         return
     from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
