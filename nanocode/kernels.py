@@ -90,15 +90,15 @@ def fused_head_nll(x: jax.Array, w: jax.Array, targets: jax.Array, softcap: floa
     def body(total, chunk):
         xc, tc = chunk
         return total + _chunk_nll(xc, w, tc, softcap)[0], None  # XLA drops the unused gradient
-    zero = _varying_like(jnp.zeros((), jnp.float32), x)
+    zero = _zeros_like(x, ())
     return jax.lax.scan(body, zero, (_chunked(x, ct), _chunked(targets, ct)))[0]
 
 
-def _varying_like(a, ref):
-    """`a` marked as varying over the manual mesh axes `ref` varies over (under shard_map a scan
-    carry must have its body's type: zeros summed with per-device values); `a` elsewhere."""
-    axes = tuple(jax.typeof(ref).manual_axis_type.varying)
-    return jax.lax.pcast(a, axes, to="varying") if axes else a
+def _zeros_like(ref, shape):
+    """fp32 zeros of `shape` that vary over the manual mesh axes `ref` varies over: under
+    shard_map a scan carry must have its body's type (zeros summed with per-device values).
+    lax.full_like carries the type over, so no field of jax's abstract values is read."""
+    return jax.lax.full_like(ref, 0, jnp.float32, shape)
 
 
 def _fused_head_nll_fwd(x, w, targets, softcap, reduce_axes):
@@ -114,7 +114,7 @@ def _fused_head_nll_fwd(x, w, targets, softcap, reduce_axes):
         return (total + nll, dw), dxc.reshape(*xc.shape[:2], -1)
     f32 = jnp.float32
     w_t = w.astype(x.dtype).T  # (V, C), transposed once rather than in every chunk
-    zero = _varying_like((jnp.zeros((), f32), jnp.zeros(w.shape, f32)), x)
+    zero = (_zeros_like(x, ()), _zeros_like(x, w.shape))
     (total, dw), dx = jax.lax.scan(body, zero, (_chunked(x, ct), _chunked(targets, ct)))
     dx = dx.swapaxes(0, 1).reshape(x.shape)  # (B, T, C)
     return total, (dx.astype(x.dtype), dw.astype(w.dtype))
