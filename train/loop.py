@@ -14,7 +14,8 @@ Multi-host: every process runs the same command after `init_multihost()` and fee
 rows. What one process alone cannot do is coordinated here: a checkpoint restored on one device
 is placed shard by shard (`place`); each process's loader state is gathered into the checkpoint
 (orbax writes JSON from process 0 only) and each takes its own back on resume; a SIGTERM to any
-process stops all of them at the same step boundary (`any_process`, one tiny all-gather a step);
+process stops all of them at the same step boundary (`StopVote`: a tiny all-reduce a step, read one
+step late, so the host never waits on the step it just queued);
 samples run on process 0 over a gathered copy (`on_one_process`); metrics and logs are written
 once, by process 0.
 
@@ -104,13 +105,34 @@ def restart_rate(bar) -> None:
     bar.refresh()
 
 
-def any_process(flag: bool) -> bool:
-    """True on every process if `flag` is true on any (one SIGTERM stops all hosts at the same
-    step). A collective with several processes, so every process calls it at the same point."""
-    if jax.process_count() == 1:
-        return flag
-    from jax.experimental import multihost_utils
-    return bool(np.max(multihost_utils.process_allgather(np.int32(flag))))
+class StopVote:
+    """Whether any process was asked to stop (one SIGTERM stops every host at the same step).
+
+    `cast(flag)` after queueing step s, `stop()` after queueing step s + 1: with one process the
+    flag itself; with several, the max over every device of each process's flag, an all-reduce
+    queued behind step s and read only once step s + 1 is queued, so the host blocks on a step
+    that is already followed by the next one (the chips never idle for the vote) and every
+    process reads the same answer at the same step. The price: a stop lands one step later, with
+    one process too (one code path)."""
+
+    def __init__(self):
+        self.vote, self.many = False, jax.process_count() > 1
+        if self.many:
+            from jax.sharding import NamedSharding, PartitionSpec
+            devices = Mesh(np.array(jax.devices()), ("all",))
+            self.sharding = NamedSharding(devices, PartitionSpec("all"))
+            self.any = jax.jit(jnp.max)
+
+    def cast(self, flag: bool) -> None:
+        if not self.many:
+            self.vote = flag
+            return
+        local = np.full((jax.local_device_count(),), flag, np.int32)  # (local devices,)
+        self.vote = self.any(jax.make_array_from_process_local_data(self.sharding, local))
+
+    def stop(self) -> bool:
+        """The last cast vote (False before the first)."""
+        return bool(self.vote)
 
 
 def gather_loader_states(state):
@@ -295,6 +317,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
         last = evaluate_at(0)
         record({"step": 0, **last})
         say("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
+    vote = StopVote()
     with _StopFlag() as stop:
         for step in range(start, lc.total_steps):
             host_batch, loader_state = next(data)
@@ -306,7 +329,8 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
             if step == start:  # it compiled the step: its time is no rate to count the ETA from
                 restart_rate(bar)
             done = step + 1
-            stopping = any_process(stop.signal is not None)
+            stopping = vote.stop()  # cast after the step before this one, which has run or is running
+            vote.cast(stop.signal is not None)
             if every(done, lc.log_every, lc.total_steps) or stopping:
                 losses = [(s, float(l)) for s, l in pending]  # syncs with the device
                 dt = time.perf_counter() - t_last
