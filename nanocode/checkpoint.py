@@ -22,7 +22,11 @@ checkpoint-tmp`, given a `commit_success.txt` and renamed; then `_CHECKPOINT_MET
 `commit_timestamp_nsecs`, `<step>/commit_success.txt` is written and the step directory is renamed
 to `<dir>/<step>` (on GCS, which has no atomic rename, the commit files alone mark completion).
 A crash therefore leaves a `*.orbax-checkpoint-tmp` directory, never a complete-looking `<step>`
-(orbax removes it when that step is saved again). Orbax itself treats any `<step>` directory on a
+(orbax removes it when that step is saved again). A FUSE mount (gcsfuse, the usual shared
+storage of a Cloud TPU pod) cannot rename a directory, so there `<step>` and its items are written
+in place and the commit files alone mark completion (orbax's COMMIT_FILE mode, chosen by
+`commit_file_mode`; NANOCODE_CHECKPOINT_COMMIT_FILE=1 forces it anywhere): a crash leaves a `<step>`
+without its commit file, which readers skip and the next save of that step removes first. Orbax itself treats any `<step>` directory on a
 local disk as finished; this module is stricter: a step counts only if it has the commit file, the
 commit timestamp and a committed directory for every item it lists. Anything else is skipped with
 an `IncompleteCheckpointWarning` naming it, and `restore(step=None)` falls back to the previous step
@@ -44,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from orbax.checkpoint import options as ocp_options
 from etils import epath
 
 from nanocode.config import GPTConfig
@@ -65,6 +70,35 @@ class CheckpointError(ValueError):
 
 class IncompleteCheckpointWarning(UserWarning):
     """A step directory left by an interrupted save (or damaged) was skipped."""
+
+
+# ---- where and how steps are written -----------------------------------------------------------
+def on_fuse_mount(path, mounts: str | None = None) -> bool:
+    """Whether local `path` lies on a FUSE file system (`mounts`: /proc/mounts' text by default;
+    False where it cannot be read). The deepest mount point holding the path decides."""
+    if mounts is None:
+        try:
+            mounts = open("/proc/mounts").read()
+        except OSError:
+            return False
+    where, best, fstype = os.path.realpath(path), "", ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, fstype = point, fields[2]
+    return fstype.startswith("fuse")
+
+
+def commit_file_mode(directory: epath.Path) -> bool:
+    """Commit files instead of directory renames (see the module docstring): on a FUSE mount, or
+    anywhere with NANOCODE_CHECKPOINT_COMMIT_FILE=1. gs:// paths get them from orbax itself."""
+    if os.environ.get("NANOCODE_CHECKPOINT_COMMIT_FILE") == "1":
+        return True
+    return "://" not in str(directory) and on_fuse_mount(directory)
 
 
 # ---- listing ------------------------------------------------------------------------------------
@@ -140,9 +174,12 @@ def _quiet_orbax():
 
 def _manager(directory: epath.Path, keep: int | None = None, *, writing: bool = False):
     # Readers never create directories or clean up temporary ones: a training run may be mid-save.
+    # With commit files, cleaning up removes the <step> directories that have none.
+    commit = ocp_options.AtomicityOptions(mode=ocp_options.AtomicityMode.COMMIT_FILE)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=writing,
                                            cleanup_tmp_directories=writing,
-                                           enable_async_checkpointing=False)
+                                           enable_async_checkpointing=False,
+                                           atomicity_options=commit if commit_file_mode(directory) else None)
     handlers = {name: ocp.StandardCheckpointHandler() for name in ARRAY_ITEMS}
     handlers |= {name: ocp.JsonCheckpointHandler() for name in JSON_ITEMS}
     return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
@@ -178,9 +215,10 @@ def save(ckpt_dir, step: int, params, *, config, opt_state=None, loader_state=No
     step_dir = directory / str(step)
     if step_dir.exists():
         reason = _incomplete_reason(step_dir)
-        state = f"an incomplete checkpoint ({reason})" if reason else "a complete checkpoint"
-        raise CheckpointError(f"{step_dir} already holds {state}; delete it, or resume from the "
-                              "latest step so later steps get new numbers")
+        if not (reason and commit_file_mode(directory)):  # there: a save that crashed, removed below
+            state = f"an incomplete checkpoint ({reason})" if reason else "a complete checkpoint"
+            raise CheckpointError(f"{step_dir} already holds {state}; delete it, or resume from the "
+                                  "latest step so later steps get new numbers")
     cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     items = {"params": ocp.args.StandardSave(params), "config": ocp.args.JsonSave(cfg)}
     if opt_state is not None:

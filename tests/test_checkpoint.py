@@ -154,6 +154,49 @@ def test_crash_mid_save_leaves_nothing_complete(tmp_path, params, monkeypatch):
         assert ck.latest_step(tmp_path) == 2 and ck.restore(tmp_path)["metadata"] == {"n": 2}
 
 
+def forbid_directory_renames(monkeypatch):
+    """A file system that cannot rename a directory, as gcsfuse on an ordinary bucket."""
+    import os
+    rename = os.rename
+
+    def no_directory_rename(src, dst, *args, **kwargs):
+        if os.path.isdir(src):
+            raise OSError(95, "Operation not supported", str(src))
+        return rename(src, dst, *args, **kwargs)
+    monkeypatch.setattr(os, "rename", no_directory_rename)
+
+
+def test_on_a_mount_without_directory_renames_commit_files_mark_each_step(tmp_path, params, monkeypatch):
+    """Where a directory cannot be renamed (gcsfuse), the save renaming its step directory fails;
+    in commit-file mode (chosen on FUSE mounts) steps are written in place and committed by
+    their commit files, retention works, a crash mid-save leaves a <step> without its commit file
+    that readers skip, and saving that step again replaces it."""
+    forbid_directory_renames(monkeypatch)
+    with pytest.raises(OSError, match="Operation not supported"):
+        save_simple(tmp_path / "renaming", 1, params)
+    monkeypatch.setenv("NANOCODE_CHECKPOINT_COMMIT_FILE", "1")
+    for step in (1, 2, 3):
+        save_simple(tmp_path, step, params, metadata={"n": step}, keep=2)
+    assert ck.all_steps(tmp_path) == [2, 3] and sorted(p.name for p in tmp_path.iterdir()) == ["2", "3"]
+    shutil.copytree(tmp_path / "3", tmp_path / "4")  # a save of step 4 that crashed before committing
+    (tmp_path / "4" / ck.COMMIT_FILE).unlink()
+    with pytest.warns(ck.IncompleteCheckpointWarning, match=r"/4 \(no commit_success.txt"):
+        assert ck.latest_step(tmp_path) == 3
+    save_simple(tmp_path, 4, params, metadata={"n": 4}, keep=None)  # the resumed run reaches step 4 again
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ck.all_steps(tmp_path) == [2, 3, 4] and ck.restore(tmp_path)["metadata"] == {"n": 4}
+
+
+def test_fuse_mounts_are_found_by_the_deepest_mount_point():
+    mounts = ("/dev/sda1 / ext4 rw 0 0\n"
+              "bucket /mnt/shared fuse.gcsfuse rw,nosuid 0 0\n"
+              "/dev/sdb1 /mnt/shared/local\\040disk ext4 rw 0 0\n")
+    assert ck.on_fuse_mount("/mnt/shared/nanocode/run/checkpoints", mounts)
+    assert not ck.on_fuse_mount("/mnt/shared/local disk/run", mounts)
+    assert not ck.on_fuse_mount("/mnt/sharedother", mounts) and not ck.on_fuse_mount("/home/x", mounts)
+
+
 @pytest.mark.parametrize("damage", ["commit_marker", "item_marker", "step_metadata"])
 def test_half_written_step_dir_is_ignored(tmp_path, params, damage):
     save_simple(tmp_path, 1, params, metadata={"n": 1})

@@ -300,3 +300,66 @@ def test_span_rows_plant_names_twice_far_apart_and_resume_exactly(corpus):
     assert text.count("`") == 4 * n
     with pytest.raises(ValueError, match="span_share"):
         packed_batches(**kw, span_share=-0.1)
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting the characters it is asked to encode."""
+
+    def __init__(self, tok):
+        self.tok, self.chars = tok, 0
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def encode_batch(self, texts):
+        self.chars += sum(len(t) for t in texts)
+        return self.tok.encode_batch(texts)
+
+
+def test_a_long_document_is_cut_before_it_is_tokenized(corpus, tmp_path):
+    """A 200,000-character file gives a row its first tokens, the same as from tokenizing it whole,
+    but only CROP_CHARS_PER_TOKEN x (T+1) of its characters are tokenized."""
+    from train.loader import CROP_CHARS_PER_TOKEN
+    _, tok, _ = corpus
+    src = tmp_path / "src"
+    src.mkdir()
+    text = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(7000))[:200_000]
+    (src / "big.py").write_text(text)
+    (src / "other.py").write_text("# the other file\n" + text)  # one file goes to the val shard
+    build_local("code", tmp_path / "code", [src], val_fraction=0.0, progress=False)
+    text, = [t for _, t in DocumentReader(tmp_path / "code")]
+    counting = CountingTokenizer(tok)
+    x, y, state = next(packed_batches(counting, {"code": tmp_path / "code"}, None, 1, 63, buffer_docs=1))
+    assert counting.chars == CROP_CHARS_PER_TOKEN * 64 < len(text) / 100
+    assert list(x[0]) == [tok.bos_id, *tok.encode(text)[:62]] and y[0, -1] == tok.encode(text)[62]
+    assert state["format"] == "nanocode-loader/2"
+
+
+def test_prefetched_batches_keep_their_order_and_raise_where_the_source_failed():
+    """train.loop.prefetched runs an iterator ahead on a thread: the same items in the same order,
+    at most `depth` ahead of the consumer, and an error at the item where it happened."""
+    import threading
+    import time
+    from train.loop import prefetched
+    made = []
+
+    def source(n, fail_at=None):
+        for i in range(n):
+            if i == fail_at:
+                raise DataError(f"shard {i} is corrupt")
+            made.append(i)
+            yield i, {"batches": i + 1}
+
+    assert list(prefetched(source(20), 3)) == [(i, {"batches": i + 1}) for i in range(20)]
+    made.clear()
+    it = prefetched(source(20), 3)
+    assert next(it) == (0, {"batches": 1})
+    time.sleep(0.3)  # the thread runs ahead, then waits on the full queue
+    assert len(made) <= 1 + 3 + 1  # the item taken, the queue, the one waiting to go in
+    assert [t.name for t in threading.enumerate()].count("nanocode-batches") >= 1
+    got = []
+    with pytest.raises(DataError, match="shard 5 is corrupt"):
+        for item, _ in prefetched(source(20, fail_at=5), 2):
+            got.append(item)
+    assert got == [0, 1, 2, 3, 4]
+    assert list(prefetched(source(4), 0)) == [(i, {"batches": i + 1}) for i in range(4)]  # depth 0: inline

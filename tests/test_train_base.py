@@ -182,11 +182,13 @@ def test_accelerators_compute_in_bf16_by_default(monkeypatch, tmp_path):
 def test_continued_pretraining_at_a_longer_context(home, tmp_path):
     """`--from` starts from a base run's weights (its first loss far below a fresh model's) and
     trains them at a longer --seq-len with span rows; its checkpoint has the longer context. A
-    missing --from is a clear error."""
+    missing --from is a clear error. (The first run also writes a --profile trace of steps 2..3.)"""
     from nanocode import checkpoint
     short, long = tmp_path / "short", tmp_path / "long"
-    train(home, "--run-dir", str(short), "--steps", "12", "--device-batch", "4", "--total-batch", "256",
-          "--lr-scale", "30")
+    r = train(home, "--run-dir", str(short), "--steps", "12", "--device-batch", "4", "--total-batch", "256",
+              "--lr-scale", "30", "--profile", "2:4")
+    assert f"profile of steps 2..3 in {short / 'profile'}" in r.stdout
+    assert list((short / "profile").glob("plugins/profile/*/*.xplane.pb"))
     r = train(home, "--run-dir", str(long), "--from", str(short), "--seq-len", "256", "--steps", "2",
               "--device-batch", "2", "--total-batch", "512", "--span-share", "1")
     assert "starting from" in r.stdout
@@ -198,6 +200,9 @@ def test_continued_pretraining_at_a_longer_context(home, tmp_path):
     r = subprocess.run([sys.executable, "-m", "train.cli", "base", *TINY, "--from", str(tmp_path / "nope"),
                         "--steps", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-m", "train.cli", "base", *TINY, "--profile", "4:2"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "'4:2' is not START:STOP with START < STOP" in r.stderr, r.stderr[-2000:]
 
 
 def test_the_eta_does_not_count_the_compile():

@@ -167,11 +167,9 @@ def main(args) -> int:
         return accumulate(stream, accum)
 
     evaluate = make_evaluator(cfg, tokenizer, sources, local_rows, T, args.eval_batches, mesh)
-    lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=total_batch,
-                         flops_per_token=flops_per_token(cfg, T), log_every=args.log_every,
-                         eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
-                         resume=args.resume, peak_flops=args.peak_flops,
-                         extra_metadata={"stage": "base", "preset": args.preset, "from": args.from_})
+    lc = loop.stage_loop_config(args, run_dir=run_dir, total_steps=steps, tokens_per_step=total_batch,
+                                flops_per_token=flops_per_token(cfg, T),
+                                extra_metadata={"stage": "base", "preset": args.preset, "from": args.from_})
     result = loop.run(lc, params=params, optimizer=optimizer, loss=next_token_loss(cfg), mesh=mesh,
                       batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
     print("done: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)))

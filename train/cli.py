@@ -129,6 +129,13 @@ def add_base_args(p: argparse.ArgumentParser) -> None:
     _add_run_args(p, default_run="the preset")
 
 
+def _step_range(text: str) -> tuple[int, int]:
+    start, sep, stop = text.partition(":")
+    if not (sep and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not START:STOP with START < STOP (steps, e.g. 10:13)")
+    return int(start), int(stop)
+
+
 def _add_run_args(p: argparse.ArgumentParser, default_run: str) -> None:
     """Flags every training stage (base, sft, dpo) shares, with one meaning and one default: where
     the run lives, how it logs and checkpoints, the devices it runs on."""
@@ -142,6 +149,9 @@ def _add_run_args(p: argparse.ArgumentParser, default_run: str) -> None:
     a("--seed", type=int, default=0, help="random seed (default: 0)")
     a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")
     a("--peak-flops", type=float, help="per-device peak FLOP/s for MFU (default: table, or measured on CPU)")
+    a("--profile", metavar="START:STOP", type=_step_range, help="write a jax.profiler trace of steps "
+      "START..STOP-1 to <run dir>/profile (TensorBoard's profile plugin, or the trace.json.gz in "
+      "Perfetto); e.g. 10:13 (after the compile)")
     a("--multihost", action="store_true", help="call jax.distributed.initialize() (TPU pods, multi-node GPU)")
 
 

@@ -261,11 +261,10 @@ def main(args) -> int:
 
     optimizer = sft_optimizer(cfg, params, steps, int(per_step * 2 * mean_len), args.lr_scale,
                               args.warmup_steps)
-    lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=int(per_step * 2 * mean_len),
-                         flops_per_token=flops_per_token(cfg, int(mean_len)), log_every=args.log_every,
-                         eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
-                         resume=args.resume, peak_flops=args.peak_flops, eval_at_start=True,
-                         extra_metadata={"stage": "dpo", "from": str(ckpt_dir), "beta": args.beta})
+    lc = loop.stage_loop_config(args, run_dir=run_dir, total_steps=steps,
+                                tokens_per_step=int(per_step * 2 * mean_len),
+                                flops_per_token=flops_per_token(cfg, int(mean_len)), eval_at_start=True,
+                                extra_metadata={"stage": "dpo", "from": str(ckpt_dir), "beta": args.beta})
     result = loop.run(lc, params=params, optimizer=optimizer, loss=ipo_train_loss(cfg, args.beta),
                       mesh=mesh, batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
     print("done: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)),

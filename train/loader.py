@@ -5,6 +5,12 @@ order; train = all shards but the last, val = the last). Process p of P reads ro
 of it, so P processes together read every row group exactly once per epoch, disjointly. Train loops
 forever (the epoch is in the state); val is read once.
 
+Cropping. A document longer than a row only ever gives a row its first tokens (see Packing), so
+its text is cut at CROP_CHARS_PER_TOKEN x (T+1) characters before it is tokenized: code files run to
+tens of thousands of tokens, and tokenizing them whole was most of the loader's work. The cut leaves
+more than a row's worth of tokens at any bytes/token a BPE reaches on code or prose (3-5), so such a
+document stays a crop candidate; only its token count as the best-fit order sees it changes.
+
 Packing. Every document gets BOS prepended. Each source keeps a buffer of at
 least `buffer_docs` tokenized documents; a row of T+1 tokens takes the largest buffered document that
 fits the space left, and when none fits it takes the shortest and crops it to fill the row exactly
@@ -48,7 +54,8 @@ import numpy as np
 from train.copy_rows import copy_row, plant_spans
 from train.shards import DataError, list_shards, open_shard, read_row_group
 
-STATE_FORMAT = "nanocode-loader/1"
+STATE_FORMAT = "nanocode-loader/2"  # /2: lengths are of the cropped texts
+CROP_CHARS_PER_TOKEN = 8
 
 
 def check_batch(global_batch: int, process_count: int = 1, local_devices: int = 1) -> int:
@@ -132,8 +139,9 @@ class DocumentReader:
 class _Stream:
     """One source: its reader, read position and best-fit buffer."""
 
-    def __init__(self, tokenizer, reader: DocumentReader, buffer_docs: int, loop: bool):
+    def __init__(self, tokenizer, reader: DocumentReader, buffer_docs: int, loop: bool, crop_chars: int):
         self.tok, self.reader, self.buffer_docs, self.loop = tokenizer, reader, buffer_docs, loop
+        self.crop_chars = crop_chars
         self.epoch, self.pos, self.uid = 0, 0, 0
         # uid -> (ref, tokens without BOS, or the text when restored and not yet re-tokenized)
         self.docs: dict[int, tuple[tuple[int, int, int], np.ndarray | str]] = {}
@@ -153,13 +161,17 @@ class _Stream:
                     return
                 self.epoch, self.pos = self.epoch + 1, 0
             shard, rg = self.reader.mine[self.pos]
-            texts = self.reader.read(shard, rg)
+            texts = self._read(shard, rg)
             self.pos += 1
             for row, ids in enumerate(self.tok.encode_batch(texts)):
                 self._insert((shard, rg, row), np.asarray(ids, dtype=np.int32), len(ids) + 1)
             empty_units = 0 if texts else empty_units + 1
             if empty_units > len(self.reader.mine):
                 raise DataError(f"split {self.reader.split!r} of {self.reader.directory} has no documents")
+
+    def _read(self, shard: int, row_group: int) -> list[str]:
+        """A row group's texts, each cut to what a row can use (see Cropping)."""
+        return [t[:self.crop_chars] for t in self.reader.read(shard, row_group)]
 
     def fill(self, row: np.ndarray, bos: int) -> bool:
         """Fill row (T+1 tokens) best-fit from the buffer; False when a finite split runs out."""
@@ -206,7 +218,7 @@ class _Stream:
         cache: dict[tuple[int, int], list[str]] = {}
         for shard, rg, rows, lengths in s["buffer"]:
             if (shard, rg) not in cache:
-                cache[shard, rg] = self.reader.read(shard, rg)
+                cache[shard, rg] = self._read(shard, rg)
             for row, length in zip(rows, lengths):
                 self._insert((shard, rg, row), cache[shard, rg][row], int(length))
 
@@ -250,7 +262,8 @@ def packed_batches(tokenizer, sources: dict[str, str | os.PathLike], weights: di
     probs = np.array([weights[n] for n in names], dtype=np.float64)
     probs /= probs.sum()
     streams = {n: _Stream(tokenizer, DocumentReader(sources[n], split, process_index, process_count),
-                          buffer_docs, loop=split == "train") for n in names}
+                          buffer_docs, loop=split == "train", crop_chars=CROP_CHARS_PER_TOKEN * (seq_len + 1))
+               for n in names}
     config = {"format": STATE_FORMAT, "split": split, "seed": seed, "batch_size": batch_size, "seq_len": seq_len,
               "process_index": process_index, "process_count": process_count, "buffer_docs": buffer_docs,
               "weights": {n: float(p) for n, p in zip(names, probs)}, "tokenizer": _fingerprint(tokenizer)}

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +105,31 @@ def restart_rate(bar) -> None:
     bar.reset()
     bar.initial = bar.n = bar.last_print_n = n
     bar.refresh()
+
+
+class Profile:
+    """jax.profiler tracing of steps [start, stop) into `directory` (off when `steps` is None):
+    `at(step)` before each step is dispatched; the trace ends once step stop - 1 has finished."""
+
+    def __init__(self, steps: tuple[int, int] | None, directory: Path, say: Callable):
+        self.steps, self.directory, self.say, self.on = steps, directory, say, False
+
+    def at(self, step: int, state) -> None:
+        if self.steps is None:
+            return
+        if step == self.steps[0] and not self.on:
+            jax.profiler.start_trace(str(self.directory))
+            self.on = True
+        elif step == self.steps[1] and self.on:
+            self.stop(state)
+
+    def stop(self, state) -> None:
+        if self.on:
+            jax.block_until_ready(state)  # the traced steps have run
+            jax.profiler.stop_trace()
+            self.on = False
+            self.say(f"profile of steps {self.steps[0]}..{self.steps[1] - 1} in {self.directory} "
+                     "(tensorboard --logdir, or its trace.json.gz in ui.perfetto.dev)")
 
 
 class StopVote:
@@ -223,7 +250,49 @@ class LoopConfig:
     resume: bool = False
     peak_flops: float | None = None  # per device; measured/looked up when None
     eval_at_start: bool = False  # evaluate the starting params as step 0 (fine-tuning baselines)
+    prefetch: int = 2  # batches built ahead on a background thread (0: in the training thread)
+    profile: tuple[int, int] | None = None  # steps [start, stop) traced to <run_dir>/profile
     extra_metadata: dict = field(default_factory=dict)
+
+
+def stage_loop_config(args, **kw) -> LoopConfig:
+    """A training stage's LoopConfig: the flags every stage shares (train/cli._add_run_args) and
+    the stage's own fields in `kw`."""
+    return LoopConfig(log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
+                      keep=args.keep, resume=args.resume, peak_flops=args.peak_flops,
+                      profile=args.profile, **kw)
+
+
+def prefetched(items: Iterator, depth: int) -> Iterator:
+    """`items` run ahead on a background thread, at most `depth` items ahead, so batches are read,
+    tokenized and packed while the device runs the step (the host's wait for a step releases
+    the GIL). Order and each batch's loader state are unchanged; an exception in `items` is
+    raised here, at the item where it happened. depth 0: `items` itself. The thread is a daemon
+    blocked on a full queue once the consumer stops: it holds `depth` batches, no more."""
+    if depth <= 0:
+        return items
+    ahead: queue.Queue = queue.Queue(maxsize=depth)
+    end = object()
+
+    def produce():
+        try:
+            for item in items:
+                ahead.put((item, None))
+            ahead.put((end, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            ahead.put((end, e))
+
+    threading.Thread(target=produce, daemon=True, name="nanocode-batches").start()
+
+    def consume():
+        while True:
+            item, error = ahead.get()
+            if error is not None:
+                raise error
+            if item is end:
+                return
+            yield item
+    return consume()
 
 
 class _StopFlag:
@@ -284,7 +353,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     peak = lc.peak_flops or peak_flops()
     metrics_path = Path(lc.run_dir) / "metrics.jsonl"
     state = (params, opt_state)
-    data = batches(loader_state)
+    data = prefetched(batches(loader_state), lc.prefetch)
     bs = batch_sharding(mesh)
 
     primary = jax.process_index() == 0
@@ -317,10 +386,11 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
         last = evaluate_at(0)
         record({"step": 0, **last})
         say("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
-    vote = StopVote()
+    vote, profile = StopVote(), Profile(lc.profile, Path(lc.run_dir) / "profile", say)
     with _StopFlag() as stop:
         for step in range(start, lc.total_steps):
             host_batch, loader_state = next(data)
+            profile.at(step, state)
             batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(bs, x), host_batch)
             with jax.set_mesh(mesh):  # the model's per-device kernels read the mesh (attention.batch_axes)
                 state, m = step_fn(state, batch)
@@ -350,11 +420,13 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
                 say(f"step {done}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
                 t_last = time.perf_counter()  # eval time is not training time
             if stopping:
+                profile.stop(state)
                 why = signal.Signals(stop.signal).name if stop.signal else "a signal to another process"
                 save(done, loader_state, f" ({why})")
                 bar.close()
                 raise SystemExit(f"stopped by {why} after step {done}; continue with --resume")
             if every(done, lc.save_every, lc.total_steps):
                 save(done, loader_state)
+    profile.stop(state)
     bar.close()
     return {**last, "params": state[0]}

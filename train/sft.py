@@ -178,11 +178,9 @@ def main(args) -> int:
         return out
 
     optimizer = sft_optimizer(cfg, params, steps, rows * accum * T, args.lr_scale, args.warmup_steps)
-    lc = loop.LoopConfig(run_dir=run_dir, total_steps=steps, tokens_per_step=rows * accum * T,
-                         flops_per_token=flops_per_token(cfg, T), log_every=args.log_every,
-                         eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
-                         resume=args.resume, peak_flops=args.peak_flops, eval_at_start=True,
-                         extra_metadata={"stage": "sft", "from": str(ckpt_dir)})
+    lc = loop.stage_loop_config(args, run_dir=run_dir, total_steps=steps, tokens_per_step=rows * accum * T,
+                                flops_per_token=flops_per_token(cfg, T), eval_at_start=True,
+                                extra_metadata={"stage": "sft", "from": str(ckpt_dir)})
     batches = sft_batches(packer, accum, rows, jax.process_index(), jax.process_count())
     result = loop.run(lc, params=params, optimizer=optimizer, loss=next_token_loss(cfg), mesh=mesh,
                       batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
