@@ -48,7 +48,7 @@ def our_server(default_engine):
     httpd.server_close()
 
 
-@pytest.mark.parametrize("family,seed", [("git_inspect", 5), ("fix_bug", 5)])
+@pytest.mark.parametrize("family,seed", [("git_inspect", 5), ("fix_bug", 8)])
 def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server, tmp_path, family, seed):
     """Greedy, the same model in-process and behind the server: the same calls, the same
     edits on disk, the same answer, the same verdict (the grammar mask applies on the server).
@@ -77,7 +77,7 @@ def test_cli_base_url_end_to_end_then_distilled(our_server, tmp_path):
     in $NANOCODE_API_KEY; the saved session exports as a valid SFT row and `train sft` trains a
     checkpoint of its own on it."""
     from tasks import build_task
-    task = build_task("fix_bug", 5, False, str(tmp_path / "tasks"))
+    task = build_task("fix_bug", 8, False, str(tmp_path / "tasks"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NANOCODE_HOME": str(tmp_path / "home")}
     server = subprocess.Popen([sys.executable, "-m", "agent.cli", "serve", "--port", "0"], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

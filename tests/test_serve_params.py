@@ -19,7 +19,7 @@ KEY = "k3y-for-the-tests"
 NAME = "default"
 TOOLS_LISTED = [tool_schema(n) for n in TOOLS]
 RUN_TESTS = {"messages": [{"role": "system", "content": system_prompt("/tmp/project")},
-                          {"role": "user", "content": "run the tests"}],
+                          {"role": "user", "content": "please run the tests"}],
              "max_tokens": 40, "tools": TOOLS_LISTED}
 
 
