@@ -109,7 +109,8 @@ def restart_rate(bar) -> None:
 
 class Profile:
     """jax.profiler tracing of steps [start, stop) into `directory` (off when `steps` is None):
-    `at(step)` before each step is dispatched; the trace ends once step stop - 1 has finished."""
+    `at(step, state)` before each step is dispatched; the trace ends once step stop - 1 has
+    finished (`stop(state)` waits for it)."""
 
     def __init__(self, steps: tuple[int, int] | None, directory: Path, say: Callable):
         self.steps, self.directory, self.say, self.on = steps, directory, say, False
