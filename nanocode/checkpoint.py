@@ -27,8 +27,9 @@ storage of a Cloud TPU pod) cannot rename a directory, so there `<step>` and its
 in place and the commit files alone mark completion (orbax's COMMIT_FILE mode, chosen by
 `commit_file_mode`; NANOCODE_CHECKPOINT_COMMIT_FILE=1 forces it anywhere): a crash leaves a
 `<step>` without its commit file, which readers skip and the next save of that step removes
-first. Orbax itself treats any `<step>` directory on a local disk as finished; this module is stricter: a step counts only if it has the commit file, the
-commit timestamp and a committed directory for every item it lists. Anything else is skipped with
+first. Orbax itself treats any `<step>` directory on a local disk as finished; this module is
+stricter: a step counts only if it has the commit file, the commit timestamp and a committed
+directory for every item it lists. Anything else is skipped with
 an `IncompleteCheckpointWarning` naming it, and `restore(step=None)` falls back to the previous step
 if the newest one can't be read (e.g. a truncated file). Multi-host: call `save`/`restore` on every
 process, as orbax expects.
