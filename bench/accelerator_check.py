@@ -1,7 +1,12 @@
 """The GPU proving run: one script, under 8 minutes on one H200, writing every number to one JSON.
 
-Three sections, each recorded with status "ok" | "error" | "skipped" (a failing section keeps its
-error and traceback, and the script goes on to the next):
+Sections, each recorded with status "ok" | "error" | "skipped" (a failing section keeps its
+error and traceback, and the script goes on to the next), in this order: jax (the version and
+the jax functions the code relies on), train (below; with a 3-step jax.profiler trace
+summarised), engine, numerics, then the host side (bench/accelerator_host.py): loader (tokens/s of
+one core against what the measured step consumes), save (a d20-size state through the
+background checkpoint writer), and last, if time remains, train_d20 (the d20 step, with the
+optimizer's share of a step timed apart: the same step with optax.identity()).
 
 1. train: the real train step, train.loop.make_train_step(train.base.next_token_loss(cfg),
    train.optim.build_optimizer(...)), jitted with donation and shardings exactly as
@@ -33,9 +38,12 @@ On the GPU machine (its own jax/optax; this project not installed), from the rep
 
     PYTHONPATH=. python bench/accelerator_check.py --out $OUT/accelerator_check.json
 
-Imports: only jax, numpy, optax and this repo's nanocode.{config,gpt,engine,sharding} and
-train.{loop,base,optim} (train/loop.py imports checkpointing, orbax, only inside `run`); the
-JSON lists which of textual, datasets, tiktoken, orbax, tqdm got imported (it should be none).
+Imports: the model sections use only jax, numpy, optax and this repo's
+nanocode.{config,gpt,engine,sharding} and train.{loop,base,optim} (train/loop.py imports
+checkpointing, orbax, only inside `run`); the JSON lists which of textual, datasets, tiktoken,
+orbax, tqdm were imported by the end of those sections (it should be none). The host sections
+import what they test (orbax, pyarrow, the tokenizer's packages); where one is missing, that
+section records the error.
 """
 
 from __future__ import annotations
@@ -46,12 +54,13 @@ import math
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 FORBIDDEN = ("textual", "datasets", "tiktoken", "orbax", "tqdm")  # (jax itself imports etils)
 
@@ -60,18 +69,24 @@ SHAPES = {
     "d12": dict(preset="d12", seq_len=2048, rows=16, warmup=2, steps=10,
                 prefill_len=1024, decode_tokens=256, prefill_repeats=3,
                 attn_shape=(2, 2048, 6, 128), short_window=512,
-                need_s={"train": 150, "train_xla": 150, "engine": 90, "numerics": 30}),
+                profile_steps=3, loader_s=10, save_preset="d20",
+                big=dict(preset="d20", seq_len=2048, rows=8, warmup=2, steps=5),
+                need_s={"jax": 1, "train": 150, "train_xla": 150, "engine": 90, "numerics": 30,
+                        "loader": 45, "save": 60, "train_d20": 150}),
     "tiny": dict(preset="cpu-d2", seq_len=128, rows=4, warmup=1, steps=3,
                  prefill_len=64, decode_tokens=32, prefill_repeats=2,
                  attn_shape=(1, 256, 2, 64), short_window=64,
-                 need_s={"train": 5, "train_xla": 5, "engine": 5, "numerics": 2}),
+                 profile_steps=2, loader_s=2, save_preset="cpu-d2",
+                 big=dict(preset="cpu-d2", seq_len=128, rows=2, warmup=1, steps=2),
+                 need_s={"jax": 0, "train": 5, "train_xla": 5, "engine": 5, "numerics": 2,
+                         "loader": 2, "save": 2, "train_d20": 5}),
 }
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--shape", choices=sorted(SHAPES), default="d12")
 ap.add_argument("--tiny", action="store_true", help="same as --shape tiny")
 ap.add_argument("--out", default="accelerator_check.json")
-ap.add_argument("--budget-s", type=float, default=450.0, help="whole-run time budget")
+ap.add_argument("--budget-s", type=float, default=470.0, help="whole-run time budget")
 ap.add_argument("--rows", type=int, help="device batch rows (default by shape)")
 ap.add_argument("--steps", type=int, help="timed train steps (default by shape)")
 ap.add_argument("--dtype", help="compute dtype (default: float32 on CPU, else bfloat16)")
@@ -86,6 +101,9 @@ T0 = time.perf_counter()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+import accelerator_host  # noqa: E402  (bench/accelerator_host.py: the host-side sections)
 
 from nanocode.config import flops_per_token, param_counts, preset  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
@@ -125,7 +143,7 @@ def elapsed() -> float:
 
 def write_report():
     report["elapsed_s"] = round(elapsed(), 2)
-    report["forbidden_modules_imported"] = sorted(m for m in FORBIDDEN if m in sys.modules)
+    report.setdefault("forbidden_modules_imported", sorted(m for m in FORBIDDEN if m in sys.modules))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -167,9 +185,14 @@ def device_peak_bytes():
 
 
 # ---- 1. the real train step ---------------------------------------------------------------------
-def train_section(attn_impl: str) -> dict:
-    cfg = preset(S["preset"], sequence_len=S["seq_len"], compute_dtype=DTYPE, attn_impl=attn_impl)
-    T, rows = cfg.sequence_len, S["rows"]
+def train_section(attn_impl: str, shape: dict | None = None, profile_steps: int = 0,
+                  optimizer_share: bool = False) -> dict:
+    """The step of `shape` (default: the run's), timed; then, optionally, `profile_steps` more
+    steps under jax.profiler (summarised) and the same step with optax.identity() in place of the
+    optimizer, timed the same way (the optimizer's share = 1 - its median / the step's)."""
+    shape = shape or S
+    cfg = preset(shape["preset"], sequence_len=shape["seq_len"], compute_dtype=DTYPE, attn_impl=attn_impl)
+    T, rows = cfg.sequence_len, shape["rows"]
     mesh = make_mesh("", devices=jax.devices()[:1])  # 1 device: data=1, fsdp=1
     params = init_params(cfg, jax.random.PRNGKey(0))
     optimizer = build_optimizer(cfg, params, total_steps=1000, batch_tokens=rows * T)
@@ -178,9 +201,12 @@ def train_section(attn_impl: str) -> dict:
     params = jax.device_put(params, p_shard)
     o_shard = tree_shardings(jax.eval_shape(optimizer.init, params), mesh)
     opt_state = jax.jit(optimizer.init, out_shardings=o_shard)(params)
-    step_fn = jax.jit(make_train_step(next_token_loss(cfg), optimizer), donate_argnums=0,
-                      in_shardings=((p_shard, o_shard), batch_sharding(mesh)),
-                      out_shardings=((p_shard, o_shard), None))
+
+    def jitted(opt, o_shard):
+        return jax.jit(make_train_step(next_token_loss(cfg), opt), donate_argnums=0,
+                       in_shardings=((p_shard, o_shard), batch_sharding(mesh)),
+                       out_shardings=((p_shard, o_shard), None))
+    step_fn = jitted(optimizer, o_shard)
     bs = batch_sharding(mesh)
     rng = np.random.default_rng(0)
     batches = []
@@ -209,24 +235,49 @@ def train_section(attn_impl: str) -> dict:
     except Exception:  # noqa: BLE001
         xla_flops = None
 
-    losses, times = [], []
+    def timed(compiled, state, losses):
+        """(state, step times): the warm-up steps, then the timed ones (fewer near the budget's end)."""
+        times = []
+        for i in range(shape["warmup"] - 1 + shape["steps"]):
+            if elapsed() > args.budget_s - 10 and len(times) >= 2:
+                break  # the budget is near: keep what we have
+            t = time.perf_counter()
+            state, m = compiled(state, batches[(i + 1) % 2])
+            jax.block_until_ready((state, m))
+            if i >= shape["warmup"] - 1:
+                times.append(time.perf_counter() - t)
+            losses.append(float(m["loss"]))
+        return state, times
+
+    losses = []
     t = time.perf_counter()
     state, m = compiled(state, batches[0])
     jax.block_until_ready((state, m))
     first_step_s = time.perf_counter() - t
     losses.append(float(m["loss"]))
-    for i in range(S["warmup"] - 1 + S["steps"]):
-        if elapsed() > args.budget_s - 10 and len(times) >= 2:
-            break  # the budget is near: keep what we have
-        t = time.perf_counter()
-        state, m = compiled(state, batches[(i + 1) % 2])
-        jax.block_until_ready((state, m))
-        if i >= S["warmup"] - 1:
-            times.append(time.perf_counter() - t)
-        losses.append(float(m["loss"]))
-    del state, compiled
-
+    state, times = timed(compiled, state, losses)
     peak_bytes = device_peak_bytes()
+    extra = {}
+    if profile_steps:
+        with tempfile.TemporaryDirectory(prefix="nanocode-profile-") as trace_dir:
+            with jax.profiler.trace(trace_dir):
+                for i in range(profile_steps):
+                    state, m = compiled(state, batches[i % 2])
+                jax.block_until_ready((state, m))
+            extra["profile"] = {"steps": profile_steps, **accelerator_host.profile_summary(trace_dir)}
+    if optimizer_share:
+        plain = optax.identity()
+        o_plain = tree_shardings(jax.eval_shape(plain.init, state[0]), mesh)
+        plain_step = jitted(plain, o_plain).lower((state[0], plain.init(state[0])), batches[0]).compile()
+        del compiled
+        plain_state, m = plain_step((state[0], plain.init(state[0])), batches[0])  # donates the params
+        _, plain_times = timed(plain_step, plain_state, [])
+        share = 1 - statistics.median(plain_times) / statistics.median(times)
+        extra["optimizer_share"] = {"step_s_without_optimizer": statistics.median(plain_times),
+                                    "share_of_step": share, "method": "the same step with optax.identity()"}
+    del state
+
+
     sizes = {k: getattr(mem, f"{k}_size_in_bytes", None) if mem else None
              for k in ("argument", "output", "alias", "temp", "generated_code")}
     try:
@@ -247,7 +298,7 @@ def train_section(attn_impl: str) -> dict:
         "lower_s": round(lower_s, 3),
         "compile_s": round(compile_s, 3),
         "first_step_s": round(first_step_s, 4),
-        "warmup_steps": S["warmup"],
+        "warmup_steps": shape["warmup"],
         "timed_steps": len(times),
         "step_s_median": med,
         "step_s_min": min(times),
@@ -267,6 +318,7 @@ def train_section(attn_impl: str) -> dict:
         "peak_memory_source": "device.memory_stats()['peak_bytes_in_use']" if peak_bytes is not None
         else "compiled.memory_analysis(): argument + output - alias + temp",
         "memory_analysis_mib": {k: mib(v) for k, v in sizes.items()},
+        **extra,
     }
 
 
@@ -379,14 +431,29 @@ def numerics_section() -> dict:
     return out
 
 
+# ---- 4. a d20-size state through the background checkpoint writer --------------------------------
+def save_section() -> dict:
+    cfg = preset(S["save_preset"], compute_dtype=DTYPE)
+    params = init_params(cfg, jax.random.PRNGKey(2))
+    optimizer = build_optimizer(cfg, params, total_steps=1000, batch_tokens=2048)
+    return {"preset": S["save_preset"], **accelerator_host.save_rate(params, optimizer.init(params), cfg)}
+
+
 # ---- run ----------------------------------------------------------------------------------------
 print(f"accelerator check: {report['shape_name']} on {BACKEND} ({DEVICE.device_kind}), "
       f"jax {jax.__version__}, {DTYPE}, attention {ATTN}, budget {args.budget_s:.0f} s", flush=True)
-train = section("train", train_section, ATTN)
+section("jax", accelerator_host.jax_api)
+train = section("train", train_section, ATTN, S, S["profile_steps"])
 if train["status"] == "error" and ATTN != "xla" and BACKEND != "cpu":
-    section("train_xla", train_section, "xla")
+    train = section("train_xla", train_section, "xla", S, S["profile_steps"])
 section("engine", engine_section)
 section("numerics", numerics_section)
+report["forbidden_modules_imported"] = sorted(m for m in FORBIDDEN if m in sys.modules)  # the model's path
+loader = section("loader", accelerator_host.loader_rate, S["seq_len"], S["loader_s"])
+if loader["status"] == "ok" and train["status"] == "ok":
+    loader["chips_fed_per_core"] = loader["tokens_per_cpu_s"] / train["tokens_per_s"]
+section("save", save_section)
+section("train_d20", train_section, ATTN, S["big"], 0, True)
 write_report()
 for name, rec in report["sections"].items():
     if rec["status"] == "ok" and name.startswith("train"):
@@ -397,6 +464,17 @@ for name, rec in report["sections"].items():
             e = rec[f"batch{B}"]
             print(f"  engine batch {B}: prefill {e['prefill_tokens_per_s']:,.0f} tok/s, decode "
                   f"{e['decode_tokens_per_s']:,.0f} tok/s ({e['decode_ms_per_step']:.2f} ms/step)")
+    if rec["status"] == "ok" and "profile" in rec:
+        top = rec["profile"]["top"][:3]
+        print(f"  profile of {rec['profile']['steps']} steps: busy {rec['profile']['busy_ms']:.1f} ms; top: "
+              + ", ".join(f"{t['name'][:40]} {t['share']:.0%}" for t in top))
+    if rec["status"] == "ok" and "optimizer_share" in rec:
+        print(f"  {name}: the optimizer is {rec['optimizer_share']['share_of_step']:.0%} of a step")
+    if rec["status"] == "ok" and name == "loader":
+        print(f"  loader: {rec['tokens_per_cpu_s']:,.0f} tokens per CPU-second at seq {rec['seq_len']}")
+    if rec["status"] == "ok" and name == "save":
+        print(f"  save of {rec['state_gib']} GiB ({rec['preset']}): the loop waits {rec['blocked_s']:.1f} s, "
+              f"the write takes {rec['write_s']:.1f} s ({rec['gib_per_s']} GiB/s)")
     if rec["status"] == "ok" and name == "numerics":
         print(f"  numerics: max abs error {rec['max_abs_err']:.3g} ({', '.join(rec['impls'])} vs the f32 reference)")
 print(f"wrote {args.out} in {elapsed():.1f} s", flush=True)

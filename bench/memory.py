@@ -60,13 +60,14 @@ every start-up), one libtpu process at a time:
     /tmp/tpuvenv/bin/pip install --no-deps "libtpu==0.0.42.*"
     /tmp/tpuvenv/bin/python bench/memory.py --preset d12 --chip v6e --compiler tpu
 
-Chips (8 devices each): v6e 32 GiB, v5e 16 GiB, h100 80 GB; every chip is analysed at the
-preset's device batch and mesh; the preset's own chip and device count are its `chip` and
-`devices` keys (default v6e, 8). XLA_FLAGS=--xla_force_host_platform_device_count=N and
-JAX_PLATFORMS=cpu are set in os.environ before the first jax import (imported into a process that
-already started jax, it checks that enough devices exist instead), plus FAST_CODEGEN (LLVM flags
-that cannot change buffer assignment). Compile time is measured per compile (trace + lower, then
-XLA compile; wall and CPU seconds, the comparable number on a busy machine).
+Chips: v6e 32 GiB, v5e 16 GiB, h100 80 GB (8 devices each), gpu80 80 GB and gpu24 24 GiB (one card,
+the one-GPU presets'); every chip is analysed at the preset's device batch and mesh; the preset's
+own chip and device count are its `chip` and `devices` keys (default v6e, 8).
+XLA_FLAGS=--xla_force_host_platform_device_count=N and JAX_PLATFORMS=cpu are set in os.environ
+before the first jax import (imported into a process that already started jax, it checks that enough
+devices exist instead), plus FAST_CODEGEN (LLVM flags that cannot change buffer assignment). Compile
+time is measured per compile (trace + lower, then XLA compile; wall and CPU seconds, the comparable
+number on a busy machine).
 """
 
 from __future__ import annotations
@@ -94,9 +95,14 @@ CHIPS = {  # per chip: memory in bytes, the unit the vendor states it in, device
     "v5e": dict(bytes=16 * GiB, unit="16 GiB", devices=8, platform="tpu", about="TPU v5e"),
     "h100": dict(bytes=80e9, unit="80 GB (80e9 bytes)", devices=8, platform="gpu",
                  about="NVIDIA H100 80GB"),
+    # one card at home: the one-GPU presets' chips
+    "gpu80": dict(bytes=80e9, unit="80 GB (80e9 bytes)", devices=1, platform="gpu",
+                  about="one 80 GB GPU (H100, A100 80GB)"),
+    "gpu24": dict(bytes=24 * GiB, unit="24 GiB", devices=1, platform="gpu",
+                  about="one 24 GB GPU (RTX 4090, RTX 3090)"),
 }
 DEFAULT_CHIP, DEFAULT_DEVICES, DEFAULT_VOCAB = "v6e", 8, 32768
-ACCELERATOR_PRESETS = ("d12", "d20", "d24")
+ACCELERATOR_PRESETS = ("d12", "d20", "d24", "d12-gpu80", "d12-gpu24")
 # --compiler tpu: (chip, devices) -> the libtpu topology its program is compiled for
 TPU_TOPOLOGIES = {("v6e", 8): "v6e:2x4", ("v5e", 8): "v5e:2x4"}
 # LLVM code generation only (buffer assignment is decided on the HLO before it): d12's numbers were

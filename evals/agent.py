@@ -6,14 +6,15 @@ hidden check. Building a task, the headless agent, its turns and the verdict are
 (build_task, task_agent, drive, resolved), shared with `train rollouts`.
 
 Trade-offs and numbers:
-- Tasks: task i of family k (k = its index in TRAIN_FAMILIES + EVAL_ONLY_FAMILIES, F of them) has
-  seed EVAL_SEED0 + --seed + i * F + k, so with --seed 0 they are train synth's eval_tasks.jsonl,
-  and a family's tasks do not depend on which other families run. Jobs interleave the families,
-  so --limit keeps a mix. --split train draws seed --seed + i * F + k with training names and
-  phrasings instead (heldout=False): the split for choosing settings, never for reporting;
-  --split real / real-train are the same two on real code (tasks.SPLITS; add_parameter has no
-  real tasks). Each task is built under its own mkdtemp base (never the shared
-  /tmp/nanocode-synth), so parallel runs cannot collide; it is removed after scoring.
+- Tasks: task i of family k (k = its index in tasks.FAMILIES) has seed
+  EVAL_SEED0 + --seed + i * FAMILY_SLOTS + k (tasks.eval_seed), so with --seed 0 they are train
+  synth's eval_tasks.jsonl, and a family's tasks depend neither on which other families run nor
+  on how many exist. Jobs interleave the families, so --limit keeps a mix. --split train draws
+  seed --seed + i * FAMILY_SLOTS + k with training names and phrasings instead (heldout=False):
+  the split for choosing settings, never for reporting; --split real / real-train are the same
+  two on real code (tasks.SPLITS; add_parameter has no real tasks, fix_bug_across only real
+  ones). Each task is built under its own mkdtemp base (never the shared /tmp/nanocode-synth), so
+  parallel runs cannot collide; it is removed after scoring.
 - Headless as `nanocode -p`: Agent.run_turn with nobody to approve, mode auto (Edit and Bash run,
   destructive commands are asked about and so rejected), a Policy with no settings files (the
   user's own settings never change a score), no undo snapshots. user_rejects runs in mode ask
@@ -108,8 +109,8 @@ from evals.copying import copy_report, project_symbols
 from evals.copying import summarize as copy_summary
 from nanocode.protocol import REJECTED
 from tasks import (
-    EVAL_ONLY_FAMILIES, EVAL_SEED0, SPLITS, TRAIN_FAMILIES, WORLD_FAMILIES, build_task, drive, oracle_first_call,
-    pattern_symbol, resolved, setup_env, snapshot, task_agent)
+    EVAL_ONLY_FAMILIES, FAMILIES, SPLITS, TRAIN_FAMILIES, WORLD_FAMILIES, build_task, drive,
+    eval_seed, oracle_first_call, pattern_symbol, resolved, setup_env, snapshot, task_agent)
 
 POLICIES = ("model", "oracle", "nothing")
 # SamplerSettings' fields only our engine applies (a server samples its own way): None in a
@@ -130,10 +131,8 @@ def all_families() -> tuple[list[str], list[str]]:
 def task_jobs(families: list[str], per_family: int, seed: int = 0, limit: int | None = None,
               split: str = "eval"):
     """[(family, task seed)], the families interleaved; seeds as the docstring says."""
-    trained, eval_only = all_families()
-    order = trained + eval_only
-    seed0 = EVAL_SEED0 if SPLITS[split][1] else 0
-    jobs = [(f, seed0 + seed + i * len(order) + order.index(f))
+    slots = list(FAMILIES)
+    jobs = [(f, eval_seed(i, slots.index(f), seed, SPLITS[split][1]))
             for i in range(per_family) for f in families]
     return jobs[:limit] if limit is not None else jobs
 

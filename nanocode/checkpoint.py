@@ -6,9 +6,12 @@ Trade-offs:
   every host in parallel, restores onto any mesh (pass `params_like`/`opt_state_like` templates
   carrying shardings), keeps the last `keep` steps, and saves atomically. The price is a heavy
   dependency and opaque errors, so everything is checked here first and reported in our words.
-- Saving is synchronous (async checkpointing off): `save` returns once the step is committed. That
-  costs the write time in the training loop but means a returned `save` is on disk, and there is
-  never a second save racing the first.
+- `save` is synchronous: it returns once the step is committed, so a returned `save` is on disk.
+  Training writes through `AsyncSaver` instead: its `save` returns once the arrays are copied to
+  host memory (orbax's async checkpointing; the step's buffers may then be donated) and a
+  background thread writes the files while the next steps run. It keeps one save in flight: the
+  next `save` (or `wait`, or leaving its `with`) waits for the last one to commit first, and
+  raises its error if it failed.
 - Params and optimizer state are separate items, so `load_params` (inference) never reads the
   optimizer state (2x the params for AdamW). Small things (config, loader state, tokenizer,
   free-form metadata) are JSON items, readable with `cat`.
@@ -173,13 +176,13 @@ def _quiet_orbax():
         logger.setLevel(logging.NOTSET)
 
 
-def _manager(directory: epath.Path, keep: int | None = None, *, writing: bool = False):
+def _manager(directory: epath.Path, keep: int | None = None, *, writing: bool = False, background: bool = False):
     # Readers never create directories or clean up temporary ones: a training run may be mid-save.
     # With commit files, cleaning up removes the <step> directories that have none.
     commit = ocp_options.AtomicityOptions(mode=ocp_options.AtomicityMode.COMMIT_FILE)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=writing,
                                            cleanup_tmp_directories=writing,
-                                           enable_async_checkpointing=False,
+                                           enable_async_checkpointing=background,
                                            atomicity_options=commit if commit_file_mode(directory) else None)
     handlers = {name: ocp.StandardCheckpointHandler() for name in ARRAY_ITEMS}
     handlers |= {name: ocp.JsonCheckpointHandler() for name in JSON_ITEMS}
@@ -211,12 +214,20 @@ def save(ckpt_dir, step: int, params, *, config, opt_state=None, loader_state=No
     on every process in multi-host runs. `config` is a GPTConfig (or its dict), `tokenizer` an
     object with `to_dict()` or a dict, `loader_state`/`metadata` JSON-able dicts (numpy scalars ok).
     """
-    step = int(step)
-    directory = _path(ckpt_dir)
+    step, directory = int(step), _path(ckpt_dir)
+    items = _items(directory, step, params, config, opt_state, loader_state, tokenizer, metadata)
+    with _quiet_orbax():
+        _save(directory, step, items, keep)
+    return str(directory / str(step))
+
+
+def _items(directory: epath.Path, step: int, params, config, opt_state, loader_state, tokenizer,
+           metadata) -> dict:
+    """The orbax items of one step, once `<directory>/<step>` is known to be free to write."""
     step_dir = directory / str(step)
     if step_dir.exists():
         reason = _incomplete_reason(step_dir)
-        if not (reason and commit_file_mode(directory)):  # there: a save that crashed, removed below
+        if not (reason and commit_file_mode(directory)):  # there: a save that crashed, removed by orbax
             state = f"an incomplete checkpoint ({reason})" if reason else "a complete checkpoint"
             raise CheckpointError(f"{step_dir} already holds {state}; delete it, or resume from the "
                                   "latest step so later steps get new numbers")
@@ -230,9 +241,7 @@ def save(ckpt_dir, step: int, params, *, config, opt_state=None, loader_state=No
     for name, value in (("loader_state", loader_state), ("run_metadata", metadata)):
         if value is not None:
             items[name] = ocp.args.JsonSave(_jsonable(name, value))
-    with _quiet_orbax():
-        _save(directory, step, items, keep)
-    return str(step_dir)
+    return items
 
 
 def _save(directory: epath.Path, step: int, items: dict, keep: int | None) -> None:
@@ -243,6 +252,49 @@ def _save(directory: epath.Path, step: int, items: dict, keep: int | None) -> No
         mngr.wait_until_finished()
     finally:
         mngr.close()
+
+
+class AsyncSaver:
+    """The training loop's checkpoint writer: `save` (the arguments of module-level `save`) returns
+    once the step's arrays are on the host and writes them on a background thread; one save is in
+    flight at a time (the next `save`, `wait` or `close` waits for it and raises its error). The
+    same directory layout, atomicity and retention as `save`; use it as a context manager (leaving
+    waits for the last save). Multi-host: every process calls every method at the same step."""
+
+    def __init__(self, ckpt_dir, keep: int | None = 3):
+        self.directory, self.keep, self.mngr = _path(ckpt_dir), keep, None
+
+    def save(self, step: int, params, *, config, opt_state=None, loader_state=None, tokenizer=None,
+             metadata=None) -> str:
+        self.wait()
+        step = int(step)
+        items = _items(self.directory, step, params, config, opt_state, loader_state, tokenizer, metadata)
+        if self.mngr is None:
+            self.mngr = _manager(self.directory, self.keep, writing=True, background=True)
+        with _quiet_orbax():
+            if not self.mngr.save(step, args=ocp.args.Composite(**items), force=True):
+                raise CheckpointError(f"orbax declined to save step {step} in {self.directory}")
+        return str(self.directory / str(step))
+
+    def wait(self) -> None:
+        """Block until the last save is committed (its error, if it failed, is raised here)."""
+        if self.mngr is not None:
+            with _quiet_orbax():
+                self.mngr.wait_until_finished()
+
+    def close(self) -> None:
+        if self.mngr is not None:
+            try:
+                self.wait()
+            finally:
+                self.mngr.close()
+                self.mngr = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 # ---- restoring ----------------------------------------------------------------------------------

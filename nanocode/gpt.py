@@ -33,6 +33,7 @@ from jax.sharding import PartitionSpec as P
 from nanocode.attention import attend, batch_axes, resolve_attn_impl
 from nanocode.config import SMEAR_CHANNELS, VE_GATE_CHANNELS, GPTConfig
 from nanocode.kernels import dense, fused_head_nll, head_nll_per_token
+from nanocode.sharding import PARAM_LAYOUT
 
 Params = dict
 
@@ -142,6 +143,16 @@ def forward(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | Non
     return cfg.softcap * jnp.tanh(logits / cfg.softcap), cache
 
 
+def own_rows(rows: jax.Array) -> jax.Array:
+    """An embedding lookup's result (B, T, width) laid out as the batch is, over the batch axes of
+    the mesh in context (none: unchanged). The tables are split over their width (PARAM_LAYOUT),
+    so a lookup yields every device's rows for this device's columns; constrained here, XLA moves
+    them to their devices at once (one all-to-all of activations) instead of carrying the width
+    split into the reshapes after it (which made it gather whole batches inside the layer loop)."""
+    axes = batch_axes(rows.shape[0])
+    return jax.lax.with_sharding_constraint(rows, P(axes)) if axes else rows
+
+
 def layer_period(cfg: GPTConfig) -> int:
     """The smallest p dividing n_layer such that layer i and layer i + p are built alike (same
     attention window, both with or without a value embedding): `hidden` scans over n_layer / p
@@ -180,7 +191,7 @@ def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None
     p = layer_period(cfg)
     G = L // p
 
-    x = rmsnorm(params["wte"][idx].astype(dt))  # (B, T, C)
+    x = rmsnorm(own_rows(params["wte"][idx]).astype(dt))  # (B, T, C)
     n_valid = T if n_valid is None else n_valid
     new_prev = jax.lax.dynamic_index_in_dim(x, n_valid - 1, axis=1, keepdims=False)  # (B, C) smear state
     if cfg.smear:  # x[t] += lambda * sigmoid(gate(x[t, :24])) * x[t-1]
@@ -200,7 +211,7 @@ def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None
         k = dense(xn, a["c_k"]).reshape(B, T, K, D)
         v = dense(xn, a["c_v"]).reshape(B, T, K, D)
         if ve_table is not None:  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
-            ve = ve_table[idx].astype(dt).reshape(B, T, K, D)
+            ve = own_rows(ve_table[idx]).astype(dt).reshape(B, T, K, D)
             ve_gate = 3 * jax.nn.sigmoid(dense(xn[..., :VE_GATE_CHANNELS], a["ve_gate"]))  # (B, T, K)
             v = v + ve_gate[..., None] * ve
         q = rmsnorm(rotary(q, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
@@ -276,13 +287,9 @@ def nll_sum(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array) 
     The head and the loss run fused (kernels.fused_head_nll), per device under a mesh: each device's
     rows in chunks, its lm_head gradient summed over devices once, never the (B, T, V) logits."""
     x, _ = hidden(params, cfg, idx)
-    w = params["lm_head"][:, : cfg.vocab_size]
     axes = batch_axes(idx.shape[0])
-    if not axes:
-        return fused_head_nll(x, w, targets, cfg.softcap)
-    spec = P(axes)
-    local = lambda x, w, t: jax.lax.psum(fused_head_nll(x, w, t, cfg.softcap, axes), axes)  # noqa: E731
-    return jax.shard_map(local, in_specs=(spec, P(), spec), out_specs=P())(x, w, targets)
+    local = lambda x, w, t, sum_axes: jax.lax.psum(fused_head_nll(x, w, t, cfg.softcap, sum_axes), axes)  # noqa: E731
+    return _per_device_head(local, params, cfg, x, targets, P())
 
 
 def token_nll(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array) -> jax.Array:
@@ -291,13 +298,29 @@ def token_nll(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array
     so this differentiates with any weight per row (DPO's sequence log-probs) at one extra head
     matmul. Per device under a mesh, like `nll_sum`. For evals and DPO; training's sum is `nll_sum`."""
     x, _ = hidden(params, cfg, idx)
-    w = params["lm_head"][:, : cfg.vocab_size]
-    axes = batch_axes(idx.shape[0])
+    local = lambda x, w, t, sum_axes: head_nll_per_token(x, w, t, cfg.softcap)  # noqa: E731  (b, T, C) -> (b, T)
+    return _per_device_head(local, params, cfg, x, targets, P(batch_axes(idx.shape[0])))
+
+
+def _per_device_head(local, params: Params, cfg: GPTConfig, x: jax.Array, targets: jax.Array, out_spec):
+    """local(x, w, targets, sum_axes) on each device's rows (shard_map over the batch axes), or
+    once without a mesh; w is lm_head's first vocab_size columns (C, V). lm_head is stored split
+    over the vocabulary on `fsdp` (PARAM_LAYOUT); when the batch is split over that axis too, each
+    device passes in its own shard and all-gathers it inside, so the weight gradient comes back
+    through the gather's transpose, a reduce-scatter to that shard, not a whole (C, V) all-reduce.
+    sum_axes: the batch axes the weight gradient is still summed over (a custom VJP sums there)."""
+    axes = batch_axes(x.shape[0])
     if not axes:
-        return head_nll_per_token(x, w, targets, cfg.softcap)
-    spec = P(axes)
-    local = lambda x, w, t: head_nll_per_token(x, w, t, cfg.softcap)  # noqa: E731  (b, T, C) -> (b, T)
-    return jax.shard_map(local, in_specs=(spec, P(), spec), out_specs=spec)(x, w, targets)
+        return local(x, params["lm_head"][:, : cfg.vocab_size], targets, ())
+    split = PARAM_LAYOUT["lm_head"][1]
+    split = split if split in axes else None
+
+    def body(x, w, t):
+        if split:
+            w = jax.lax.all_gather(w, split, axis=1, tiled=True)  # (C, V/n) -> (C, V); transposes to a reduce-scatter
+        return local(x, w[:, : cfg.vocab_size], t, tuple(a for a in axes if a != split))
+    return jax.shard_map(body, in_specs=(P(axes), P(None, split), P(axes)), out_specs=out_spec)(
+        x, params["lm_head"], targets)
 
 
 def loss_fn(params: Params, cfg: GPTConfig, idx: jax.Array, targets: jax.Array,

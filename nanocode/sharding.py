@@ -50,15 +50,20 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 # path without layer numbers: `blocks/3/attn/c_q` is "blocks/attn/c_q", `value_embeds/11` is
 # "value_embeds"): a PartitionSpec, one mesh axis (or None) per array axis. The one definition:
 # params and optimizer state are all placed from it by `tree_shardings` (see `leaf_spec`), and over
-# `data` everything is replicated. The big arrays are sharded on their longest axis: the
-# vocabulary, the MLP's hidden width, the attention kernels' input axis (C, or H*D for the output
-# projection: longest, or tied where square as in every preset). The gates, per-layer lambdas and
+# `data` everything is replicated. The big matrices are sharded on their longest axis: the MLP's
+# hidden width, the attention kernels' input axis (C, or H*D for the output projection: longest,
+# or tied where square as in every preset), lm_head's vocabulary. The embedding tables are split
+# over their width instead: a row lookup then reads local columns for the rows of every device on
+# the axis (an all-to-all of activations, never the table), and each device scatter-adds its
+# columns' gradient itself, with no table-sized reduction over `fsdp` (bench/collectives.py shows
+# the compiled step's collectives). lm_head's weight gradient is reduce-scattered to its vocabulary
+# shard by the head's own code (gpt._per_device_head). The gates, per-layer lambdas and
 # scalars (a few dozen floats each) are replicated: sharding them would save nothing and cost a
 # collective each. A parameter whose kind is missing here is an error, so a new one cannot go
 # unsharded by accident.
 PARAM_LAYOUT: dict[str, P] = {
-    "wte": P(FSDP, None),                  # (V, C) over the vocabulary
-    "value_embeds": P(FSDP, None),         # (V, K*D) per value-embedding layer, over the vocabulary
+    "wte": P(None, FSDP),                  # (V, C) over the width
+    "value_embeds": P(None, FSDP),         # (V, K*D) per value-embedding layer, over the width
     "lm_head": P(None, FSDP),              # (C, V) over the vocabulary
     "blocks/attn/c_q": P(FSDP, None),      # (C, H*D)
     "blocks/attn/c_k": P(FSDP, None),      # (C, K*D)

@@ -20,13 +20,14 @@ source packages and seeds from EVAL_SEED0 up never reach training data. Importin
 is light (no jax; of the agent only its request classifier): `train` CLI commands import it to
 build their parsers.
 """
-from tasks.families import EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, WORLD_FAMILIES, WORLDS, make_task
+from tasks.families import (
+    EVAL_ONLY_FAMILIES, FAMILIES, TRAIN_FAMILIES, WORLD_FAMILIES, WORLDS, make_task, world_of)
 from tasks.harness import build_task, drive, pattern_symbol, resolved, task_agent
 from tasks.names import HELDOUT_WORDS
 from tasks.oracle import OracleRollout, Task, oracle_first_call, shows_flaw
 from tasks.phrasing import code_conversation
 from tasks.projects import BASE, setup_env, snapshot
-from tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, SPLITS, attempt_seeds
+from tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, SPLITS, attempt_seeds, eval_seed
 
 __all__ = [
     # families and building tasks
@@ -35,6 +36,7 @@ __all__ = [
     "EVAL_ONLY_FAMILIES",  # families only evals run (never trained on)
     "WORLDS",              # where projects come from: "generated" (templates), "real" (stdlib code)
     "WORLD_FAMILIES",      # world -> the families that have tasks there
+    "world_of",            # (family, real wanted) -> the world its task is built in
     "make_task",           # (family, seed, heldout, base, world) -> Task, its project built on disk
     "Task",                # a task: project, prompt, hidden check, oracle policy, flaws, follow-up
     "BASE",                # default parent directory of task projects
@@ -47,6 +49,7 @@ __all__ = [
     "ATTEMPTS",            # project seeds tried per task seed when a family cannot use one
     "ATTEMPT_STRIDE",      # distance between those project seeds
     "attempt_seeds",       # seed -> the project seeds tried for it, in order
+    "eval_seed",           # (task index, family slot, --seed, heldout) -> an eval task's seed
     # the oracle
     "OracleRollout",       # the conversation a policy writes through the real tools (optionally flawed)
     "shows_flaw",          # whether a flawed replay visibly shows its flaw against the oracle's

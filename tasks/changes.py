@@ -20,21 +20,92 @@ from tasks.steps import documented, inject_bug, locate, pick_func, read_args, st
 def fix_bug(p: Project, rng, ph) -> dict:
     f = pick_func(p, rng, lambda f: bool(f.spec["bugs"]))
     bad, good, desc = inject_bug(p, f, rng)  # ValueError: the synth retries another project
-    prompt = ph("fix_bug", fn=f.name, test=f.test_name)
+    return _bug_task(p, f, ph, lambda r: [(f"reading `{f.name}` in `{f.file}`.", read_args(f, r, True))],
+                     f.file, bad, good, f"found it: `{f.name}` {desc}. fixing that line.",
+                     f"done: fixed `{f.name}` in `{f.file}`: it {desc}. the tests pass now.")
 
+
+def _bug_task(p: Project, f: Func, ph, reads, file: str, bad: str, good: str, thought: str, answer: str) -> dict:
+    """The family dict of a committed bug that f's test catches: the user asks to fix it; the
+    oracle runs the tests, finds f, makes the Reads `reads(r)` lists ((thought, args), drawn
+    when it gets there), replaces `bad` with `good` in `file`, and reruns the tests."""
     def policy(r: OracleRollout):
         cmd = p.test_cmd
         r.call(r.pick("let me run the tests to see what fails.", "first, the failing test.", "running the tests."),
                "Bash", {"command": cmd})
         locate(r, f, f"`{f.test_name}` fails. let me find `{f.name}`.")
-        r.call(f"reading `{f.name}` in `{f.file}`.", "Read", read_args(f, r, True))
-        thought = f"found it: `{f.name}` {desc}. fixing that line."
-        r.call(thought, "Edit", {"file_path": f.file, "old_string": bad, "new_string": good})
+        for why, args in reads(r):
+            r.call(why, "Read", args)
+        r.call(thought, "Edit", {"file_path": file, "old_string": bad, "new_string": good})
         r.call(r.pick("rerunning the tests.", "checking the tests again."), "Bash", {"command": cmd})
-        r.done(f"done: fixed `{f.name}` in `{f.file}`: it {desc}. the tests pass now.")
-    return dict(prompt=prompt, check=lambda root, answer="": run_tests(root, *p.test_files),
-                desc="the test suite passes", policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"])
+        r.done(answer)
+    return dict(prompt=ph("fix_bug", fn=f.name, test=f.test_name),
+                check=lambda root, answer="": run_tests(root, *p.test_files), desc="the test suite passes",
+                policy=policy, flaws=["no_read", "repeat", "off_style", "asks_more"])
 
+
+def fix_bug_across(p: Project, rng, ph) -> dict:
+    """A failing test whose function is right: the bug is in a helper it imports from another
+    module of the package (moved there by an earlier commit), introduced by the last commit.
+    Real-code projects only (their functions' spec carries helper_bugs)."""
+    f = pick_func(p, rng, lambda f: any(_lone_def(p, f, b[0]) for b in f.spec.get("helper_bugs", ())))
+    helper = rng.choice(sorted({b[0] for b in f.spec["helper_bugs"] if _lone_def(p, f, b[0])}))
+    util = _move_helper(p, f, helper, next(b[1] for b in f.spec["helper_bugs"] if b[0] == helper), rng)
+    good_text = p.read(util)
+    for name, _, good_line, bad_line, desc in rng.sample(f.spec["helper_bugs"], len(f.spec["helper_bugs"])):
+        if name != helper or good_text.count(good_line) != 1:
+            continue
+        p.write(util, good_text.replace(good_line, bad_line, 1))
+        if not run_tests(p.root):
+            break
+        p.write(util, good_text)
+    else:
+        raise ValueError(f"no bug in {helper} fails a test")
+    bad = unique_line(p.read(util), bad_line)
+    good = bad.replace(bad_line, good_line)
+    commit_all(p, rng.choice([f"tweak {helper}", f"simplify {helper}", "small cleanup"]), 25)
+    reads = [(f"reading `{f.file}`.", {"file_path": f.file}),
+             (f"`{f.name}` calls `{helper}`, imported from `{util}`. reading that.", {"file_path": util})]
+    return _bug_task(p, f, ph, lambda r: reads, util, bad, good, f"found it: `{helper}` {desc}. fixing that line.",
+                     f"done: the bug was in `{helper}` in `{util}`, which `{f.name}` calls: it {desc}. "
+                     "the tests pass now.")
+
+
+def _lone_def(p: Project, f: Func, helper: str) -> bool:
+    """Whether `helper` is a module-level def of f's file once, and no function the tasks track."""
+    return helper not in p.functions and p.read(f.file).count(f"\ndef {helper}(") == 1
+
+
+def _move_helper(p: Project, f: Func, helper: str, imports: tuple[str, ...], rng) -> str:
+    """Move `helper` out of f's file into a new module of the package that f's file imports it
+    from, commit that, and return the new module's path (the tests pass before and after)."""
+    text = p.read(f.file)
+    tree = ast.parse(text)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == helper)
+    seg = "\n".join(text.split("\n")[node.lineno - 1:node.end_lineno])
+    package = os.path.dirname(f.file)
+    stem = next(s for s in rng.sample(["util", "helpers", "_helpers", "common", "_util"], 5)
+                if f"{package}/{s}.py" not in p.modules)
+    util = f"{package}/{stem}.py"
+    p.write(util, "\n\n\n".join([f'"""Helpers shared by the {package} modules."""']
+                                  + (["\n".join(imports)] if imports else []) + [seg]) + "\n")
+    text = text.replace(seg + "\n\n\n", "", 1) if seg + "\n\n\n" in text else text.replace("\n\n\n" + seg, "", 1)
+    head = [n for n in ast.parse(text).body[:2] if isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr))][-1]
+    lines = text.split("\n")
+    at = head.end_lineno
+    lines[at:at] = [f"from {package.replace('/', '.')}.{stem} import {helper}"] if not isinstance(head, ast.Expr) \
+        else ["", "", f"from {package.replace('/', '.')}.{stem} import {helper}"]
+    p.write(f.file, "\n".join(lines))
+    p.modules.append(util)
+    defs = {n.name: n.lineno for n in ast.parse(p.read(f.file)).body if isinstance(n, ast.FunctionDef)}
+    for g in p.functions.values():
+        if g.file == f.file:
+            g.line = defs[g.name]
+    if not run_tests(p.root):
+        raise ValueError(f"moving {helper} into {util} broke the tests")
+    commit_all(p, rng.choice([f"move {helper} into {stem}.py", "refactor: shared helpers module",
+                              f"split helpers out of {os.path.basename(f.file)}"]), 24)
+    return util
 
 
 def implement_stub(p: Project, rng, ph) -> dict:

@@ -33,8 +33,8 @@ import random
 
 from tools.test_guard import capture
 from tasks.changes import (
-    add_docstring, add_parameter, change_constant, create_file, fix_bug, implement_stub, remove_function,
-    rename_symbol, user_rejects)
+    add_docstring, add_parameter, change_constant, create_file, fix_bug, fix_bug_across, implement_stub,
+    remove_function, rename_symbol, user_rejects)
 from tasks.oracle import Task
 from tasks.requests import phrase
 from tasks.projects import BASE, generate_project, setup_env
@@ -49,26 +49,38 @@ FAMILIES = {
     "git_inspect": git_inspect, "recover_error": recover_error, "user_rejects": user_rejects,
     "find_callers": find_callers, "find_importers": find_importers, "explain_file": explain_file,
     "change_constant": change_constant, "add_docstring": add_docstring, "remove_function": remove_function,
-    "rename_symbol": rename_symbol, "add_parameter": add_parameter,
+    "rename_symbol": rename_symbol, "add_parameter": add_parameter, "fix_bug_across": fix_bug_across,
 }
 EVAL_ONLY_FAMILIES = ["rename_symbol", "add_parameter"]
 TRAIN_FAMILIES = [f for f in FAMILIES if f not in EVAL_ONLY_FAMILIES]
 # the world a project comes from: the template generator, or real standard-library code
 WORLDS = ("generated", "real")
-WORLD_FAMILIES = {"generated": list(FAMILIES), "real": [f for f in FAMILIES if f != "add_parameter"]}
+WORLD_FAMILIES = {"generated": [f for f in FAMILIES if f != "fix_bug_across"],
+                  "real": [f for f in FAMILIES if f != "add_parameter"]}
+# what a real project must hold for a family that few projects can serve (passed to the generator)
+REAL_NEEDS = {"fix_bug_across": lambda f: bool(f.helper_bugs)}
 
 
-def make_task(family: str, seed: int, heldout: bool = False, base: str = BASE, world: str = "generated") -> Task:
+def world_of(family: str, real: bool) -> str:
+    """The world a task of `family` is built in when `real` is wanted or not: a family with tasks in
+    one world only always gets that one."""
+    if family not in WORLD_FAMILIES["generated"]:
+        return "real"
+    return "real" if real and family in WORLD_FAMILIES["real"] else "generated"
+
+
+def make_task(family: str, seed: int, heldout: bool = False, base: str = BASE, world: str | None = None) -> Task:
     """Build `family`'s project for `seed` at base/<seed>/<name> (wiped first) and its task, in
-    `world` (WORLDS). The check fails on the state left here; `task.rollout()` runs the oracle.
-    task.guarded is the tests as built here (tools.test_guard.capture), what harness.resolved
-    judges a change with."""
+    `world` (WORLDS; default: generated where the family has such tasks, else real). The check
+    fails on the state left here; `task.rollout()` runs the oracle. task.guarded is the tests as
+    built here (tools.test_guard.capture), what harness.resolved judges a change with."""
+    world = world or world_of(family, False)
     if family not in WORLD_FAMILIES[world]:
         raise ValueError(f"family {family!r} has no tasks in the {world} world (it has: {', '.join(WORLD_FAMILIES[world])})")
     setup_env()
     if world == "real":
         rng = random.Random(f"real:{family}:{seed}:{heldout}")
-        p = generate_real_project(rng, os.path.join(base, str(seed)), heldout)
+        p = generate_real_project(rng, os.path.join(base, str(seed)), heldout, REAL_NEEDS.get(family))
     else:
         rng = random.Random(f"{family}:{seed}:{heldout}")
         p = generate_project(rng, os.path.join(base, str(seed)), heldout)

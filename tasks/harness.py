@@ -28,7 +28,7 @@ from tasks.oracle import Task
 from tasks.seeds import ATTEMPTS, attempt_seeds
 
 
-def build_task(family: str, seed: int, heldout: bool, base: str, world: str = "generated") -> Task:
+def build_task(family: str, seed: int, heldout: bool, base: str, world: str | None = None) -> Task:
     """make_task on the first of attempt_seeds(seed) whose project the family can use (no function
     with a parameter spec, ...); the last failure is raised. The project is under base/<that seed>."""
     for attempt, aseed in enumerate(attempt_seeds(seed)):

@@ -117,13 +117,15 @@ def usable_doc(f: RealFunc) -> str:
 
 def _spec(f: RealFunc) -> dict:
     doc = usable_doc(f)
-    return {"bugs": list(f.bugs), "tests": list(f.asserts), "explain": third_person(doc) if doc else "",
+    return {"bugs": list(f.bugs), "helper_bugs": list(f.helper_bugs), "tests": list(f.asserts),
+            "explain": third_person(doc) if doc else "",
             "keywords": keywords(doc, f.name), "names": rename_targets(f.name), "params": f.params, "doc": doc}
 
 
-def generate_real_project(rng: random.Random, base: str, heldout: bool = False) -> Project:
+def generate_real_project(rng: random.Random, base: str, heldout: bool = False, need=None) -> Project:
     """A project of 2-3 modules of real code from the split's source modules, under base/<name>
-    (removed first), committed to git."""
+    (removed first), committed to git. With `need` (a RealFunc predicate), the first module is
+    one with such a function and that function is among its picks (the same rng draws otherwise)."""
     modules = list(real_modules("eval" if heldout else "train"))
     name = rng.choice(NOUNS) + rng.choice(SUFFIXES)
     root = os.path.join(base, name)
@@ -133,10 +135,17 @@ def generate_real_project(rng: random.Random, base: str, heldout: bool = False) 
     picked: list[tuple[str, list[RealFunc]]] = []
     taken: set[str] = set()  # one function of a name per project
     want = rng.choice([2, 3])
-    for module in rng.sample(modules, len(modules)):
+    order = rng.sample(modules, len(modules))
+    if need is not None:
+        order.sort(key=lambda m: not any(need(f) and _split_def(f.source) for f in module_functions(m)))
+    for module in order:
         usable = [f for f in module_functions(module) if f.name not in taken and _split_def(f.source)]
         if usable:
-            picked.append((module, rng.sample(usable, min(len(usable), rng.randint(2, 4)))))
+            funcs = rng.sample(usable, min(len(usable), rng.randint(2, 4)))
+            needed = [f for f in usable if need is not None and not picked and need(f)]
+            if needed and not any(f in needed for f in funcs):
+                funcs[0] = rng.choice(needed)
+            picked.append((module, funcs))
             taken.update(f.name for f in picked[-1][1])
         if len(picked) == want:
             break

@@ -77,7 +77,10 @@ class RealFunc:
     constants it needs, then the function itself, `source`), assembled from `imports` and `parts`
     (so several functions of one file merge into one module); `asserts` are recorded test lines
     with `{name}` for the function's name; `bugs` are (good line, bad line, what the bad line
-    does) with the good line unique in `source`."""
+    does) with the good line unique in `source`; `helper_bugs` are the same for the module-level
+    helper functions it calls that need nothing but imports (so a project can move one into a
+    module of its own): (helper, its import lines, good line, bad line, what it does), each
+    caught by the asserts."""
     module: str                 # dotted stdlib module, e.g. "email.quoprimime"
     name: str
     line: int                   # the def's line in the source file
@@ -89,6 +92,7 @@ class RealFunc:
     deps: tuple[str, ...]       # names of the module-level helpers/constants/classes it needs
     asserts: tuple[str, ...]
     bugs: tuple[tuple[str, str, str], ...]
+    helper_bugs: tuple[tuple[str, tuple[str, ...], str, str, str], ...] = ()
 
     @property
     def excerpt(self) -> str:
@@ -223,11 +227,13 @@ def _import_text(node: ast.AST) -> str:
 @dataclass(frozen=True)
 class Candidate:
     """A liftable function: its node, the import lines and statements [(line, text)] it needs
-    (itself last) and the names of the helpers, constants and classes among them."""
+    (itself last), the names of the helpers, constants and classes among them, and the helper
+    functions among them that need only imports: (name, text, import lines)."""
     fn: ast.FunctionDef
     imports: tuple[str, ...]
     parts: tuple[tuple[int, str], ...]
     deps: tuple[str, ...]
+    movable: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     @property
     def excerpt(self) -> str:
@@ -270,8 +276,20 @@ def candidates(path: str) -> list[Candidate]:
         if _excerpt(imports, parts).count("\n") > MAX_EXCERPT_LINES:
             continue
         deps = [n.name if isinstance(n, (ast.FunctionDef, ast.ClassDef)) else n.targets[0].id for n in stmts]
-        out.append(Candidate(fn, tuple(imports), tuple(parts), tuple(deps)))
+        out.append(Candidate(fn, tuple(imports), tuple(parts), tuple(deps), _movable(stmts, table, lines)))
     return out
+
+
+def _movable(stmts: list[ast.AST], table: dict[str, ast.AST], lines: list[str]):
+    """(name, text, import lines) of the helper functions among stmts whose free names are all
+    imports: the ones a project can move into a module of their own."""
+    out = []
+    for node in stmts:
+        free = _free(node) if isinstance(node, ast.FunctionDef) else None
+        if free is not None and all(isinstance(table.get(n), (ast.Import, ast.ImportFrom)) for n in free):
+            imports = tuple(sorted({_import_text(table[n]) for n in free}))
+            out.append((node.name, _segment(lines, node), imports))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=None)
@@ -502,15 +520,30 @@ def harvest(path: str) -> tuple[RealFunc, ...]:
         lines = c.source.split("\n")
         muts = [(lines[i], bad, desc) for i, bad, desc in mutations(c.fn, lines) if c.source.count(lines[i]) == 1]
         if len(chosen) >= MIN_ASSERTS:
-            kept.append((c, chosen, muts))
+            kept.append((c, chosen, muts, _helper_mutations(c)))
     jobs = [{"excerpt": c.excerpt, "calls": [], "expect": chosen,
-             "mutants": [c.excerpt.replace(c.source, c.source.replace(good, bad, 1), 1) for good, bad, _ in muts]}
-            for c, chosen, muts in kept]
+             "mutants": [c.excerpt.replace(c.source, c.source.replace(good, bad, 1), 1) for good, bad, _ in muts]
+             + [c.excerpt.replace(text, text.replace(good, bad, 1), 1) for text, (_, _, good, bad, _) in hmuts]}
+            for c, chosen, muts, hmuts in kept]
     out = []
-    for (c, chosen, muts), res in zip(kept, _run_child(jobs, 1) if jobs else []):
+    for (c, chosen, muts, hmuts), res in zip(kept, _run_child(jobs, 1) if jobs else []):
         bugs = tuple(m for m, caught in zip(muts, res["caught"]) if caught)
+        helper_bugs = tuple(m for (_, m), caught in zip(hmuts, res["caught"][len(muts):]) if caught)
         params = ast.get_source_segment(c.source, ast.parse(c.source).body[0].args) or ""
         doc = (ast.get_docstring(c.fn) or "").split("\n")[0].strip()
         out.append(RealFunc(module, c.fn.name, c.fn.lineno, params, doc, c.source, c.imports, c.parts, c.deps,
-                            tuple(_assert_line(c.fn.name, call, result) for call, result in chosen), bugs))
+                            tuple(_assert_line(c.fn.name, call, result) for call, result in chosen), bugs,
+                            helper_bugs))
     return tuple(out)
+
+
+def _helper_mutations(c: Candidate) -> list[tuple[str, tuple[str, tuple[str, ...], str, str, str]]]:
+    """(helper text, (helper, imports, good, bad, desc)) for each one-line mutation of c's movable
+    helpers whose good line occurs once in c's excerpt."""
+    out = []
+    for name, text, imports in c.movable:
+        lines = text.split("\n")
+        for i, bad, desc in mutations(ast.parse(text).body[0], lines):
+            if c.excerpt.count(lines[i]) == 1:
+                out.append((text, (name, imports, lines[i], bad, desc)))
+    return out

@@ -1,6 +1,7 @@
 """bench/accelerator_check.py, run as the GPU machine runs it (a subprocess from the source tree with
-PYTHONPATH=.), at --tiny on this CPU: every section ok, real numbers in the JSON, CPU numerics
-tight, none of the heavy optional packages imported, and the time guard skipping sections.
+PYTHONPATH=.), at --tiny on this CPU: every section ok (the host ones too: jax API, profile,
+loader, background save, optimizer share), real numbers in the JSON, CPU numerics tight, none of
+the heavy optional packages imported by the model sections, and the time guard skipping sections.
 
 The full --tiny run compiles the train step, the engine's prefill/decode at batch 1 and 8 and six
 attention fwd+bwd functions: ~45 s of CPU time, 70-150 s wall on the shared 2 cores, so those
@@ -29,6 +30,7 @@ def run_check(out: Path, *extra: str) -> dict:
 
 
 slow = pytest.mark.slow
+SECTIONS = ["jax", "train", "engine", "numerics", "loader", "save", "train_d20"]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def report(tmp_path_factory):
 @slow
 def test_every_section_ok_on_cpu(report):
     sections = report["sections"]
-    assert list(sections) == ["train", "engine", "numerics"]  # no xla fallback on CPU
+    assert list(sections) == SECTIONS  # no xla fallback on CPU
     for name, rec in sections.items():
         assert rec["status"] == "ok", (name, rec.get("error"), rec.get("traceback"))
     assert report["backend"] == "cpu" and report["compute_dtype"] == "float32"
@@ -92,10 +94,24 @@ def test_attention_numerics_tight_in_f32(report):
     assert n["max_abs_err"] < 1e-4
 
 
+@slow
+def test_host_sections_profile_and_optimizer_share(report):
+    s = report["sections"]
+    assert s["jax"]["jax_version"] and "shard_map" in s["jax"]["checked"]
+    prof = s["train"]["profile"]
+    assert prof["steps"] == 2 and prof["busy_ms"] > 0 and prof["top"] and prof["top"][0]["ms"] > 0
+    share = s["train_d20"]["optimizer_share"]
+    assert share["step_s_without_optimizer"] > 0 and math.isfinite(share["share_of_step"])
+    assert s["train_d20"]["batch_shape"] == [1, 2, 128]
+    assert s["loader"]["tokens_per_cpu_s"] > 0 and s["loader"]["chips_fed_per_core"] > 0
+    save = s["save"]
+    assert save["state_gib"] > 0 and 0 < save["blocked_s"] <= save["write_s"] and save["gib_per_s"] > 0
+
+
 def test_budget_guard_skips_sections(tmp_path):
     r = run_check(tmp_path / "skip.json", "--budget-s", "0")
-    assert list(r["sections"]) == ["train", "engine", "numerics"]
-    assert [s["status"] for s in r["sections"].values()] == ["skipped"] * 3
+    assert list(r["sections"]) == SECTIONS
+    assert [s["status"] for s in r["sections"].values()] == ["skipped"] * len(SECTIONS)
     assert all("budget" in s["reason"] for s in r["sections"].values())
     # the imports alone (train.loop included) pull none of the heavy optional packages
     assert r["forbidden_modules_imported"] == []

@@ -110,6 +110,31 @@ def test_relative_directory_saves_with_optimizer_state(tmp_path, params, monkeyp
     assert ck.latest_step("run/checkpoints") == 3 and ck.restore("run/checkpoints")["step"] == 3
 
 
+def test_async_saver_writes_a_step_whose_arrays_were_deleted(tmp_path):
+    """The loop donates the state to the next step right after `save` returns: here the arrays
+    are deleted at that point, and the step must still be written, complete and bit-exact."""
+    params, opt_state = make_params(seed=3), make_opt_state(make_params(seed=3))
+    want = jax.tree.map(np.asarray, (params, opt_state))
+    with ck.AsyncSaver(tmp_path) as saver:
+        saver.save(1, params, config=CFG, opt_state=opt_state, loader_state={"pos": 5})
+        for leaf in jax.tree.leaves((params, opt_state)):
+            leaf.delete()  # what donating the state does
+    r = ck.restore(tmp_path, opt_state_like=jax.eval_shape(lambda: make_opt_state(make_params())))
+    assert_trees_bitequal(r["params"], want[0])
+    assert_trees_bitequal(r["opt_state"], want[1])
+    assert r["loader_state"] == {"pos": 5}
+
+
+def test_async_saver_keeps_one_save_in_flight_and_the_last_n(tmp_path, params):
+    with ck.AsyncSaver(tmp_path, keep=2) as saver:
+        for step in (5, 6, 7):
+            saver.save(step, params, config=CFG)  # each waits for the one before
+    assert ck.all_steps(tmp_path) == [6, 7]  # every step committed, retention as `save`
+    with pytest.raises(ck.CheckpointError, match="already holds a complete checkpoint"):
+        with ck.AsyncSaver(tmp_path) as saver:
+            saver.save(7, params, config=CFG)
+
+
 def test_optional_items_absent(tmp_path, params):
     save_simple(tmp_path, 0, params)
     r = ck.restore(tmp_path)

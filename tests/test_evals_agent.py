@@ -10,9 +10,9 @@ import pytest
 import evals.agent as ea
 from agent.settings import SamplerSettings, TurnSettings
 from nanocode.protocol import system_prompt
-from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
+from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, WORLD_FAMILIES, make_task
 
-FAMILIES = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
+FAMILIES = [f for f in TRAIN_FAMILIES + EVAL_ONLY_FAMILIES if f in WORLD_FAMILIES["generated"]]  # the default suite
 METRICS = ("tasks", "resolved", "resolve_rate", "valid_tool_call_rate", "first_call_correct_rate",
            "mean_steps", "edits_applied_rate", "tool_calls", "edit_calls")
 
@@ -26,14 +26,18 @@ def tok():
 
 
 def test_task_seeds_match_eval_tasks_and_interleave():
-    from tasks import EVAL_SEED0
+    from tasks import EVAL_SEED0, FAMILIES as SLOTS
+    from tasks.seeds import FAMILY_SLOTS
     jobs = ea.task_jobs(FAMILIES, 2)
-    assert [s for _, s in jobs] == [EVAL_SEED0 + j for j in range(2 * len(FAMILIES))]
-    assert [f for f, _ in jobs[:len(FAMILIES)]] == FAMILIES
+    assert [s for _, s in jobs] == [EVAL_SEED0 + i * FAMILY_SLOTS + list(SLOTS).index(f)
+                                    for i in range(2) for f in FAMILIES]
+    assert [f for f, _ in jobs[:len(FAMILIES)]] == FAMILIES and len({s for _, s in jobs}) == len(jobs)
     assert ea.task_jobs(["explain"], 2) == [f for f in jobs if f[0] == "explain"]
+    # a family's seeds are pinned: adding a family moves none of them
+    assert ea.task_jobs(["fix_bug"], 2) == [("fix_bug", EVAL_SEED0 + 2), ("fix_bug", EVAL_SEED0 + FAMILY_SLOTS + 2)]
     assert ea.task_jobs(FAMILIES, 2, seed=5, limit=3)[0][1] == EVAL_SEED0 + 5
     train = ea.task_jobs(FAMILIES, 2, split="train")  # the split settings are chosen on
-    assert [s for _, s in train] == list(range(2 * len(FAMILIES)))
+    assert [s for _, s in train] == [s - EVAL_SEED0 for _, s in jobs]
 
 
 def test_train_split_runs_training_distribution_tasks(tmp_path):

@@ -48,6 +48,15 @@ def spin(n):
     while n > 0:
         n -= 1
     return n
+
+
+def _pad(text):
+    return "<" + text + ">"
+
+
+def framed(text):
+    """Return text padded with angle brackets, in square brackets."""
+    return "[" + _pad(text) + "]"
 '''
 
 
@@ -60,7 +69,7 @@ def sample(tmp_path_factory):
 
 def test_only_functions_that_cannot_touch_the_disk_are_candidates(sample):
     names = [c.fn.name for c in candidates(sample)]
-    assert names == ["shout", "clip", "join_path", "spin"]  # save (open) and wipe (os.remove) never run
+    assert names == ["shout", "clip", "join_path", "spin", "framed"]  # save (open), wipe (os.remove) never run
 
 
 def test_harvest_records_asserts_that_hold_and_bugs_they_catch(sample, tmp_path):
@@ -83,6 +92,41 @@ def test_harvest_records_asserts_that_hold_and_bugs_they_catch(sample, tmp_path)
                 ok = False
         assert ok is want, excerpt
     assert all(desc for _, _, desc in clip.bugs)
+
+
+def test_bugs_in_a_helper_are_recorded_when_the_callers_asserts_catch_them(sample):
+    framed = next(f for f in harvest(sample) if f.name == "framed")
+    assert framed.helper_bugs and {b[0] for b in framed.helper_bugs} == {"_pad"}
+    for helper, imports, good, bad, desc in framed.helper_bugs:
+        assert imports == () and good in framed.excerpt.split("def framed")[0] and desc
+        ns = {}
+        exec(framed.excerpt.replace(good, bad, 1), ns)
+        outcomes = []
+        for line in framed.asserts:
+            try:
+                exec(line.format(name="framed"), ns)
+                outcomes.append(True)
+            except Exception:  # noqa: BLE001 - a failing or crashing assert both catch the bug
+                outcomes.append(False)
+        assert not all(outcomes), (good, bad)
+    assert not next(f for f in harvest(sample) if f.name == "clip").helper_bugs  # LIMIT is no function
+
+
+@pytest.mark.parametrize("heldout", [False, True], ids=["train", "eval"])
+def test_a_bug_across_files_is_in_a_helper_the_failing_function_imports(heldout, tmp_path):
+    import subprocess
+    task = build_task("fix_bug_across", 5, heldout, str(tmp_path), world="real")
+    git = lambda *a: subprocess.run(["git", *a], cwd=task.root, capture_output=True, text=True).stdout  # noqa: E731
+    last = git("show", "--name-only", "--format=", "HEAD").split()
+    assert len(last) == 1 and last[0] in task.project.modules  # the last commit put the bug in one module
+    util = last[0]
+    failing = [f for f in task.project.functions.values() if f.name in task.prompt or f.test_name in task.prompt]
+    importers = [f for f in task.project.functions.values()
+                 if f"from {util[:-3].replace('/', '.')} import" in open(os.path.join(task.root, f.file)).read()]
+    assert importers and all(f.file != util for f in importers) and util not in task.project.tests.values()
+    assert all(f.file != util for f in failing)  # the function the user names lives elsewhere
+    task.rollout()
+    assert git("diff", "--name-only").split() == [util] and task.check(task.root)
 
 
 def test_a_looping_mutant_is_caught_not_hung(sample):

@@ -123,8 +123,11 @@ def test_task_world_draws_the_real_share_among_families_with_a_real_form():
     jobs = [(TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)], ROLLOUT_SEED0 + i) for i in range(600)]
     real = [f for f, s in jobs if rollouts.task_world(f, s, 0.5) == "real"]
     assert 0.4 < len(real) / len(jobs) < 0.6 and set(real) <= set(WORLD_FAMILIES["real"])
-    assert all(rollouts.task_world(f, s, 0.0) == "generated" for f, s in jobs)
+    both = [(f, s) for f, s in jobs if f in WORLD_FAMILIES["generated"]]
+    assert all(rollouts.task_world(f, s, 0.0) == "generated" for f, s in both)
     assert {rollouts.task_world(f, s, 1.0) for f, s in jobs if f in WORLD_FAMILIES["real"]} == {"real"}
+    # a family with real tasks only is real whatever the ratio
+    assert {rollouts.task_world(f, s, 0.0) for f, s in jobs if f not in WORLD_FAMILIES["generated"]} == {"real"}
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path, capsys):

@@ -87,7 +87,7 @@ def test_params_and_optimizer_state_follow_the_table(name, fsdp):
     assert mirrored == set(kinds)
     # the big arrays are actually sharded on this mesh, and nothing on an fsdp=1 mesh
     wte = [(p, x) for p, x in flat(params) if layout_kind(p)[0] == "wte"]
-    assert [leaf_spec(p, x.shape, m) for p, x in wte] == [P("fsdp", None)]
+    assert [leaf_spec(p, x.shape, m) for p, x in wte] == [P(None, "fsdp")]
     assert all(s == P() for s in jax.tree.leaves(
         jax.tree_util.tree_map_with_path(lambda p, x: leaf_spec(p, x.shape, mesh(1, 4)), params)))
 
@@ -133,9 +133,9 @@ def test_state_bookkeeping_outside_the_table_is_replicated():
 
 
 def test_an_axis_that_does_not_divide_is_a_clear_error():
-    params, _ = abstract(tiny(vocab_size=300))  # padded to 320: (320, 64) does not divide by 3
-    with pytest.raises(ValueError, match=r"parameter \['wte'\] of shape \(320, 64\): axis 0 "
-                                         r"\(size 320\) is sharded over mesh axis 'fsdp' of size 3 "
+    params, _ = abstract(tiny(vocab_size=300))  # (320, 64): its width 64 does not divide by 3
+    with pytest.raises(ValueError, match=r"parameter \['wte'\] of shape \(320, 64\): axis 1 "
+                                         r"\(size 64\) is sharded over mesh axis 'fsdp' of size 3 "
                                          r".*divisible by 3, or a mesh"):
         tree_shardings({"wte": params["wte"]}, mesh(3))
     with pytest.raises(ValueError, match="not a multiple of 3"):  # the whole model: c_k's 64 first
@@ -196,3 +196,51 @@ def test_placement_on_four_cpu_devices_shards_what_the_table_says():
             assert row["pieces"] == (n if want != row["shape"] else 1), (spec, row)  # data: copies
             sharded += want != row["shape"]
         assert sharded > 0, spec
+
+
+LOSSES = r"""
+import json, jax, jax.numpy as jnp, numpy as np
+from nanocode.gpt import init_params, nll_sum, token_nll
+from nanocode.sharding import batch_sharding, make_mesh, tree_shardings
+from tiny_models import tiny
+
+cfg = tiny()
+params = init_params(cfg, jax.random.PRNGKey(0))
+idx = jax.random.randint(jax.random.PRNGKey(1), (8, 32), 0, cfg.vocab_size)
+targets = jnp.where(jnp.arange(32) % 5 == 0, -1, jnp.roll(idx, -1, axis=1))
+losses = {"nll_sum": lambda p, i, t: nll_sum(p, cfg, i, t),
+          "token_nll": lambda p, i, t: (token_nll(p, cfg, i, t) * jnp.arange(32)).sum()}  # weighted per row
+out = {}
+for name, f in losses.items():
+    want, want_g = jax.jit(jax.value_and_grad(f))(params, idx, targets)  # one device, no mesh
+    for spec in ("fsdp=4", "data=2,fsdp=2"):
+        mesh = make_mesh(spec)
+        shard = tree_shardings(params, mesh)
+        rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
+        step = jax.jit(jax.value_and_grad(f), in_shardings=(shard, rows, rows), out_shardings=(None, shard))
+        with jax.set_mesh(mesh):
+            got, got_g = step(jax.device_put(params, shard), jax.device_put(idx, rows), jax.device_put(targets, rows))
+        # relative to the largest gradient: the lambdas' are float noise (~1e-8) at init
+        scale = max(float(jnp.max(jnp.abs(b))) for b in jax.tree.leaves(want_g))
+        err = max(float(jnp.max(jnp.abs(a - b)))
+                  for a, b in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g))) / scale
+        out[f"{name} {spec}"] = {"loss": abs(float(got) - float(want)) / abs(float(want)), "grad": err,
+                                 "lm_head_sharded": str(got_g["lm_head"].sharding.spec)}
+print(json.dumps(out))
+"""
+
+
+def test_losses_and_gradients_under_fsdp_match_one_device():
+    """The width-split embedding lookups (gpt.own_rows) and the head's gathered lm_head shard
+    (gpt._per_device_head: its gradient comes back reduce-scattered) give the one-device loss and
+    gradient of every parameter, for the training sum and the per-token nats DPO weighs."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-c", LOSSES], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(out) == 4
+    for case, got in out.items():
+        assert got["loss"] < 1e-5 and got["grad"] < 1e-4, (case, got)
+        assert "fsdp" in got["lm_head_sharded"], (case, got)

@@ -16,7 +16,7 @@ from tiny_models import untimed
 from tools.dispatch import run_tool
 from train import synth
 from train.cli import add_synth_args
-from tasks import EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, make_task, shows_flaw
+from tasks import EVAL_ONLY_FAMILIES, HELDOUT_WORDS, WORLD_FAMILIES, make_task, shows_flaw
 from tasks.requests import heldout_fragments
 
 
@@ -29,7 +29,7 @@ def base(tmp_path_factory):
 def oracle_runs(base):
     """family -> (task, check before, conversation, check after), one task each."""
     runs = {}
-    for i, family in enumerate(FAMILIES):
+    for i, family in enumerate(WORLD_FAMILIES["generated"]):
         task = make_task(family, 7 + i, heldout=family in EVAL_ONLY_FAMILIES or i % 2 == 0, base=base)
         before = task.check(task.root, "")
         conv = task.rollout()
@@ -41,7 +41,8 @@ def run_main(out, base, n=12, seed=3):
     p = argparse.ArgumentParser()
     add_synth_args(p)
     args = p.parse_args(["--out", str(out), "--n", str(n), "--seed", str(seed), "--workers", "2",
-                         "--n-eval", str(len(FAMILIES)), "--pref-ratio", "1", "--code-ratio", "0.2",
+                         "--n-eval", str(len(WORLD_FAMILIES["generated"])), "--pref-ratio", "1",
+                         "--code-ratio", "0.2",
                          "--val-fraction", "0.2", "--workdir", base])
     assert synth.main(args) == 0
     return {name: open(os.path.join(out, name)).read() for name in sorted(os.listdir(out))}
@@ -156,7 +157,7 @@ def test_heldout_and_eval_only_stay_out_of_training(main_out):
     fams = {r["family"] for n in ("train.jsonl", "val.jsonl") for r in rows(main_out[n])}
     assert not fams & set(EVAL_ONLY_FAMILIES)
     evals = rows(main_out["eval_tasks.jsonl"])
-    assert {e["family"] for e in evals} == set(FAMILIES)
+    assert {e["family"] for e in evals} == set(WORLD_FAMILIES["generated"])  # the generated suite
     for e in evals:
         assert e["heldout"] and any(w in e["project"] for w in HELDOUT_WORDS)
 

@@ -83,6 +83,18 @@ def test_sigterm_saves_a_checkpoint(home, tmp_path):
     assert last == max(losses(run_dir)) < 200  # saved at the step it stopped on
 
 
+def test_save_minutes_checkpoints_by_wall_time_in_the_background(home, tmp_path):
+    """--save-minutes: the wall-time vote cast after step 1 (compile included, far past 6 ms)
+    lands at step 2, which saves in the background; the last step saves as always."""
+    run_dir = tmp_path / "timed"
+    out = train(home, "--steps", "4", "--device-batch", "2", "--total-batch", "128", "--save-every", "0",
+                "--save-minutes", "0.0001", "--keep", "10", "--run-dir", str(run_dir)).stdout
+    from nanocode import checkpoint
+    steps = checkpoint.all_steps(run_dir / "checkpoints")
+    assert steps[0] == 2 and steps[-1] == 4, steps
+    assert "in the background" in out
+
+
 def test_batch_that_does_not_divide_is_a_clear_error(home, tmp_path):
     env = {**os.environ, "NANOCODE_HOME": str(home), "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", "train.cli", "base", *TINY, "--device-batch", "3",

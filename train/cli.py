@@ -145,6 +145,8 @@ def _add_run_args(p: argparse.ArgumentParser, default_run: str) -> None:
     a("--resume", action="store_true", help="continue the run from its latest checkpoint")
     a("--log-every", type=int, default=10, help="a log line every N steps (default: 10)")
     a("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end, and on SIGTERM)")
+    a("--save-minutes", type=float, default=0, metavar="M", help="also checkpoint once M minutes of wall "
+      "time have passed since the last save (default: 0, off); saves are written in the background")
     a("--keep", type=int, default=3, help="checkpoints kept")
     a("--seed", type=int, default=0, help="random seed (default: 0)")
     a("--mesh", default="", help="device mesh, e.g. 'data=2,fsdp=4' (default: all devices data-parallel)")

@@ -14,8 +14,10 @@ Multi-host: every process runs the same command after `init_multihost()` and fee
 rows. What one process alone cannot do is coordinated here: a checkpoint restored on one device
 is placed shard by shard (`place`); each process's loader state is gathered into the checkpoint
 (orbax writes JSON from process 0 only) and each takes its own back on resume; a SIGTERM to any
-process stops all of them at the same step boundary (`StopVote`: a tiny all-reduce a step, read one
-step late, so the host never waits on the step it just queued);
+process stops all of them at the same step boundary, and a wall-time save is taken by all at the
+same step (`StepVote`: a tiny all-reduce a step, read one step late, so the host never waits on the
+step it just queued); checkpoints are written in the background (`checkpoint.AsyncSaver`: the loop
+waits only for the copy to host memory, and for the whole write on a SIGTERM);
 samples run on process 0 over a gathered copy (`on_one_process`); metrics and logs are written
 once, by process 0.
 
@@ -46,7 +48,7 @@ from nanocode.sharding import batch_sharding, tree_shardings
 # Dense bf16 peak FLOP/s per chip, by a substring of jax's device_kind (first match wins).
 PEAK_FLOPS = [("v6", 918e12), ("v5p", 459e12), ("v5 lite", 197e12), ("v5e", 197e12),
               ("v5", 459e12), ("v4", 275e12), ("H200", 989e12), ("H100", 989e12),
-              ("A100", 312e12)]
+              ("A100", 312e12), ("RTX 4090", 165e12)]  # bf16 dense, fp32 accumulation
 
 
 # ---- processes ---------------------------------------------------------------------------------
@@ -133,34 +135,37 @@ class Profile:
                      "(tensorboard --logdir, or its trace.json.gz in ui.perfetto.dev)")
 
 
-class StopVote:
-    """Whether any process was asked to stop (one SIGTERM stops every host at the same step).
+class StepVote:
+    """What every process does after a step, decided together: stop (a SIGTERM reached any
+    process: one signal stops every host at the same step) and save (any process's wall-time
+    cadence is due: the clocks of hosts differ, the save must not).
 
-    `cast(flag)` after queueing step s, `stop()` after queueing step s + 1: with one process the
-    flag itself; with several, the max over every device of each process's flag, an all-reduce
-    queued behind step s and read only once step s + 1 is queued, so the host blocks on a step
-    that is already followed by the next one (the chips never idle for the vote) and every
-    process reads the same answer at the same step. The price: a stop lands one step later, with
-    one process too (one code path)."""
+    `cast(stop, save)` after queueing step s, `read()` after queueing step s + 1: with one process
+    the flags themselves; with several, the max over every device of each process's flags, an
+    all-reduce queued behind step s and read only once step s + 1 is queued, so the host blocks on
+    a step that is already followed by the next one (the chips never idle for the vote) and every
+    process reads the same answer at the same step. The price: a stop or a timed save lands one
+    step later, with one process too (one code path)."""
 
     def __init__(self):
-        self.vote, self.many = False, jax.process_count() > 1
+        self.vote, self.many = (False, False), jax.process_count() > 1
         if self.many:
             from jax.sharding import NamedSharding, PartitionSpec
             devices = Mesh(np.array(jax.devices()), ("all",))
             self.sharding = NamedSharding(devices, PartitionSpec("all"))
-            self.any = jax.jit(jnp.max)
+            self.any = jax.jit(lambda flags: jnp.max(flags, axis=0))
 
-    def cast(self, flag: bool) -> None:
+    def cast(self, stop: bool, save: bool = False) -> None:
         if not self.many:
-            self.vote = flag
+            self.vote = (stop, save)
             return
-        local = np.full((jax.local_device_count(),), flag, np.int32)  # (local devices,)
+        local = np.tile(np.array([stop, save], np.int32), (jax.local_device_count(), 1))  # (local devices, 2)
         self.vote = self.any(jax.make_array_from_process_local_data(self.sharding, local))
 
-    def stop(self) -> bool:
-        """The last cast vote (False before the first)."""
-        return bool(self.vote)
+    def read(self) -> tuple[bool, bool]:
+        """(stop, save) of the last cast vote ((False, False) before the first)."""
+        stop, save = (bool(v) for v in np.asarray(self.vote))
+        return stop, save
 
 
 def gather_loader_states(state):
@@ -247,6 +252,7 @@ class LoopConfig:
     log_every: int = 10  # each of these three: 0 = only at the end
     eval_every: int = 250
     save_every: int = 500
+    save_minutes: float = 0  # also save once this much wall time has passed since the last (0: off)
     keep: int = 3
     resume: bool = False
     peak_flops: float | None = None  # per device; measured/looked up when None
@@ -260,7 +266,7 @@ def stage_loop_config(args, **kw) -> LoopConfig:
     """A training stage's LoopConfig: the flags every stage shares (train/cli._add_run_args) and
     the stage's own fields in `kw`."""
     return LoopConfig(log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
-                      keep=args.keep, resume=args.resume, peak_flops=args.peak_flops,
+                      save_minutes=args.save_minutes, keep=args.keep, resume=args.resume, peak_flops=args.peak_flops,
                       profile=args.profile, **kw)
 
 
@@ -359,12 +365,23 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
 
     primary = jax.process_index() == 0
 
+    saver = checkpoint.AsyncSaver(ckpt_dir, lc.keep)
+    last_save = time.monotonic()
+
     def save(step, loader_state, why=""):
+        """Write step `step` in the background (the loop waits for the copy to host memory only);
+        `why` (a signal's name) waits for the whole write, the process exits next."""
+        nonlocal last_save
+        t0 = time.perf_counter()
         meta = {"step": step, **lc.extra_metadata}
-        checkpoint.save(ckpt_dir, step, state[0], config=config, opt_state=state[1],
-                        loader_state=gather_loader_states(loader_state), tokenizer=tokenizer,
-                        metadata=meta, keep=lc.keep)
-        say(f"saved checkpoint {ckpt_dir}/{step}{why}")
+        saver.save(step, state[0], config=config, opt_state=state[1],
+                   loader_state=gather_loader_states(loader_state), tokenizer=tokenizer, metadata=meta)
+        if why:
+            saver.wait()
+        last_save = time.monotonic()
+        took = time.perf_counter() - t0
+        say(f"saved checkpoint {ckpt_dir}/{step} ({why}, {took:.1f} s)" if why else
+            f"saving checkpoint {ckpt_dir}/{step} in the background (the loop waited {took:.1f} s)")
 
     def record(row):  # metrics are the same on every process: written once
         if primary:
@@ -387,8 +404,8 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
         last = evaluate_at(0)
         record({"step": 0, **last})
         say("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
-    vote, profile = StopVote(), Profile(lc.profile, Path(lc.run_dir) / "profile", say)
-    with _StopFlag() as stop:
+    vote, profile = StepVote(), Profile(lc.profile, Path(lc.run_dir) / "profile", say)
+    with saver, _StopFlag() as stop:
         for step in range(start, lc.total_steps):
             host_batch, loader_state = next(data)
             profile.at(step, state)
@@ -400,8 +417,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
             if step == start:  # it compiled the step: its time is no rate to count the ETA from
                 restart_rate(bar)
             done = step + 1
-            stopping = vote.stop()  # cast after the step before this one, which has run or is running
-            vote.cast(stop.signal is not None)
+            stopping, timed_save = vote.read()  # cast after the step before, which has run or is running
             if every(done, lc.log_every, lc.total_steps) or stopping:
                 losses = [(s, float(l)) for s, l in pending]  # syncs with the device
                 dt = time.perf_counter() - t_last
@@ -423,11 +439,13 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
             if stopping:
                 profile.stop(state)
                 why = signal.Signals(stop.signal).name if stop.signal else "a signal to another process"
-                save(done, loader_state, f" ({why})")
+                save(done, loader_state, why)
                 bar.close()
                 raise SystemExit(f"stopped by {why} after step {done}; continue with --resume")
-            if every(done, lc.save_every, lc.total_steps):
+            if every(done, lc.save_every, lc.total_steps) or timed_save:
                 save(done, loader_state)
+            due = lc.save_minutes > 0 and time.monotonic() - last_save >= lc.save_minutes * 60
+            vote.cast(stop.signal is not None, due)  # after this step's save: a save resets the clock
     profile.stop(state)
     bar.close()
     return {**last, "params": state[0]}

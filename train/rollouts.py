@@ -59,8 +59,8 @@ from pathlib import Path
 
 from agent.settings import SamplerSettings, TurnSettings
 from tasks import (
-    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, WORLD_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
-    pattern_symbol, resolved, setup_env, task_agent)
+    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
+    pattern_symbol, resolved, setup_env, task_agent, world_of)
 
 _engine = None  # per worker process
 _remote = None  # or, with --base-url, the teacher's RemoteSampler (forked per rollout)
@@ -256,8 +256,7 @@ def run_task(job: tuple) -> dict:
 
 def task_world(family: str, seed: int, real_ratio: float) -> str:
     """"real" for about real_ratio of the tasks whose family has a real-code form, drawn per seed."""
-    real = family in WORLD_FAMILIES["real"] and random.Random(f"rollout-world:{seed}").random() < real_ratio
-    return "real" if real else "generated"
+    return world_of(family, random.Random(f"rollout-world:{seed}").random() < real_ratio)
 
 
 def _write_jsonl(path: Path, rows) -> int:

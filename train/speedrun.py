@@ -135,15 +135,30 @@ for _depth, _shards, _hours in ((12, 24, "0.1"), (20, 96, "1.4"), (24, 160, "4.3
         # inherit the remat policy with the checkpoint's config
         base=["--preset", f"d{_depth}", "--device-batch", "16" if _depth < 24 else "8",
               "--remat", "dots" if _depth == 12 else "block",
-              "--mesh", "data=1,fsdp=-1", "--save-every", "1000"]
+              "--mesh", "data=1,fsdp=-1", "--save-every", "1000", "--save-minutes", "10"]
         + (["--seq-len", "4096"] if _depth == 24 else []),
         synth=["--n", "100000", "--n-eval", "300"],
-        sft=["--device-batch", "8", "--epochs", "2", "--mesh", "data=1,fsdp=-1", "--save-every", "1000"],
+        sft=["--device-batch", "8", "--epochs", "2", "--mesh", "data=1,fsdp=-1", "--save-every", "1000",
+             "--save-minutes", "10"],
         dpo=["--device-batch", "8", "--epochs", "1", "--mesh", "data=1,fsdp=-1"],
         evals=[["bpb"], ["core"], ["humaneval", "--n", "100", "--temperature", "0.8"],
                ["mbpp", "--n", "10", "--temperature", "0.8"],
                ["agent", "--per-family", "30", "--max-steps", "25"]],
     )
+
+
+# One GPU at home, d12 on one card (the device batch and remat sized by bench/memory.py's analysis
+# for the card's memory, docs/BENCHMARKS.md); on more cards the same flags shard over all of them.
+for _name, _chip, _base_batch, _remat, _sft_batch, _card in (
+        ("d12-gpu80", "gpu80", "32", "dots", "16", "one 80 GB GPU (H100, A100 80GB)"),
+        ("d12-gpu24", "gpu24", "16", "block", "8", "one 24 GB GPU (RTX 4090, RTX 3090)")):
+    PRESETS[_name] = dict(
+        PRESETS["d12"], about=f"d12 on {_card} (README: estimated times)", chip=_chip, devices=1,
+        base=["--preset", "d12", "--device-batch", _base_batch, "--remat", _remat, "--mesh", "data=1,fsdp=-1",
+              "--save-every", "1000", "--save-minutes", "10"],
+        sft=["--device-batch", _sft_batch, "--epochs", "2", "--mesh", "data=1,fsdp=-1", "--save-every", "1000",
+             "--save-minutes", "10"],
+        dpo=["--device-batch", _sft_batch, "--epochs", "1", "--mesh", "data=1,fsdp=-1"])
 
 
 def _tool(name: str) -> list[str]:

@@ -29,8 +29,8 @@ import shutil
 import time
 
 from tasks import (
-    EVAL_ONLY_FAMILIES, EVAL_SEED0, HELDOUT_WORDS, TRAIN_FAMILIES, WORLD_FAMILIES, attempt_seeds,
-    code_conversation, make_task, shows_flaw)
+    EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, TRAIN_FAMILIES, WORLD_FAMILIES, attempt_seeds,
+    code_conversation, eval_seed, make_task, shows_flaw, world_of)
 
 __all__ = ["main", "generate_one", "is_val"]
 
@@ -51,8 +51,7 @@ def generate_one(job: tuple) -> tuple[dict, dict | None]:
         conv = code_conversation(rng, system, HELDOUT_WORDS)
         return {"id": cid, "family": "code", "world": "code", "messages": conv["messages"]}, None
     family = rng.choice(families)
-    real = real_ratio > 0 and rng.random() < real_ratio and family in WORLD_FAMILIES["real"]
-    world = "real" if real else "generated"
+    world = world_of(family, real_ratio > 0 and rng.random() < real_ratio)
     aseeds = attempt_seeds(cseed)
     for aseed in aseeds:  # a rare project where the family cannot apply: next project
         try:
@@ -132,9 +131,10 @@ def main(args) -> int:
             stats["flaws"][pair["flaw"]] = stats["flaws"].get(pair["flaw"], 0) + 1
     for name, rows in out.items():
         _write(os.path.join(args.out, name + ".jsonl"), rows)
-    all_families = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
-    evals = [eval_task_record(all_families[j % len(all_families)], EVAL_SEED0 + j, args.workdir)
-             for j in range(args.n_eval)]
+    generated = WORLD_FAMILIES["generated"]  # the suite eval_tasks.jsonl lists: generated projects
+    evals = [eval_task_record(generated[j % len(generated)],
+                              eval_seed(j // len(generated), list(FAMILIES).index(generated[j % len(generated)])),
+                              args.workdir) for j in range(args.n_eval)]
     for e in evals:
         stats["eval_tasks"][e["family"]] = stats["eval_tasks"].get(e["family"], 0) + 1
     _write(os.path.join(args.out, "eval_tasks.jsonl"), evals)

@@ -1,0 +1,131 @@
+"""The host side of bench/accelerator_check.py's proving run: what keeps a chip fed and safe
+besides the model's math. Each function is one section of that run, returns its JSON record and
+raises on failure (the runner records the error and goes on):
+
+- `jax_api`: the jax version and whether every jax function this code relies on exists there (a
+  release that renames one shows up here, not as a crash mid-run).
+- `profile_summary`: the device time of a jax.profiler trace, grouped by op name, top ones first.
+- `loader_rate`: train/loader.py's packed batches from code shards built from the standard
+  library on the spot (no network) with a tokenizer trained on them: tokens emitted per
+  CPU-second of one core, against what the measured train step consumes.
+- `save_rate`: nanocode.checkpoint.AsyncSaver on a given state (the d20-size one): how long the
+  loop waits (the copy to host memory) and how long the whole write takes, GiB/s.
+
+These import what the model sections must not (orbax, pyarrow, the tokenizer's packages), so the
+runner calls them after those, and a machine without one records that section's error only.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+# the jax functions this code calls whose absence (a rename) would stop a run
+JAX_API = ("shard_map", "set_mesh", "sharding.get_abstract_mesh", "make_array_from_process_local_data",
+           "lax.full_like", "lax.all_gather", "lax.psum", "lax.with_sharding_constraint",
+           "nn.dot_product_attention", "profiler.start_trace", "profiler.trace", "distributed.initialize",
+           "export.export", "tree_util.tree_flatten_with_path")
+
+
+STDLIB_CODE = ("email", "json", "http", "xml", "asyncio", "unittest", "importlib", "logging")  # ~4 MB of code
+
+
+def jax_api() -> dict:
+    import jax
+    missing = []
+    for dotted in JAX_API:
+        obj = jax
+        for part in dotted.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                missing.append(dotted)
+                break
+    if missing:
+        raise RuntimeError(f"jax {jax.__version__} lacks {', '.join(missing)}")
+    return {"jax_version": jax.__version__, "checked": list(JAX_API)}
+
+
+def profile_summary(trace_dir: str, top: int = 12) -> dict:
+    """Total duration per event name in the newest *.trace.json.gz under trace_dir (Perfetto
+    JSON, microseconds), device lanes only when the trace has any (process names with "/device:"),
+    top `top` names."""
+    traces = sorted(Path(trace_dir).rglob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    if not traces:
+        raise FileNotFoundError(f"no *.trace.json.gz under {trace_dir}")
+    with gzip.open(traces[-1], "rt") as f:
+        events = json.load(f).get("traceEvents", [])
+    names = {e["pid"]: e.get("args", {}).get("name", "") for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    device = {pid for pid, name in names.items() if "/device:" in name}
+    totals: dict[str, float] = {}
+    for e in events:
+        if e.get("ph") == "X" and (not device or e.get("pid") in device):
+            totals[e["name"]] = totals.get(e["name"], 0.0) + float(e.get("dur", 0))
+    busy = sum(totals.values())
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    return {"trace": str(traces[-1].relative_to(trace_dir)), "lanes": "device" if device else "host",
+            "events": len(events), "busy_ms": round(busy / 1000, 3),
+            "top": [{"name": n[:120], "ms": round(d / 1000, 3), "share": round(d / busy, 4) if busy else None}
+                    for n, d in ranked]}
+
+
+def loader_rate(seq_len: int, seconds: float, rows: int = 8) -> dict:
+    """Tokens per CPU-second (one core) that the loader emits at seq_len from stdlib code shards,
+    built and tokenized here: `train data local` over the standard library and a 4,096-token
+    `train tokenizer` on them (both in a temp dir, removed after); a few packages of it
+    (STDLIB_CODE), so the set-up stays well under a minute."""
+    from nanocode.tokenizer import Tokenizer
+    from train.cli import main as train_main
+    from train.loader import data_sources, packed_batches
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    src = [str(stdlib / d) for d in STDLIB_CODE if (stdlib / d).exists()]
+    work = Path(tempfile.mkdtemp(prefix="nanocode-loader-"))
+    try:
+        t = time.perf_counter()
+        if train_main(["data", "local", "--kind", "code", "--src", *src, "--out", str(work / "data")]):
+            raise RuntimeError("train data local failed")
+        (work / "data" / "text").symlink_to(work / "data" / "code")  # code only: text is the same code
+        if train_main(["tokenizer", "--data", str(work / "data"), "--vocab-size", "4096",
+                       "--max-chars", "5000000", "--out", str(work / "tok")]):
+            raise RuntimeError("train tokenizer failed")
+        setup_s = time.perf_counter() - t
+        tok = Tokenizer.load(str(work / "tok"))
+        sources, weights = data_sources(str(work / "data"), 1.0)
+        it = packed_batches(tok, sources, weights, rows, seq_len, buffer_docs=1000)
+        next(it)  # the first buffer fill is start-up
+        emitted, c0 = 0, time.process_time()
+        while time.process_time() - c0 < seconds:
+            x, _, _ = next(it)
+            emitted += x.size
+        cpu = time.process_time() - c0
+        return {"seq_len": seq_len, "setup_s": round(setup_s, 1), "cpu_s": round(cpu, 2),
+                "tokens_per_cpu_s": emitted / cpu, "cpus": os.cpu_count()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def save_rate(params, opt_state, cfg, directory: str | None = None) -> dict:
+    """AsyncSaver.save of (params, opt_state): the loop's wait and the whole write, once."""
+    import jax
+
+    from nanocode.checkpoint import AsyncSaver
+    nbytes = sum(x.nbytes for x in jax.tree.leaves((params, opt_state)))
+    root = Path(directory or tempfile.mkdtemp(prefix="nanocode-save-"))
+    try:
+        with AsyncSaver(root / "checkpoints") as saver:
+            t = time.perf_counter()
+            saver.save(1, params, config=cfg, opt_state=opt_state)
+            blocked = time.perf_counter() - t
+            saver.wait()
+            whole = time.perf_counter() - t
+        return {"state_gib": round(nbytes / 2**30, 3), "blocked_s": round(blocked, 3),
+                "write_s": round(whole, 3), "gib_per_s": round(nbytes / 2**30 / whole, 3),
+                "dir": str(root)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
