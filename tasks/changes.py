@@ -14,7 +14,7 @@ from tasks.names import MODULE_WORDS, pick_word
 from tasks.oracle import OracleRollout
 from tasks.projects import (
     CONSTANT_NAMES, CONSTANT_VALUES, TEMPLATES, Func, Project, commit_all, run_python, run_tests, snapshot)
-from tasks.steps import documented, inject_bug, locate, pick_func, read_args, stub_out, unique_line
+from tasks.steps import documented, first_caught, inject_bug, locate, pick_func, read_args, stub_out, unique_line
 
 
 def fix_bug(p: Project, rng, ph) -> dict:
@@ -52,15 +52,10 @@ def fix_bug_across(p: Project, rng, ph) -> dict:
     helper = rng.choice(sorted({b[0] for b in f.spec["helper_bugs"] if _lone_def(p, f, b[0])}))
     util = _move_helper(p, f, helper, next(b[1] for b in f.spec["helper_bugs"] if b[0] == helper), rng)
     good_text = p.read(util)
-    for name, _, good_line, bad_line, desc in rng.sample(f.spec["helper_bugs"], len(f.spec["helper_bugs"])):
-        if name != helper or good_text.count(good_line) != 1:
-            continue
-        p.write(util, good_text.replace(good_line, bad_line, 1))
-        if not run_tests(p.root):
-            break
-        p.write(util, good_text)
-    else:
-        raise ValueError(f"no bug in {helper} fails a test")
+    bugs = rng.sample(f.spec["helper_bugs"], len(f.spec["helper_bugs"]))
+    variants = ((good_text.replace(g, b, 1), g, b, d) for name, _, g, b, d in bugs
+                if name == helper and good_text.count(g) == 1)
+    good_line, bad_line, desc = first_caught(p, util, variants, helper)
     bad = unique_line(p.read(util), bad_line)
     good = bad.replace(bad_line, good_line)
     commit_all(p, rng.choice([f"tweak {helper}", f"simplify {helper}", "small cleanup"]), 25)
@@ -90,11 +85,11 @@ def _move_helper(p: Project, f: Func, helper: str, imports: tuple[str, ...], rng
     p.write(util, "\n\n\n".join([f'"""Helpers shared by the {package} modules."""']
                                   + (["\n".join(imports)] if imports else []) + [seg]) + "\n")
     text = text.replace(seg + "\n\n\n", "", 1) if seg + "\n\n\n" in text else text.replace("\n\n\n" + seg, "", 1)
-    head = [n for n in ast.parse(text).body[:2] if isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr))][-1]
-    lines = text.split("\n")
-    at = head.end_lineno
-    lines[at:at] = [f"from {package.replace('/', '.')}.{stem} import {helper}"] if not isinstance(head, ast.Expr) \
-        else ["", "", f"from {package.replace('/', '.')}.{stem} import {helper}"]
+    body, k = ast.parse(text).body, 1  # after the module docstring and its imports
+    while k < len(body) and isinstance(body[k], (ast.Import, ast.ImportFrom)):
+        k += 1
+    lines, line = text.split("\n"), f"from {package.replace('/', '.')}.{stem} import {helper}"
+    lines[body[k - 1].end_lineno:body[k - 1].end_lineno] = [line] if k > 1 else ["", "", line]
     p.write(f.file, "\n".join(lines))
     p.modules.append(util)
     defs = {n.name: n.lineno for n in ast.parse(p.read(f.file)).body if isinstance(n, ast.FunctionDef)}

@@ -57,18 +57,27 @@ def explain_check(f: Func):
     return lambda root, answer="": f.name in answer and any(k in answer.lower() for k in f.spec["keywords"])
 
 
+def first_caught(p: Project, path: str, variants, what: str) -> tuple:
+    """Write each (text, *info) of `variants` to `path` in turn and return the info of the first
+    one the test suite catches, left in place; when none fails a test the original text is put
+    back and ValueError (naming `what`) raised."""
+    good_text = p.read(path)
+    for text, *info in variants:
+        p.write(path, text)
+        if not run_tests(p.root):
+            return tuple(info)
+    p.write(path, good_text)
+    raise ValueError(f"no bug in {what} fails a test")
+
+
 def inject_bug(p: Project, f: Func, rng) -> tuple[str, str, str]:
     """Commit a bug in f that the test suite catches; returns (bad line as unique old_string, good
     line(s), what it did). A bug no test trips (~1 project in 20) is undone and the next one
     tried; ValueError when none trips a test (the caller moves on to another project)."""
-    good_text = p.read(f.file)
-    for old, new, desc in rng.sample(f.spec["bugs"], len(f.spec["bugs"])):
-        replace_in_func(p, f, old, new)
-        if not run_tests(p.root):
-            break
-        p.write(f.file, good_text)
-    else:
-        raise ValueError(f"no bug in {f.name} fails a test")
+    good_text, src = p.read(f.file), f.source()
+    bugs = rng.sample(f.spec["bugs"], len(f.spec["bugs"]))
+    old, new, desc = first_caught(p, f.file, ((good_text.replace(src, src.replace(old, new, 1), 1), old, new, desc)
+                                              for old, new, desc in bugs), f.name)
     text = p.read(f.file)
     bad_line = next(ln for ln in f.source().replace(old, new, 1).split("\n") if new in ln)
     bad = unique_line(text, bad_line)

@@ -266,8 +266,8 @@ def stage_loop_config(args, **kw) -> LoopConfig:
     """A training stage's LoopConfig: the flags every stage shares (train/cli._add_run_args) and
     the stage's own fields in `kw`."""
     return LoopConfig(log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
-                      save_minutes=args.save_minutes, keep=args.keep, resume=args.resume, peak_flops=args.peak_flops,
-                      profile=args.profile, **kw)
+                      save_minutes=args.save_minutes, keep=args.keep, resume=args.resume,
+                      peak_flops=args.peak_flops, profile=args.profile, **kw)
 
 
 def prefetched(items: Iterator, depth: int) -> Iterator:
