@@ -90,3 +90,40 @@ def test_train_may_not_import_evals_though_evals_may_import_train(tmp_path):
     (tmp_path / "train" / "probe.py").write_text("from evals.bpb import main\n")
     assert upward_imports(tmp_path, packages=("train", "evals")) == [
         "train/probe.py -> evals.bpb"]
+
+
+def private_jax_uses(root: Path, packages=CHECKED + ("bench",)) -> list[str]:
+    """'file: name' for every import of jax's private modules (jax._src, jaxlib) and every read of
+    an underscored or private field through jax (`jax._src...`, `jax.typeof(x).manual_axis_type`):
+    a jax release may rename them, and every train step would break on every backend."""
+    private_fields = {"manual_axis_type"}  # public-looking names jax keeps private
+    wrong = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            names = {m for m in imported_modules(root, path) if m.startswith(("jax._", "jaxlib"))}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and (node.attr in private_fields or (
+                        node.attr.startswith("_") and not node.attr.endswith("__")
+                        and ast.unparse(node.value).startswith("jax"))):
+                    names.add(ast.unparse(node))
+            wrong += [f"{path.relative_to(root)}: {n}" for n in sorted(names)]
+    return wrong
+
+
+def test_no_module_reads_private_jax():
+    wrong = private_jax_uses(ROOT)
+    assert not wrong, "private jax (use the public API; jax pins to a release in pyproject):\n  " + "\n  ".join(wrong)
+
+
+@pytest.mark.parametrize("source,private", [
+    ("import jax._src.core as core\n", True),
+    ("from jaxlib import xla_client\n", True),
+    ("import jax\nt = jax.typeof(x).manual_axis_type\n", True),
+    ("import jax\nm = jax._src.mesh\n", True),
+    ("import jax\ny = jax.lax.psum(x, 'fsdp')\nz = obj._private\nv = jax.__version__\n", False),
+])
+def test_the_private_jax_check_sees_each_form(tmp_path, source, private):
+    (tmp_path / "nanocode").mkdir()
+    (tmp_path / "nanocode" / "probe.py").write_text(source)
+    assert bool(private_jax_uses(tmp_path, packages=("nanocode",))) == private
