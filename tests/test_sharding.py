@@ -244,3 +244,49 @@ def test_losses_and_gradients_under_fsdp_match_one_device():
     for case, got in out.items():
         assert got["loss"] < 1e-5 and got["grad"] < 1e-4, (case, got)
         assert "fsdp" in got["lm_head_sharded"], (case, got)
+
+
+OPTIMIZER = r"""
+import json, jax, jax.numpy as jnp
+from nanocode.gpt import init_params
+from nanocode.sharding import make_mesh, tree_shardings
+from tiny_models import tiny
+from train.optim import build_optimizer
+
+cfg = tiny()
+params = init_params(cfg, jax.random.PRNGKey(0))
+leaves, treedef = jax.tree.flatten(params)
+grads = treedef.unflatten([jax.random.normal(jax.random.PRNGKey(i), x.shape, x.dtype) for i, x in enumerate(leaves)])
+optimizer = build_optimizer(cfg, params, total_steps=10, batch_tokens=4096)
+state = optimizer.init(params)
+want, want_state = jax.jit(optimizer.update)(grads, state, params)  # one device, no mesh
+out = {}
+for spec in ("fsdp=4", "data=2,fsdp=2"):
+    mesh = make_mesh(spec)
+    ps, ss = tree_shardings(params, mesh), tree_shardings(jax.eval_shape(optimizer.init, params), mesh)
+    update = jax.jit(optimizer.update, in_shardings=(ps, ss, ps), out_shardings=(ps, ss))
+    args = jax.device_put(grads, ps), jax.device_put(state, ss), jax.device_put(params, ps)
+    with jax.set_mesh(mesh):
+        got, got_state = update(*args)
+    err = lambda a, b: max(float(jnp.max(jnp.abs(x.astype(jnp.float32) - y.astype(jnp.float32))))
+                           / max(float(jnp.max(jnp.abs(y.astype(jnp.float32)))), 1e-30)
+                           for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)) if y.size)
+    out[spec] = {"update": err(got, want), "state": err(got_state, want_state),
+                 "delta_sharded": str(got["blocks"][0]["mlp"]["c_fc"].sharding.spec)}
+print(json.dumps(out))
+"""
+
+
+def test_the_optimizer_under_fsdp_matches_one_device():
+    """One optimizer update (Muon for the block matrices, stacked and orthogonalised whole, AdamW
+    for the rest) on fsdp=4 and data=2,fsdp=2 gives one device's update and state, laid out as
+    the parameters are."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-c", OPTIMIZER], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for spec, got in out.items():
+        assert got["update"] < 1e-4 and got["state"] < 1e-4, (spec, got)
+        assert "fsdp" in got["delta_sharded"], (spec, got)
