@@ -89,6 +89,9 @@ ap.add_argument("--out", default="accelerator_check.json")
 ap.add_argument("--budget-s", type=float, default=470.0, help="whole-run time budget")
 ap.add_argument("--rows", type=int, help="device batch rows (default by shape)")
 ap.add_argument("--steps", type=int, help="timed train steps (default by shape)")
+ap.add_argument("--remat", choices=["none", "block", "dots"], help="what the train sections' backward recomputes: none | block | dots "
+                "(default: none, as config.preset builds it)")
+ap.add_argument("--big-rows", type=int, help="device batch rows of the d20 section (default by shape)")
 ap.add_argument("--dtype", help="compute dtype (default: float32 on CPU, else bfloat16)")
 ap.add_argument("--attn", help="train attention impl (default: cudnn on GPU, splash on TPU, "
                 "einsum on CPU)")
@@ -96,6 +99,7 @@ args = ap.parse_args()
 S = dict(SHAPES["tiny" if args.tiny else args.shape])
 S["rows"] = args.rows or S["rows"]
 S["steps"] = args.steps or S["steps"]
+S["big"] = {**S["big"], "rows": args.big_rows or S["big"]["rows"]}
 T0 = time.perf_counter()
 
 import jax  # noqa: E402
@@ -193,7 +197,9 @@ def train_section(attn_impl: str, shape: dict | None = None, profile_steps: int 
     steps under jax.profiler (summarised) and the same step with optax.identity() in place of the
     optimizer, timed the same way (the optimizer's share = 1 - its median / the step's)."""
     shape = shape or S
-    cfg = preset(shape["preset"], sequence_len=shape["seq_len"], compute_dtype=DTYPE, attn_impl=attn_impl)
+    remat = {"remat": args.remat} if args.remat else {}
+    cfg = preset(shape["preset"], sequence_len=shape["seq_len"], compute_dtype=DTYPE, attn_impl=attn_impl,
+                 **remat)
     T, rows = cfg.sequence_len, shape["rows"]
     mesh = make_mesh("", devices=jax.devices()[:1])  # 1 device: data=1, fsdp=1
     params = init_params(cfg, jax.random.PRNGKey(0))

@@ -51,9 +51,12 @@ def jax_api() -> dict:
 
 
 def profile_summary(trace_dir: str, top: int = 12) -> dict:
-    """Total duration per event name in the newest *.trace.json.gz under trace_dir (Perfetto
-    JSON, microseconds), device lanes only when the trace has any (process names with "/device:"),
-    top `top` names."""
+    """Self time per event name in the newest *.trace.json.gz under trace_dir (Perfetto JSON,
+    microseconds), top `top` names. Device lanes only when the trace has any (process names with
+    "/device:"), and of those the op lane alone where there is one (thread "XLA Ops"): a TPU trace
+    also has step and module lanes whose events span the ops. Within a lane events nest (a while
+    loop holds the ops of its body), so each event counts only the time none of its children
+    cover, and the shares add up to the busy time once."""
     traces = sorted(Path(trace_dir).rglob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
     if not traces:
         raise FileNotFoundError(f"no *.trace.json.gz under {trace_dir}")
@@ -62,13 +65,31 @@ def profile_summary(trace_dir: str, top: int = 12) -> dict:
     names = {e["pid"]: e.get("args", {}).get("name", "") for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name"}
     device = {pid for pid, name in names.items() if "/device:" in name}
-    totals: dict[str, float] = {}
+    threads = {(e["pid"], e["tid"]): e.get("args", {}).get("name", "") for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") in device}
+    ops = {key for key, name in threads.items() if name == "XLA Ops"}
+    lanes: dict[tuple, list] = {}
     for e in events:
-        if e.get("ph") == "X" and (not device or e.get("pid") in device):
-            totals[e["name"]] = totals.get(e["name"], 0.0) + float(e.get("dur", 0))
+        lane = (e.get("pid"), e.get("tid"))
+        if e.get("ph") == "X" and (not device or lane[0] in device) and (not ops or lane in ops):
+            lanes.setdefault(lane, []).append((float(e.get("ts", 0)), float(e.get("dur", 0)), e["name"]))
+    totals: dict[str, float] = {}
+    for spans in lanes.values():
+        stack: list[list] = []  # [end, name, self time] of the open events enclosing this one
+        for ts, dur, name in sorted(spans, key=lambda x: (x[0], -x[1])):
+            while stack and stack[-1][0] <= ts:
+                _, done, own = stack.pop()
+                totals[done] = totals.get(done, 0.0) + own
+            if stack:
+                stack[-1][2] -= dur
+            stack.append([ts + dur, name, dur])
+        for _, done, own in stack:
+            totals[done] = totals.get(done, 0.0) + own
     busy = sum(totals.values())
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
-    return {"trace": str(traces[-1].relative_to(trace_dir)), "lanes": "device" if device else "host",
+    kind = "device ops" if ops else "device" if device else "host"
+    return {"trace": str(traces[-1].relative_to(trace_dir)), "lanes": kind,
+            "device_threads": sorted(set(threads.values())),
             "events": len(events), "busy_ms": round(busy / 1000, 3),
             "top": [{"name": n[:120], "ms": round(d / 1000, 3), "share": round(d / busy, 4) if busy else None}
                     for n, d in ranked]}

@@ -116,3 +116,31 @@ def test_budget_guard_skips_sections(tmp_path):
     # the imports alone (train.loop included) pull none of the heavy optional packages
     assert r["forbidden_modules_imported"] == []
     assert r["backend"] == "cpu" and r["jax_version"] and r["sizes"]["preset"] == "cpu-d2"
+
+
+def test_profile_summary_counts_the_op_lane_of_a_tpu_trace(tmp_path):
+    """A TPU trace has step and module lanes spanning the op lane, and loops holding their
+    body's ops inside that lane: only the "XLA Ops" lane counts, each event by its self time, so
+    the shares add up to the device's busy time once."""
+    import gzip
+    sys.path.insert(0, str(ROOT / "bench"))
+    from accelerator_host import profile_summary
+
+    meta = [("process_name", 1, 0, "/device:TPU:0"), ("process_name", 2, 0, "/host:CPU"),
+            ("thread_name", 1, 1, "Steps"), ("thread_name", 1, 2, "XLA Modules"),
+            ("thread_name", 1, 3, "XLA Ops"), ("thread_name", 2, 9, "python")]
+    events = [{"ph": "M", "name": n, "pid": pid, "tid": tid, "args": {"name": a}} for n, pid, tid, a in meta]
+    events += [{"ph": "X", "pid": 1, "tid": 1, "name": "0", "ts": 0, "dur": 100},
+               {"ph": "X", "pid": 1, "tid": 2, "name": "jit_step(1)", "ts": 0, "dur": 100},
+               {"ph": "X", "pid": 1, "tid": 3, "name": "while.5", "ts": 0, "dur": 80},
+               {"ph": "X", "pid": 1, "tid": 3, "name": "fusion.1", "ts": 0, "dur": 50},
+               {"ph": "X", "pid": 1, "tid": 3, "name": "fusion.1", "ts": 55, "dur": 20},
+               {"ph": "X", "pid": 1, "tid": 3, "name": "convolution.2", "ts": 80, "dur": 15},
+               {"ph": "X", "pid": 2, "tid": 9, "name": "block_until_ready", "ts": 0, "dur": 500}]
+    (tmp_path / "x").mkdir()
+    with gzip.open(tmp_path / "x" / "t.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    s = profile_summary(str(tmp_path))
+    assert s["lanes"] == "device ops" and s["busy_ms"] == 0.095
+    assert [(t["name"], t["share"]) for t in s["top"]] == [("fusion.1", 0.7368), ("convolution.2", 0.1579),
+                                                        ("while.5", 0.1053)]
