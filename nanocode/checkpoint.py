@@ -417,15 +417,25 @@ def _read(ckpt_dir, step, **kw) -> dict:
                 return _read_step(directory, s, **kw)
         except CheckpointError:
             raise
-        except Exception as e:  # orbax/tensorstore read failure: damaged files
+        except Exception as e:  # orbax/tensorstore read failure: damaged files, or no room for them
             detail = f"{type(e).__name__}: {e}"
             detail = detail if len(detail) < 400 else detail[:400] + " ..."
+            if _out_of_memory(e):  # the files are fine: an older step would not fit either
+                raise CheckpointError(
+                    f"checkpoint step {s} in {directory} is intact but did not fit in device memory "
+                    f"({detail}); free the device (another process holding it?) or restore on a "
+                    "device with more memory; the checkpoint was not changed") from e
             problem = f"checkpoint step {s} in {directory} could not be read ({detail})"
             if i + 1 == len(candidates):
                 raise CheckpointError(f"{problem}; delete it or restore another step") from e
             warnings.warn(f"{problem}; falling back to step {candidates[i + 1]}",
                           IncompleteCheckpointWarning, stacklevel=3)
     raise AssertionError("unreachable")
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether a read failed for want of memory (host or device), not because of its files."""
+    return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower()
 
 
 def restore(ckpt_dir, step: int | None = None, *, params_like=None, opt_state_like=None,

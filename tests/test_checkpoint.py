@@ -251,6 +251,29 @@ def test_truncated_latest_falls_back(tmp_path, params):
         ck.restore(tmp_path, step=2)
 
 
+def test_a_step_that_does_not_fit_memory_is_not_called_damaged(tmp_path, params, monkeypatch):
+    """A device out of memory while reading (a TPU v5e resuming d20 beside a second copy of its
+    state) is not damage: no fall back to an older step, no advice to delete a good checkpoint."""
+    save_simple(tmp_path, 1, params)
+    save_simple(tmp_path, 2, params)
+    before = sorted((p.relative_to(tmp_path), p.stat().st_size) for p in tmp_path.rglob("*") if p.is_file())
+    read = ck._read_step
+
+    def no_room(directory, step, *args, **kw):
+        if step == 2:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: E0100: RuntimeBufferAllocationFailure: "
+                                             "Error allocating device buffer: 160.00M, 43.16M free")
+        return read(directory, step, *args, **kw)
+
+    monkeypatch.setattr(ck, "_read_step", no_room)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ck.IncompleteCheckpointWarning)  # no silent fall back to step 1
+        with pytest.raises(ck.CheckpointError, match="step 2 .* intact but did not fit in device memory") as e:
+            ck.restore(tmp_path)
+    assert "delete" not in str(e.value) and "free the device" in str(e.value)
+    assert sorted((p.relative_to(tmp_path), p.stat().st_size) for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
 def test_load_params_casts_and_skips_opt_state(tmp_path, params):
     save_simple(tmp_path, 3, params, opt_state=make_opt_state(params), tokenizer={"v": 1},
                 metadata={"loss": 1.0})

@@ -237,3 +237,53 @@ def test_the_eta_does_not_count_the_compile():
     assert bar.n == 6 and d["n"] == 6 and d["elapsed"] < 0.1
     rate = (d["n"] - d["initial"]) / d["elapsed"]
     assert 90 < rate < 110 and (100 - 6) / rate < 1.5  # ~0.94 s left, not ~15 min
+
+
+def test_resume_frees_the_params_it_replaces_before_reading(tmp_path, monkeypatch):
+    """On resume the checkpoint replaces the params the stage built: run() frees them before the
+    read, so one state alone is on the device while it is restored (on a 16 GiB TPU v5e a d20
+    state beside a second copy of it did not fit, and the resume died)."""
+    import jax
+    import numpy as np
+
+    from nanocode import checkpoint
+    from nanocode.config import preset
+    from nanocode.gpt import init_params
+    from nanocode.sharding import make_mesh
+    from train import loop
+    from train.base import next_token_loss
+    from train.optim import build_optimizer
+
+    cfg = preset("cpu-d2", vocab_size=256, sequence_len=16)
+    mesh = make_mesh("")
+
+    def batches(state):
+        step = (state or {}).get("step", 0)
+        while True:
+            tokens = np.random.default_rng(step).integers(0, 256, (1, 2, 17), dtype=np.int32)
+            step += 1
+            yield {"inputs": tokens[..., :-1], "targets": tokens[..., 1:]}, {"step": step}
+
+    def stage(total_steps, resume):
+        params = init_params(cfg, jax.random.PRNGKey(0))
+        optimizer = build_optimizer(cfg, params, total_steps=4, batch_tokens=32)
+        lc = loop.LoopConfig(run_dir=str(tmp_path), total_steps=total_steps, tokens_per_step=32,
+                             flops_per_token=1.0, log_every=0, eval_every=0, save_every=2, resume=resume,
+                             peak_flops=1e12)
+        return params, loop.run(lc, params=params, optimizer=optimizer, loss=next_token_loss(cfg), mesh=mesh,
+                                batches=batches, config=cfg, log=lambda *a: None)
+
+    stage(2, resume=False)
+    state_bytes = sum(x.nbytes for x in jax.tree.leaves(checkpoint.restore(tmp_path / "checkpoints")["params"]))
+    live_at_read = []
+    read = checkpoint.restore
+
+    def restore(*args, **kw):
+        live_at_read.append(sum(x.nbytes for x in jax.live_arrays() if not x.is_deleted()))
+        return read(*args, **kw)
+
+    monkeypatch.setattr(checkpoint, "restore", restore)
+    replaced, result = stage(4, resume=True)
+    assert len(live_at_read) == 1 and live_at_read[0] < 0.1 * state_bytes, (live_at_read, state_bytes)
+    assert all(x.is_deleted() for x in jax.tree.leaves(replaced))
+    assert np.isfinite(result["loss"]) and checkpoint.latest_step(tmp_path / "checkpoints") == 4

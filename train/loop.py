@@ -342,17 +342,26 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     ckpt_dir = Path(lc.run_dir) / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     p_shard = tree_shardings(params, mesh)
-    params = place(params, p_shard)
-    o_shard = tree_shardings(jax.eval_shape(optimizer.init, params), mesh)  # moments follow params
-    opt_state = jax.jit(optimizer.init, out_shardings=o_shard)(params)
+    o_shapes = jax.eval_shape(optimizer.init, params)
+    o_shard = tree_shardings(o_shapes, mesh)  # moments follow params
     start, loader_state = 0, None
     if lc.resume and checkpoint.latest_step(ckpt_dir) is not None:
-        like = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), t)  # noqa: E731
-        r = checkpoint.restore(ckpt_dir, params_like=like(params), opt_state_like=like(opt_state))
+        # The checkpoint replaces `params`: their buffers are freed before the read, so the
+        # restored state is the only one on the devices (a d20 state and a second copy of it do
+        # not fit a 16 GiB chip). The step donates `params` anyway: the caller never gets them back.
+        like = lambda t, s: jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), t, s)  # noqa: E731
+        p_like, o_like = like(params, p_shard), like(o_shapes, o_shard)
+        for x in jax.tree.leaves(params):
+            if isinstance(x, jax.Array) and not x.is_deleted():
+                x.delete()
+        r = checkpoint.restore(ckpt_dir, params_like=p_like, opt_state_like=o_like)
         params, opt_state, start = r["params"], r["opt_state"], r["step"]
         loader_state = own_loader_state(r["loader_state"])
         if jax.process_index() == 0:
             log(f"resumed from {ckpt_dir}/{start}")
+    else:
+        params = place(params, p_shard)
+        opt_state = jax.jit(optimizer.init, out_shardings=o_shard)(params)
 
     step_fn = jax.jit(make_train_step(loss, optimizer), donate_argnums=0,
                       in_shardings=((p_shard, o_shard), batch_sharding(mesh)),
