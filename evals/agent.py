@@ -529,6 +529,11 @@ def main(args) -> int:
         info["best_of"] = args.best_of
         if args.best_of > 1:
             info["best_of_temperature"] = args.best_of_temperature
+    if args.policy == "model":  # the baselines run their calls directly; the model's need approval
+        from tools.sandbox import bash_sandbox, unattended_warning
+        info["sandbox_found"] = bash_sandbox()["name"]  # ("sandbox": the setting); compare reads it
+        if warning := unattended_warning():
+            print(f"warning: {warning}", file=sys.stderr)
     jobs = task_jobs(families, args.per_family, args.seed, args.limit, args.split)
     transcripts = dest / f"{name}_transcripts"
     transcripts.mkdir(parents=True, exist_ok=True)

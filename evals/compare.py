@@ -130,6 +130,11 @@ def main(args) -> int:
     families = [f for f in sa.get("task_families", []) if f in sb.get("task_families", [])] or None
     result = paired(a, b, families)
     print_table(result, str(args.a), str(args.b))
+    found = sa.get("sandbox_found"), sb.get("sandbox_found")
+    if None not in found and found[0] != found[1]:
+        print(f"warning: A ran its commands with sandbox {found[0]!r}, B with {found[1]!r}; "
+              "without one every command is refused, so the pairs measure the machines, not the "
+              "models: run both on one machine", file=sys.stderr)
     if args.out:
         Path(args.out).write_text(json.dumps({"a": str(args.a), "b": str(args.b), **result}, indent=1) + "\n")
     return 0

@@ -145,10 +145,9 @@ def engine(tok):
     return Engine(random_params(cfg), cfg, tok, buckets=(256, 1024, 4096))
 
 
-@pytest.mark.parametrize("family", [pytest.param("find_definition", marks=pytest.mark.slow), "fix_bug",
-                                    "user_rejects", "rename_symbol"])
-def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeypatch, family):
-    """--policy model through the real Agent, the tiny model forced to write the oracle's messages."""
+def replay_oracle(engine, tok, tmp_path, monkeypatch, family):
+    """(record, oracle rollout): --policy model through the real Agent, the tiny model forced to
+    write the oracle's messages."""
     import agent.driver
     from scripted_agent import Script
     seed = ea.task_jobs([family], 1)[0][1]
@@ -170,6 +169,13 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
     opts = {"sampling": SamplerSettings(max_tokens=1024), "turn": TurnSettings(max_steps=15)}
     rec = ea.run_task((family, seed, "model", opts, str(tmp_path / "t")))
     assert "error" not in rec, rec["error"]
+    return rec, oracle
+
+
+@pytest.mark.parametrize("family", [pytest.param("find_definition", marks=pytest.mark.slow), "fix_bug",
+                                    "user_rejects", "rename_symbol"])
+def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeypatch, family):
+    rec, oracle = replay_oracle(engine, tok, tmp_path, monkeypatch, family)
     assert rec["resolved"] and rec["system_prompt_ok"] and rec["first_call_correct"], rec
     assert rec["valid_calls"] == rec["steps"] == sum(1 for m in oracle["messages"] if m.get("tool_call"))
     assert rec["edits_applied"] == rec["edit_calls"]
@@ -177,6 +183,32 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
         assert rec["stop_reasons"] == ["rejected", "done"]
     conv = json.loads((tmp_path / "t" / f"{rec['id']}.jsonl").read_text())
     assert [m["role"] for m in conv["messages"]] == [m["role"] for m in oracle["messages"]]
+
+
+@pytest.fixture
+def no_sandbox(monkeypatch):
+    """The machine as a container without user namespaces looks to the agent."""
+    from tools import sandbox
+    monkeypatch.setenv(sandbox.ENV_SWITCH, "off")
+    assert not sandbox.bash_sandbox(refresh=True)["available"]
+    yield
+    monkeypatch.delenv(sandbox.ENV_SWITCH)
+    sandbox.bash_sandbox(refresh=True)
+
+
+def test_without_a_sandbox_the_oracles_command_is_refused(engine, tok, tmp_path, monkeypatch, no_sandbox):
+    """Why the eval warns: with no sandbox every Bash call asks, nobody answers, the task fails."""
+    rec, _ = replay_oracle(engine, tok, tmp_path, monkeypatch, "run_command")
+    assert not rec["resolved"] and rec["stop_reasons"][0] == "rejected", rec
+
+
+def test_a_run_without_a_sandbox_says_so_and_records_it(tiny_run, tmp_path, capsys, no_sandbox):
+    from evals import cli
+    assert cli.main(["agent", "--quiet", "--model", str(tiny_run), "--limit", "1", "--max-steps", "1",
+                     "--max-tokens", "8", "--workers", "1", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no OS sandbox here" in err and "not comparable" in err
+    assert json.loads((tmp_path / "agent_step2.json").read_text())["sandbox_found"] == "none"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from evals.cli import main
 from evals.compare import mcnemar
 
 
-def write_run(d, resolved, missing):
+def write_run(d, resolved, missing, **summary):
     d.mkdir()
     (d / "agent_step1_transcripts").mkdir()
     recs = []
@@ -19,7 +19,7 @@ def write_run(d, resolved, missing):
                      {"role": "tool_result", "content": "error: file not found: x.py (closest: src/x.py)"}]
         (d / "agent_step1_transcripts" / f"{tid}.jsonl").write_text(json.dumps({"messages": msgs}) + "\n")
     (d / "agent_step1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    (d / "agent_step1.json").write_text(json.dumps({"eval": "agent", "task_families": ["fix_bug"]}))
+    (d / "agent_step1.json").write_text(json.dumps({"eval": "agent", "task_families": ["fix_bug"], **summary}))
     return d / "agent_step1.json"
 
 
@@ -43,3 +43,13 @@ def test_compare_pairs_runs(tmp_path, capsys):
 def test_compare_names_a_bad_file(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope.json"), str(tmp_path / "nope.json")]) == 2
     assert "not an `evals agent` result" in capsys.readouterr().err
+
+
+def test_compare_warns_when_the_runs_had_different_sandboxes(tmp_path, capsys):
+    a = write_run(tmp_path / "a", [True, False], [0, 0], sandbox_found="namespaces")
+    b = write_run(tmp_path / "b", [False, False], [0, 0], sandbox_found="none")
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "sandbox 'namespaces', B with 'none'" in capsys.readouterr().err
+    c = write_run(tmp_path / "c", [False, True], [0, 0], sandbox_found="namespaces")
+    assert main(["compare", str(a), str(c)]) == 0
+    assert "warning" not in capsys.readouterr().err

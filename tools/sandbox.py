@@ -357,6 +357,19 @@ def for_commands(wanted: bool = True, network: bool = False) -> tuple[Sandbox | 
     return Sandbox(network=network), f"sandbox: {probe['name']}, network {'on' if network else 'off'}"
 
 
+def unattended_warning() -> str | None:
+    """None where Bash calls run in the sandbox. Else the warning a run with nobody to approve
+    (`evals agent`, `train rollouts`) prints and records: every command asks, is refused, and the
+    tasks that need one (tests, git, listing files) fail, so its numbers and rollouts are not
+    comparable with a sandboxed run's."""
+    probe = bash_sandbox()
+    if probe["available"]:
+        return None
+    return (f"no OS sandbox here ({probe['note']}): every Bash call asks and nobody answers, so "
+            "tasks that need a command fail and these results are not comparable with a sandboxed "
+            "run's; allow unprivileged user namespaces (`unshare -r true` must work) and run again")
+
+
 def bash_sandbox(refresh: bool = False) -> dict:
     """Can tools.bash.bash sandbox commands here? Runs the real machinery once per process:
     {"available": bool, "name": "namespaces"|"none", "network": "blocked"|"unknown",

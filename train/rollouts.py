@@ -322,6 +322,9 @@ def main(args) -> int:
         print(f"error: {out} holds rollouts of {', '.join(sorted(others))}, not {label}; give each "
               "model its own --out", file=sys.stderr)
         return 2
+    from tools.sandbox import unattended_warning
+    if warning := unattended_warning():  # rollouts without commands teach the model to avoid them
+        print(f"warning: {warning}", file=sys.stderr)
     todo = [j for j in jobs if not (tasks_dir / f"rollout-{j[0]}-{j[1]}.json").exists()]
     if len(todo) < len(jobs):
         print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} tasks done already")
