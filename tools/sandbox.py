@@ -359,7 +359,7 @@ def for_commands(wanted: bool = True, network: bool = False) -> tuple[Sandbox | 
 
 def unattended_warning() -> str | None:
     """None where Bash calls run in the sandbox. Else the warning a run with nobody to approve
-    (`evals agent`, `train rollouts`) prints and records: every command asks, is refused, and the
+    (`evals agent`, `train rollouts`) prints: every command asks, nobody answers, and the
     tasks that need one (tests, git, listing files) fail, so its numbers and rollouts are not
     comparable with a sandboxed run's."""
     probe = bash_sandbox()
