@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evals.agent import same_target  # noqa: E402
+from evals.agent_score import same_target  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
 from nanocode.protocol import check_call  # noqa: E402
 from tasks import TRAIN_FAMILIES, make_task, oracle_first_call  # noqa: E402

@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 import evals.agent as ea
+import evals.agent_score as es
 from agent.settings import SamplerSettings, TurnSettings
 from nanocode.protocol import system_prompt
 from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, WORLD_FAMILIES, make_task
@@ -56,7 +57,7 @@ def test_checks_fail_on_the_initial_repo(tmp_path, family):
     for _, seed in ea.task_jobs([family], 2):
         task = make_task(family, seed, heldout=True, base=str(tmp_path))
         assert not task.check(task.root, ""), (family, seed)
-        assert not ea.score(task, "", [], ea.oracle_first_call(task))["resolved"]
+        assert not es.score(task, "", [], ea.oracle_first_call(task))["resolved"]
 
 
 def test_fix_bug_only_injects_bugs_a_test_catches(tmp_path):
@@ -72,31 +73,31 @@ def test_user_rejects_needs_the_refusal(tmp_path):
     task = make_task("user_rejects", seed, heldout=True, base=str(tmp_path))
     answer = "i would have run the tests."
     assert task.check(task.root, answer)  # the check alone passes an answer that changed nothing
-    assert not ea.score(task, answer, [], None)["resolved"]
+    assert not es.score(task, answer, [], None)["resolved"]
 
 
 def test_first_call_targets():
     root = "/p"
     ref = {"name": "Grep", "args": {"pattern": "def foo_bar\\("}}
-    assert ea.same_target({"name": "Grep", "args": {"pattern": "foo_bar"}}, ref, root)
-    assert not ea.same_target({"name": "Grep", "args": {"pattern": "foo"}}, ref, root)
-    assert ea.same_target({"name": "Grep", "args": {"pattern": "\\bFoo\\b"}},
+    assert es.same_target({"name": "Grep", "args": {"pattern": "foo_bar"}}, ref, root)
+    assert not es.same_target({"name": "Grep", "args": {"pattern": "foo"}}, ref, root)
+    assert es.same_target({"name": "Grep", "args": {"pattern": "\\bFoo\\b"}},
                           {"name": "Grep", "args": {"pattern": "class Foo"}}, root)
     read = {"name": "Read", "args": {"file_path": "pkg/a.py"}}
-    assert ea.same_target({"name": "Read", "args": {"file_path": "/p/./pkg/a.py"}}, read, root)
-    assert not ea.same_target({"name": "Edit", "args": {"file_path": "pkg/a.py"}}, read, root)
+    assert es.same_target({"name": "Read", "args": {"file_path": "/p/./pkg/a.py"}}, read, root)
+    assert not es.same_target({"name": "Edit", "args": {"file_path": "pkg/a.py"}}, read, root)
     bash = {"name": "Bash", "args": {"command": "python -m pytest -q"}}
-    assert ea.same_target({"name": "Bash", "args": {"command": "pytest tests/test_a.py"}}, bash, root)
-    assert not ea.same_target({"name": "Bash", "args": {"command": "ls tests"}}, bash, root)
-    assert not ea.same_target({"name": "?", "args": {}}, bash, root)
+    assert es.same_target({"name": "Bash", "args": {"command": "pytest tests/test_a.py"}}, bash, root)
+    assert not es.same_target({"name": "Bash", "args": {"command": "ls tests"}}, bash, root)
+    assert not es.same_target({"name": "?", "args": {}}, bash, root)
 
 
 def test_valid_calls():
     ok = {"name": "Read", "args": {"file_path": "a.py"}, "result": "    1→x"}
-    assert ea.valid_call(ok) and ea.valid_call({**ok, "result": "error: file not found"})
-    assert not ea.valid_call({"name": "?", "args": {}, "result": "error: unterminated tool call"})
-    assert not ea.valid_call({**ok, "args": {"path": "a.py"}})  # unknown and missing argument
-    assert not ea.valid_call({**ok, "args": {"file_path": "a.py", "offset": "x"},
+    assert es.valid_call(ok) and es.valid_call({**ok, "result": "error: file not found"})
+    assert not es.valid_call({"name": "?", "args": {}, "result": "error: unterminated tool call"})
+    assert not es.valid_call({**ok, "args": {"path": "a.py"}})  # unknown and missing argument
+    assert not es.valid_call({**ok, "args": {"file_path": "a.py", "offset": "x"},
                               "result": "error: invalid argument offset: expected an integer"})
 
 
@@ -305,7 +306,7 @@ def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeyp
     assert (bo["n"], bo["kind"], bo["pick"], bo["applied"]) == (2, "change", 1, [])
     assert [r["tests_passed"] for r in bo["rollouts"]] == [None, True]
     assert rec["steps"] == bo["rollouts"][1]["steps"] and rec["at_1"]["steps"] == 0
-    s = ea.summarize([rec])
+    s = es.summarize([rec])
     assert (s["overall"]["resolve_rate"], s["overall"]["pass_at_1_rate"]) == (1.0, 0.0)
     assert s["families"][family]["resolved_at_1"] == 0
     conv = json.loads((tmp_path / "t" / f"{rec['id']}.jsonl").read_text())
@@ -333,11 +334,11 @@ def test_a_tampered_run_is_unresolved_counted_and_shown(tmp_path, capsys):
     test = task.project.test_files[0]
     with open(f"{task.root}/{test}", "w"):
         pass  # emptied
-    rec = {"id": "t", "family": "fix_bug", **ea.score(task, "", [], None)}
+    rec = {"id": "t", "family": "fix_bug", **es.score(task, "", [], None)}
     assert rec["tampered"] == [test] and not rec["resolved"]
-    s = ea.summarize([rec])
+    s = es.summarize([rec])
     assert s["overall"]["tampered"] == s["families"]["fix_bug"]["tampered"] == 1
-    ea.print_table(s)
+    es.print_table(s)
     out = capsys.readouterr().out
     assert "tamper" in out.splitlines()[0] and out.splitlines()[-1].split()[-1] == "1"
 
