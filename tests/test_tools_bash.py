@@ -115,7 +115,7 @@ def test_timeout_kills_group(tmp_path):  # adversarial
     elapsed = time.monotonic() - t
     pid_line, err = out.split("\n")
     assert err == "error: timed out after 1 s"
-    assert 0.9 < elapsed < 2.0
+    assert 0.9 < elapsed < 5  # the 1 s timeout, not the sleep; slack for a loaded machine
     pgid = int(pid_line)
     assert not alive(pgid) and group_members(pgid) == []
 
