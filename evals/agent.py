@@ -19,7 +19,8 @@ Trade-offs and numbers:
   destructive commands are asked about and so rejected), a Policy with no settings files (the
   user's own settings never change a score), no undo snapshots. user_rejects runs in mode ask
   (Edit/Bash are refused, as the user does in that family); when the turn ends refused, the
-  task's follow-up is sent as a second turn. --max-steps counts tool calls per turn.
+  task's follow-up is sent as a second turn. --max-steps counts tool calls per turn. Each run
+  checks that the agent's system prompt equals task.system (train/inference identity).
 - Scoring and metrics: evals/agent_score.py (the hidden check on the final state, tampering,
   the dense metrics, audits of the transcript, the summary's groups and the table).
 - Parallel across tasks: --workers spawned processes (spawn, since jax is threaded), each loading

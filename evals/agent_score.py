@@ -7,7 +7,6 @@ transcript, a group's summary and the printed table (evals/agent.py runs the tas
   A run that changed the project's tests, conftest.py, pytest config or interpreter hooks beyond
   what the task asks (tasks.harness.resolved, tools/test_guard.py) is never resolved: the
   record's `tampered` lists those files, and each group counts such tasks (`tamper` column).
-  Each run asserts that the agent's system prompt equals task.system (train/inference identity).
 - Metrics beside the resolve rate (per family; trained, eval-only and all):
   valid-tool-call rate = valid calls / tool-call attempts, where an attempt is every call the loop
   counted as a step (TurnResult.tool_calls; a malformed call is there as name "?" with an `error:`
