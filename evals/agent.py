@@ -349,11 +349,10 @@ def main(args) -> int:
     else:
         info["model"] = args.policy
         dest, name = out_dir(args.out, "reference"), f"agent{split_suffix(args.split)}_{args.policy}"
-    if args.policy == "model":
+    if args.policy == "model":  # the baselines run their calls directly; the model's need approval
         info["best_of"] = args.best_of
         if args.best_of > 1:
             info["best_of_temperature"] = args.best_of_temperature
-    if args.policy == "model":  # the baselines run their calls directly; the model's need approval
         from tools.sandbox import bash_sandbox, unattended_warning
         info["sandbox_found"] = bash_sandbox()["name"]  # ("sandbox": the setting); compare reads it
         if warning := unattended_warning():
