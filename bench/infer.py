@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--preset", default="cpu-d4")
     ap.add_argument("--seq-len", type=int, help="context (max_len); default the preset's")
     ap.add_argument("--window-pattern", default=None, help="override the preset's (e.g. L)")
+    ap.add_argument("--vocab-size", type=int, help="override the preset's (e.g. 8192: the v5e preset's d6)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--no-torch", action="store_true", help="skip the torch prefill reference")
@@ -47,6 +48,8 @@ def main():
     over = {"sequence_len": args.seq_len} if args.seq_len else {}
     if args.window_pattern:
         over["window_pattern"] = args.window_pattern
+    if args.vocab_size:
+        over["vocab_size"] = args.vocab_size
     cfg = preset(args.preset, **over)
     params = init_params(cfg, jax.random.PRNGKey(0))
     engine = eng.Engine(params, cfg)

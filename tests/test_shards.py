@@ -46,7 +46,7 @@ def test_build_reports_and_layout(built):
     train = {t for f in files[:-1] for t in texts(f)}
     assert not train & set(texts(files[-1]))  # val documents appear only in the last shard
     assert json.loads((out / "data.json").read_text())["docs"] == r["docs"]
-    assert r["skipped"]["empty"] >= 0 and set(r["skipped"]) == {"binary", "empty", "huge", "unreadable"}
+    assert r["dropped"]["empty"] >= 0 and tuple(r["dropped"]) == shards.REASONS
 
 
 def test_build_is_deterministic(built, tmp_path):
@@ -77,7 +77,8 @@ def test_skips_binary_undecodable_empty_huge(tmp_path):
     (src / "huge.py").write_text("#" * (shards.MAX_DOC_BYTES + 1))
     (src / "notes.txt").write_text("not code")
     r = build_local("code", tmp_path / "out", [src], progress=False)
-    assert r["docs"] == 5 and r["skipped"] == {"binary": 2, "empty": 1, "huge": 1, "unreadable": 0}
+    assert r["docs"] == 5
+    assert {why: n for why, n in r["dropped"].items() if n} == {"binary": 2, "empty": 1, "huge": 1}
 
 
 def test_empty_or_missing_source_is_a_clear_error(tmp_path, capsys):

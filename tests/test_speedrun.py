@@ -63,7 +63,7 @@ def test_preset_commands_parse_and_accelerator_presets_shard_every_training_stag
     for stage in ("data", "tokenizer", "base", "synth", "sft", "rollouts", "rft", "dpo"):
         for cmd in speedrun.stage_commands(stage, p, tmp_path):
             build_parser().parse_args(cmd[3:])  # every flag exists (argparse exits otherwise)
-    if preset != "cpu":  # sized for a TPU v6e-8, or for one GPU
+    if preset not in ("cpu", "v5e"):  # sized for a TPU v6e-8, or for one GPU
         assert (p["chip"], p["devices"]) in {("v6e", 8), ("gpu80", 1), ("gpu24", 1)}
         for stage in ("base", "sft", "dpo"):
             cmd = speedrun.stage_commands(stage, p, tmp_path)[0]
@@ -133,3 +133,67 @@ def test_eval_tables_read_what_the_evals_write(tmp_path):
     assert "| find_definition | 1 | 1 | 1 | 1 | 1 | 1 | - |" in text
     assert "| trained families | 2 | 2 | 1 |" in text and "| all | 2 | 2 | 1 |" in text
     assert "| humaneval | pass@1 1.0000 | solved 3/3, mode canonical" in text
+
+
+def test_v5e_preset_makes_synth_beside_base_and_reads_the_given_sources(tmp_path):
+    p = {**speedrun.PRESETS["v5e"], "src": ["/wheels", "/stdlib"]}
+    assert (p["chip"], p["devices"]) == ("v5e", 1) and p["beside"] == {"base": "synth"}
+    for cmd in speedrun.stage_commands("data", p, tmp_path):
+        assert cmd[cmd.index("--src"):cmd.index("--src") + 3] == ["--src", "/wheels", "/stdlib"]
+        assert "json/*" in cmd  # the real-code eval split's packages stay out
+    synth, = speedrun.stage_commands("synth", p, tmp_path)
+    assert "--minutes" in synth  # writes what it made when the chip's stage is done
+
+
+CHILD = """
+import signal, sys, time
+seen = []
+signal.signal(signal.SIGTERM, lambda *a: seen.append(1))
+print('ready', flush=True)
+while not seen:
+    time.sleep(0.05)
+time.sleep(1.0)  # the save a training stage makes before it exits
+open(sys.argv[1], 'w').write(str(len(seen)))
+sys.exit(3)
+"""
+DRIVER = """
+import signal, sys
+from pathlib import Path
+from train import speedrun
+for s in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(s, speedrun._pass_signal)
+run = Path(sys.argv[1])
+rc = speedrun.run_stage("base", [[sys.executable, "-c", sys.argv[2], str(run / "seen")]], run, {})
+(run / "driver_rc").write_text(str(rc))
+"""
+
+
+def test_a_signal_to_the_driver_group_reaches_the_stage_once_and_the_driver_waits(tmp_path):
+    """As `timeout` does at the end of a chunk of chip time: SIGTERM to the driver's whole process
+    group. The stage (its own session) gets it once, from the driver, and ends its save; the
+    driver waits for it and reports its exit. Without the driver passing it on, the stage would
+    never hear it; delivered twice, a training stage stops without saving."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    root = Path(__file__).resolve().parents[1]
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path), CHILD], start_new_session=True,
+                              env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL)
+    log = tmp_path / "logs" / "base.log"
+    deadline = time.time() + 60
+    try:
+        while not (log.exists() and "ready" in log.read_text()):
+            assert time.time() < deadline and driver.poll() is None, "the stage never started"
+            time.sleep(0.05)
+        os.killpg(driver.pid, signal.SIGTERM)
+        assert driver.wait(timeout=60) == 0
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert (tmp_path / "seen").read_text() == "1"  # once, and it finished its work
+    assert (tmp_path / "driver_rc").read_text() == "3"
+    assert not (tmp_path / "base.done").exists()

@@ -179,3 +179,31 @@ def test_deterministic_by_seed(main_out, tmp_path, base):
 def test_synth_stats_report_grounding(main_out):
     grounded = json.loads(main_out["stats.json"])["grounded"]
     assert grounded["path"][0] == grounded["path"][1] > 0
+
+
+def test_a_killed_run_resumes_after_what_it_kept(main_out, tmp_path, base):
+    """A run cut short (here: 5 of 12, then its last line torn as by a kill mid-write) resumes
+    after the conversations it kept and ends with the same files as one uninterrupted run."""
+    out = tmp_path / "cut"
+    run_main(out, base, n=5)
+    partial = out / synth.PARTIAL
+    lines = partial.read_text().splitlines()
+    assert len(lines) == 1 + 5
+    first = json.loads(lines[1])
+    first[0]["id"] += "-kept"  # a mark: only a kept result carries it into the output
+    lines[1] = json.dumps(first)
+    partial.write_text("\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2])  # 3 kept, one torn
+    resumed = run_main(out, base)
+    assert len((out / synth.PARTIAL).read_text().splitlines()) == 1 + 12
+    assert "3-0-kept" in resumed["train.jsonl"] + resumed["val.jsonl"]
+    for name in main_out:
+        if name != synth.PARTIAL:
+            assert untimed(resumed[name].replace("3-0-kept", "3-0")) == untimed(main_out[name]), name
+
+
+def test_a_partial_file_of_other_settings_is_not_resumed(tmp_path, base):
+    out = tmp_path / "other"
+    run_main(out, base, n=2, seed=4)
+    run_main(out, base, n=2, seed=3)
+    kept = [json.loads(line) for line in (out / synth.PARTIAL).read_text().splitlines()[1:]]
+    assert [conv["id"] for conv, _ in kept] == ["3-0", "3-1"]

@@ -57,20 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
 def add_data_args(p: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     local = actions.add_parser(
-        "local", help="build parquet shards from local source trees (offline)",
+        "local", help="build parquet shards from local source trees and package archives (offline)",
         description="Build parquet shards (one file = one document, last shard = validation) from local "
-        "trees. Defaults: code = the Python standard library and site-packages (.py), text = site-packages "
-        "and /usr/share/doc (.md, .rst, .txt).",
+        "trees and the wheels/sdists in them, dropping duplicates, near duplicates, generated, minified "
+        "and licence-only files (train/corpus.py). Defaults: code = the Python standard library and "
+        "site-packages (.py), text = site-packages and /usr/share/doc (.md, .rst, .txt).",
     )
     local.add_argument("--kind", choices=["code", "text", "both"], default="both", help="default: both")
-    local.add_argument("--src", metavar="DIR", nargs="+", help="source trees instead of the defaults")
+    local.add_argument("--src", metavar="PATH", nargs="+", help="source trees instead of the defaults: "
+                       "directories (a pip cache, a wheelhouse, a package index: the .whl, .zip, .tar.gz, "
+                       ".tgz, .tar.bz2 and .tar.xz archives in them are read too) or archives")
     local.add_argument("--out", metavar="DIR", help="data directory (default: $NANOCODE_HOME/data); "
                        "shards go to DIR/code and DIR/text")
     local.add_argument("--exclude", metavar="GLOB", nargs="+",
-                       help="leave out files whose path below their source tree matches (e.g. 'json/*' "
-                       "'calendar.py'): keeps the code an eval split asks about out of pretraining")
+                       help="leave out files whose path below their source tree or archive root matches (e.g. "
+                       "'json/*' 'calendar.py'): keeps the code an eval split asks about out of pretraining")
     local.add_argument("--docs-per-shard", metavar="N", type=int, default=8192, help="default: 8192")
     local.add_argument("--row-group", metavar="N", type=int, default=1024, help="documents per row group (default: 1024)")
+    local.add_argument("--workers", metavar="N", type=int, help="processes reading and filtering the "
+                       "sources (default: min(8, CPUs)); the shards are the same for any N")
     dl = actions.add_parser(
         "download", help="download FineWeb-Edu or Stack v2 Python shards from the Hugging Face hub",
         description="Download hub parquet shards by index (plus the dataset's last shard, for validation): "
@@ -180,6 +185,9 @@ def add_synth_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-eval", type=int, default=100, help="held-out eval tasks to write (default: 100)")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="worker processes (default: min(8, cpus))")
+    p.add_argument("--minutes", type=float, default=0, metavar="M",
+                   help="time budget: after M minutes write the conversations finished so far (a rerun "
+                   "with the same settings resumes after them; default: 0, no limit)")
     p.add_argument("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
 
 
@@ -282,6 +290,9 @@ def add_speedrun_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue a run directory that already exists (done stages are skipped)")
     p.add_argument("--only", metavar="STAGE[,STAGE]", help=f"run just these stages ({', '.join(STAGES)})")
+    p.add_argument("--src", metavar="PATH", nargs="+", help="the data stage's sources (`train data local "
+                   "--src`: trees, wheels, sdists, folders of them, e.g. a pip cache or a wheelhouse; "
+                   "default: the standard library and site-packages)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     p.add_argument("--multihost", action="store_true",
                    help="run the same command on every worker (run dir on shared storage): the training "

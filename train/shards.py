@@ -9,12 +9,14 @@ shard for a downloaded one.
 
 `train data local` builds the offline corpus every machine can make: code = the .py files of the
 Python standard library and the active site-packages, text = the .md/.rst/.txt files of
-site-packages and /usr/share/doc. One file is one document; binary or non-UTF-8, empty, and > 1 MB
-files are skipped and counted. The order is deterministic: paths are listed sorted, then ordered by
-a hash of their key (<source root's name>/<path below it>), so shards mix packages instead of
-holding one package each; a file is held out for validation when another hash of its key falls in
-the first 2%, so the split does not move when files are added elsewhere. Two builds of the same
-trees give byte-identical shards.
+site-packages and /usr/share/doc, or of the trees and package archives (wheels, sdists) named with
+--src. One file is one document; train/corpus.py says which are dropped (duplicates, near
+duplicates, generated, minified, licence-only, binary, empty, > 1 MB, corrupt archives) and reads
+them in worker processes. The order is deterministic: documents are ordered by a hash of their key
+(<source root's name>/<path below it>, or <archive name>/<path inside>), so shards mix packages
+instead of holding one package each; a document is held out for validation when another hash of
+its key falls in the first 2%, so the split does not move when files are added elsewhere. Two
+builds of the same sources give byte-identical shards, whatever the number of workers.
 
 `train data download` fetches hub shards by index with plain urllib: retries with exponential
 backoff, a .part file resumed with an HTTP Range request, a parquet footer check, then os.replace;
@@ -24,8 +26,6 @@ same shard however many training shards are on disk.
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import http.client
 import json
 import os
@@ -36,17 +36,18 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-EXTENSIONS = {"code": (".py",), "text": (".md", ".rst", ".txt")}
+from train import corpus
+from train.corpus import BYTES_PER_TOKEN, EXTENSIONS, MAX_DOC_BYTES, REASONS, key_hash  # noqa: F401
+
 TEXT_COLUMNS = ("text",)  # our shards, FineWeb-Edu and the Stack v2 Python shards all use `text`
 SHARD_GLOB = "shard_*.parquet"
 MANIFEST = "data.json"
-MAX_DOC_BYTES = 1_000_000
 VAL_FRACTION = 0.02
 DOCS_PER_SHARD = 8192
 ROW_GROUP = 1024
-SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages", "node_modules"}  # below a source root
 
 # FineWeb-Edu, shuffled and repacked by Karpathy for nanochat: shard_00000 ... shard_01822, ~250M chars each.
 FINEWEB_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main/shard_{index:05d}.parquet"
@@ -152,61 +153,20 @@ def default_sources(kind: str) -> list[Path]:
     return [*site, *([doc] if doc.is_dir() else [])]
 
 
-def _hash(key: str, salt: str) -> int:
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8,
-                                          person=salt.encode()).digest(), "big")
-
-
 def find_files(sources: list[Path], kind: str, exclude: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
-    """(key, path) of the kind's files under the sources, deduplicated by real path, in build order.
+    """(key, path) of the kind's plain files under the source trees (not the archives' members), in
+    build order, deduplicated by real path.
 
     key = <source root's name>/<path below it> (e.g. python3.11/json/decoder.py): the same on every
     machine for the same trees, which is what the order and the validation split hash. A file whose
     path below its root matches a glob of `exclude` (`json/*`, `calendar.py`) is left out.
     """
-    exts = EXTENSIONS[kind]
-    found, seen = [], set()
-    for si, root in enumerate(sources):
-        root = Path(root)
-        if not root.is_dir():
-            raise DataError(f"source {root} is not a directory")
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith(".")
-                                 and not (kind == "text" and d.endswith((".dist-info", ".egg-info"))))
-            for name in sorted(filenames):
-                path = Path(dirpath, name)
-                if not name.endswith(exts) or path.is_symlink():
-                    continue
-                below = path.relative_to(root).as_posix()
-                if any(fnmatch.fnmatchcase(below, g) for g in exclude):
-                    continue
-                real = os.path.realpath(path)
-                if real in seen:
-                    continue
-                seen.add(real)
-                found.append((f"{root.name}/{below}", si, path))
-    found.sort(key=lambda t: (_hash(t[0], "order"), t[0], t[1]))
-    return [(key, path) for key, _, path in found]
+    files = corpus.find_inputs(sources, kind, exclude)[0]
+    files.sort(key=lambda t: (key_hash(t[0], "order"), t[0], t[1]))
+    return [(key, path) for key, _, path in files]
 
 
-def _read_doc(path: Path) -> tuple[str | None, str]:
-    """(text, '') or (None, reason skipped)."""
-    try:
-        if path.stat().st_size > MAX_DOC_BYTES:
-            return None, "huge"
-        data = path.read_bytes()
-    except OSError:
-        return None, "unreadable"
-    if b"\x00" in data:
-        return None, "binary"
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, "binary"
-    return (text, "") if text.strip() else (None, "empty")
-
-
-def _write_shard(path: Path, texts: list[str], row_group: int) -> None:
+def _write_shard(path: Path, texts: list[str] | list[bytes], row_group: int) -> None:  # bytes: UTF-8
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -241,62 +201,62 @@ def _write_manifest(out: Path, info: dict) -> None:
 def build_local(kind: str, out: str | os.PathLike, sources: list[str | os.PathLike] | None = None,
                 docs_per_shard: int = DOCS_PER_SHARD, row_group: int = ROW_GROUP,
                 val_fraction: float = VAL_FRACTION, progress: bool = True,
-                exclude: tuple[str, ...] = ()) -> dict:
-    """Build <out>/shard_*.parquet from the kind's files under sources; returns the report dict.
+                exclude: tuple[str, ...] = (), workers: int | None = None) -> dict:
+    """Build <out>/shard_*.parquet from the kind's documents under sources; returns the report dict.
 
-    Train documents fill shards of docs_per_shard in build order; the held-out ones form the last
-    shard (if the hash holds out none, the last train document is). Shards are written to a scratch
-    directory first and swapped in, replacing an earlier local build.
+    train/corpus.py reads the trees and archives with `workers` processes (default: up to 8) and
+    decides which documents are kept. Train documents fill shards of docs_per_shard in build order;
+    the held-out ones form the last shard (if the hash holds out none, the last train document is).
+    Shards are written to a scratch directory first and swapped in, replacing an earlier local build.
     """
     if kind not in EXTENSIONS:
         raise ValueError(f"kind must be one of {sorted(EXTENSIONS)}, got {kind!r}")
-    if docs_per_shard < 1 or row_group < 1:
-        raise DataError(f"--docs-per-shard and --row-group must be >= 1 (got {docs_per_shard}, {row_group})")
+    if docs_per_shard < 1 or row_group < 1 or (workers is not None and workers < 1):
+        raise DataError(f"--docs-per-shard, --row-group and --workers must be >= 1 "
+                        f"(got {docs_per_shard}, {row_group}, {workers})")
     out = Path(out)
     if out.is_dir():
         _check_manifest(out, "local")
     srcs = [Path(s) for s in sources] if sources else default_sources(kind)
-    files = find_files(srcs, kind, tuple(exclude))
+    t0 = time.time()
+    docs, dropped, info = corpus.gather(srcs, kind, tuple(exclude), workers, progress)
     where = ", ".join(map(str, srcs))
-    if not files:
-        raise NoFilesError(f"no {'/'.join(EXTENSIONS[kind])} files under {where}: nothing to build")
+    if not docs and not any(dropped.values()):
+        inside = f" (nor in the {info['archives']} archives there)" if info["archives"] else ""
+        raise NoFilesError(f"no {'/'.join(EXTENSIONS[kind])} files under {where}{inside}: nothing to build")
     out.mkdir(parents=True, exist_ok=True)
     scratch = out / f".build-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     from tqdm import tqdm
 
-    t0 = time.time()
-    skipped = {"binary": 0, "empty": 0, "huge": 0, "unreadable": 0}
-    pending, val, n_shards, n_docs, n_bytes = [], [], 0, 0, 0
+    pending, val, writes, n_docs, n_bytes = [], [], [], 0, 0
     try:
-        bar = tqdm(files, desc=f"{kind} docs", unit="file", disable=None if progress else True,
-                   file=sys.stderr, dynamic_ncols=True)
-        for key, path in bar:
-            text, why = _read_doc(path)
-            if text is None:
-                skipped[why] += 1
-                continue
-            n_docs += 1
-            n_bytes += len(text.encode("utf-8", "surrogatepass"))
-            is_val = _hash(key, "val") % 100_000 < val_fraction * 100_000
-            (val if is_val else pending).append(text)
-            if len(pending) > docs_per_shard:  # keep one back: it may have to become the validation doc
-                _write_shard(scratch / shard_name(n_shards), pending[:docs_per_shard], row_group)
-                pending, n_shards = pending[docs_per_shard:], n_shards + 1
-            if n_docs % 256 == 0:
-                bar.set_postfix_str(f"{n_bytes / 1e6:.1f} MB", refresh=False)
-        bar.close()
-        if not val and pending:
-            val.append(pending.pop())
-        if pending:
-            _write_shard(scratch / shard_name(n_shards), pending, row_group)
-            n_shards += 1
-        if n_shards == 0 or not val:
-            raise DataError(f"only {n_docs} usable document(s) under {where}: need at least 2 (one for validation)")
-        # smaller row groups in the (small) val shard, so up to 16 processes each get a share of it
-        _write_shard(scratch / shard_name(n_shards), val, min(row_group, -(-len(val) // 16)))
-        n_shards += 1
+        with ThreadPoolExecutor(4) as writer:  # pyarrow encodes and compresses without holding the GIL
+            bar = tqdm(corpus.unique(docs, dropped), desc=f"{kind}: dedup+write", unit="doc",
+                       disable=None if progress else True, file=sys.stderr, dynamic_ncols=True)
+            for key, text in bar:  # text: the document's UTF-8 bytes
+                n_docs += 1
+                n_bytes += len(text)
+                is_val = key_hash(key, "val") % 100_000 < val_fraction * 100_000
+                (val if is_val else pending).append(text)
+                if len(pending) > docs_per_shard:  # keep one back: it may have to become the validation doc
+                    writes.append(writer.submit(_write_shard, scratch / shard_name(len(writes)),
+                                                pending[:docs_per_shard], row_group))
+                    pending = pending[docs_per_shard:]
+            bar.close()
+            if not val and pending:
+                val.append(pending.pop())
+            if pending:
+                writes.append(writer.submit(_write_shard, scratch / shard_name(len(writes)), pending, row_group))
+            if not writes or not val:
+                raise DataError(f"only {n_docs} usable document(s) under {where}: need at least 2 (one for validation)")
+            # smaller row groups in the (small) val shard, so up to 16 processes each get a share of it
+            writes.append(writer.submit(_write_shard, scratch / shard_name(len(writes)), val,
+                                        min(row_group, -(-len(val) // 16))))
+        for w in writes:
+            w.result()  # raises a failed write's error
+        n_shards = len(writes)
         for old in out.glob(SHARD_GLOB):
             old.unlink()
         for new in sorted(scratch.iterdir()):
@@ -305,10 +265,14 @@ def build_local(kind: str, out: str | os.PathLike, sources: list[str | os.PathLi
         shutil.rmtree(scratch, ignore_errors=True)
     report = {"source": "local", "kind": kind, "sources": [str(s) for s in srcs], "docs": n_docs,
               "val_docs": len(val), "shards": n_shards, "text_mb": round(n_bytes / 1e6, 3),
+              "tokens_estimate": round(n_bytes / BYTES_PER_TOKEN),
+              "tokens_estimate_note": f"UTF-8 bytes / {BYTES_PER_TOKEN}, before any tokenizer exists",
               "disk_mb": round(sum(f.stat().st_size for f in out.glob(SHARD_GLOB)) / 1e6, 3),
-              "skipped": skipped, "docs_per_shard": docs_per_shard, "row_group": row_group,
+              "dropped": dropped, "excluded": info["excluded"], "files": info["files"],
+              "archives": info["archives"], "docs_per_shard": docs_per_shard, "row_group": row_group,
               "exclude": list(exclude)}
     _write_manifest(out, report)
+    report["warnings"], report["workers"] = info["warnings"], info["workers"]
     report["seconds"] = round(time.time() - t0, 2)
     return report
 
@@ -413,6 +377,10 @@ def download(kind: str, shards: int, out: str | os.PathLike, retries: int = 5) -
 # --- the `train data` command -------------------------------------------------------------------
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"
+
+
 def main(args) -> int:
     out = Path(args.out) if getattr(args, "out", None) else default_data_dir()
     try:
@@ -425,17 +393,19 @@ def main(args) -> int:
         for kind in kinds:
             try:
                 r = build_local(kind, out / kind, args.src, args.docs_per_shard, args.row_group,
-                                exclude=tuple(args.exclude or ()))
+                                exclude=tuple(args.exclude or ()), workers=args.workers)
             except NoFilesError as e:
                 if len(kinds) == 1 or (kind == "text" and not built):
                     raise
                 print(f"{kind}: skipped, {e}")
                 continue
             built = True
-            skipped = ", ".join(f"{n} {why}" for why, n in r["skipped"].items() if n) or "none"
-            print(f"{kind}: {r['text_mb']:.1f} MB of text ({r['disk_mb']:.1f} MB on disk), {r['docs']:,} docs "
-                  f"({r['val_docs']:,} val), {r['shards']} shards (last = val) in {r['seconds']:.1f} s "
-                  f"-> {out / kind}; skipped: {skipped}")
+            dropped = ", ".join(f"{n:,} {why}" for why, n in r["dropped"].items() if n) or "none"
+            print(f"{kind}: {r['docs']:,} docs ({r['val_docs']:,} val), {r['text_mb']:.1f} MB of text "
+                  f"(~{_count(r['tokens_estimate'])} tokens, estimated at {BYTES_PER_TOKEN} bytes/token; "
+                  f"{r['disk_mb']:.1f} MB on disk) from {r['files']:,} files and {r['archives']:,} archives, "
+                  f"{r['shards']} shards (last = val) in {r['seconds']:.1f} s -> {out / kind}; "
+                  f"dropped: {dropped}; excluded: {r['excluded']:,}")
     except DataError as e:
         print(f"train data: error: {e}", file=sys.stderr)
         return 2

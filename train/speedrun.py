@@ -62,6 +62,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -88,11 +89,12 @@ TPU_ENV = {"LIBTPU_INIT_ARGS": " ".join([
 ])}
 GPU_ENV = {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"}
 
+EVAL_EXCLUDE = sorted(g for p in EVAL_PACKAGES for g in (f"{p}/*", f"{p}.py"))  # out of pretraining
 PRESETS = {
     "cpu": dict(
         about="tiny model on this CPU (~2 h on 2 cores); the shipped default model (v5: sft 700 steps)",
         # the packages the real-code eval split draws from stay out of pretraining too
-        data=[["data", "local", "--exclude", *sorted(g for p in EVAL_PACKAGES for g in (f"{p}/*", f"{p}.py"))]],
+        data=[["data", "local", "--exclude", *EVAL_EXCLUDE]],
         # a name is the same tokens after a space, a backtick or a quote (copying from the request)
         tokenizer=["--vocab-size", "4096", "--max-chars", "20000000", "--split", "compound"],
         # induction (copying from the context) forms late in this schedule: a shorter one can end
@@ -123,6 +125,30 @@ PRESETS = {
                ["agent", "--split", "real", "--per-family", "14", "--max-steps", "10"]],
     ),
 }
+PRESETS["v5e"] = dict(
+    about="the default model on one TPU v5e chip (train/v5e.sh drives it in chunks of chip time): d6, "
+          "vocab 8192, pretrained on real Python (--src: wheels, sdists, trees) in ~9 min",
+    chip="v5e", devices=1,
+    # real code and the English around it, the eval split's packages left out; on the host's cores
+    data=[["data", "local", "--kind", "code", "--exclude", *EVAL_EXCLUDE, "--workers", "12"],
+          ["data", "local", "--kind", "text", "--exclude", *EVAL_EXCLUDE, "--workers", "12"]],
+    tokenizer=["--vocab-size", "8192", "--max-chars", "100000000", "--code-ratio", "0.7", "--split", "compound"],
+    # d6 (26.3M params, 13.8M scaling, a 53 MB bf16 checkpoint), 32 rows of 2,048 with no
+    # recomputation; 4,300 steps of 65,536 tokens = 282M tokens, ~20 per scaling parameter
+    # (bench/shape_sweep.py measured the shape against its neighbours on the chip)
+    base=["--preset", "d6", "--seq-len", "2048", "--device-batch", "32", "--total-batch", "65536",
+          "--steps", "4300", "--lr-scale", "2", "--code-ratio", "0.7", "--span-share", "0.2",
+          "--eval-every", "1000", "--eval-batches", "8", "--save-every", "1000", "--save-minutes", "3"],
+    # on the host's CPU cores while base trains on the chip (`beside`); resumable, so conversations
+    # made ahead (on the VM, same settings) are carried into synth/ and the host adds to them
+    synth=["--n", "30000", "--n-eval", "100", "--code-ratio", "0.1", "--real-ratio", "0.5", "--workers", "10",
+           "--minutes", "9"],
+    beside={"base": "synth"},
+    sft=["--seq-len", "2048", "--device-batch", "32", "--epochs", "2", "--lr-scale", "1.5",
+         "--eval-every", "250", "--save-every", "500", "--save-minutes", "3", "--sample-tokens", "0"],
+    dpo=["--device-batch", "16", "--steps", "200", "--eval-every", "100", "--save-every", "200"],
+    evals=PRESETS["cpu"]["evals"],
+)
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the
 # scaling params (d12 1.3B tokens, d20 5.2B, d24 8.8B) plus ~20%; code gets a quarter as many shards.
 for _depth, _shards, _hours in ((12, 24, "0.1"), (20, 96, "1.4"), (24, 160, "4.3")):  # README's estimates
@@ -174,8 +200,10 @@ def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> l
     train, evals = _tool("train"), _tool("evals")
     resume = lambda d: ["--resume"] if any((run / d / "checkpoints").glob("[0-9]*")) else []  # noqa: E731
     model = str(run / "model")
-    if stage == "data":
-        return [train + c + ["--out", f"{R}/data"] for c in p["data"]]
+    if stage == "data":  # with --src: the sources of every `data local`
+        src = ["--src", *p["src"]] if p.get("src") else []
+        return [train + c + (src if c[:2] == ["data", "local"] else []) + ["--out", f"{R}/data"]
+                for c in p["data"]]
     if stage == "tokenizer":
         return [train + ["tokenizer", "--data", f"{R}/data", "--out", f"{R}/tokenizer"] + p["tokenizer"]]
     if stage == "base":  # with base_long: a last phase at the agent's context, from the first
@@ -232,35 +260,69 @@ def _write_marker(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+LIVE: list[subprocess.Popen] = []  # the stage processes now running (their own sessions)
+
+
+def _pass_signal(signum, frame) -> None:
+    """SIGTERM/SIGINT to the driver reach each running stage process once: a training stage
+    saves a checkpoint and exits (train/loop.py), and the driver waits for it, so a `timeout`
+    around `train speedrun` ends a chunk of chip time with the work kept. The stages run in
+    their own sessions so that a signal to the driver's process group is not delivered twice
+    (a second signal stops a training stage without its save)."""
+    for proc in LIVE:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+
 def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict, process: int = 0,
-              write_done: bool = True) -> int:
-    """Run a stage's commands, output to the terminal and logs/<stage>.log (process 0) or
-    logs/<stage>.process<i>.log; .done on success (unless write_done is False)."""
+              write_done: bool = True, echo: bool = True) -> int:
+    """Run a stage's commands, output to the terminal (when echo) and logs/<stage>.log (process 0)
+    or logs/<stage>.process<i>.log; .done on success (unless write_done is False)."""
     (run / "logs").mkdir(parents=True, exist_ok=True)
     log_path = run / "logs" / (f"{stage}.log" if process == 0 else f"{stage}.process{process}.log")
     t0 = time.time()
     with open(log_path, "a") as log:
         for cmd in cmds:
             shown = shown_command(cmd)
-            print(f"\n=== {stage}: {shown}", flush=True)
+            print(f"\n=== {stage}: {shown}" + ("" if echo else f" (output: {log_path})"), flush=True)
             log.write(f"\n$ {shown}\n")
             log.flush()
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **env}, bufsize=0)
-            for chunk in iter(lambda: proc.stdout.read(4096), b""):
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-                log.write(chunk.decode("utf-8", "replace"))
-            if proc.wait() != 0:
-                print(f"\nspeedrun: stage {stage} failed (exit {proc.returncode}); log: {log_path}; "
+                                    env={**os.environ, **env}, bufsize=0, start_new_session=True)
+            LIVE.append(proc)
+            try:
+                for chunk in iter(lambda: proc.stdout.read(4096), b""):
+                    if echo:
+                        sys.stdout.buffer.write(chunk)
+                        sys.stdout.flush()
+                    log.write(chunk.decode("utf-8", "replace"))
+                    log.flush()
+                rc = proc.wait()
+            finally:
+                LIVE.remove(proc)
+            if rc != 0:
+                print(f"\nspeedrun: stage {stage} failed (exit {rc}); log: {log_path}; "
                       "fix it and rerun with --resume", file=sys.stderr)
-                return proc.returncode or 1
+                return rc or 1
     seconds = time.time() - t0
     if write_done:
         _write_marker(run / f"{stage}.done", {"commands": [shown_command(c) for c in cmds],
                                               "seconds": round(seconds, 1)})
     print(f"=== {stage} done in {seconds / 60:.1f} min", flush=True)
     return 0
+
+
+def run_beside(stage: str, other: str, p: dict, run: Path, env: dict) -> int:
+    """`stage` on the accelerator with `other` (a CPU stage, e.g. synth beside base) in a thread
+    alongside, its output to its log only; both must succeed. A signal reaches both."""
+    import threading
+    rcs = {}
+    side = threading.Thread(target=lambda: rcs.setdefault(other, run_stage(
+        other, stage_commands(other, p, run), run, env, echo=False)))
+    side.start()
+    rc = run_stage(stage, stage_commands(stage, p, run), run, env)
+    side.join()
+    return rc or rcs.get(other, 1)
 
 
 # ---- --multihost: who runs what -------------------------------------------------------------------
@@ -349,7 +411,7 @@ def wait_for_stage(run: Path, stage: str, timeout_s: float) -> int:
 
 def main(args) -> int:
     from nanocode.common import nanocode_home
-    p = PRESETS[args.preset]
+    p = {**PRESETS[args.preset], "src": [str(Path(x).resolve()) for x in args.src or ()]}
     run = (Path(args.run_dir).expanduser() if args.run_dir else nanocode_home() / "speedrun" / args.preset).resolve()
     stages = STAGES
     if args.only:
@@ -382,12 +444,17 @@ def main(args) -> int:
     if index == 0:
         (run / "preset").write_text(args.preset + "\n")  # for the model card's recipe line
     t0 = time.time()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _pass_signal)
     for s in stages:
         if (run / f"{s}.done").exists():
             print(f"=== {s}: done already (delete {run / (s + '.done')} to redo it)")
             continue
+        other = p.get("beside", {}).get(s)
         if index != 0 and s in SINGLE_WRITER:
             rc = wait_for_stage(run, s, args.wait_timeout * 60)
+        elif other in stages and not args.multihost and not (run / f"{other}.done").exists():
+            rc = run_beside(s, other, p, run, env)
         else:
             try:
                 rc = run_stage(s, stage_commands(s, p, run, args.multihost), run, env, process=index,

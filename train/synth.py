@@ -9,7 +9,9 @@ run: two runs with the same seed write identical files, except timings that tool
 The tasks, their oracle and the seed ranges are tasks (the package `tasks`); held-out
 words and requests (tasks/names.py HELDOUT_WORDS, tasks/requests.py's held-out grammar),
 the EVAL_ONLY_FAMILIES and the real world's eval-side source packages never reach train/val
-data; eval_tasks.jsonl uses only them. --real-ratio draws that share of task conversations from
+data; eval_tasks.jsonl uses only them. Each finished conversation is appended to
+<out>/partial.jsonl as it comes, so a run that is killed (a chunk of chip time ending) resumes
+after what it kept when rerun with the same settings; --n may grow between runs. --real-ratio draws that share of task conversations from
 the real world (tasks/real_projects.py: projects of real standard-library code). No heavy
 imports at module level: the CLI imports this module.
 
@@ -33,6 +35,8 @@ from tasks import (
     code_conversation, eval_seed, make_task, shows_flaw, world_of)
 
 __all__ = ["main", "generate_one", "is_val"]
+
+PARTIAL = "partial.jsonl"  # each finished job's result as it comes: a killed run resumes after them
 
 
 def is_val(cid: str, fraction: float) -> bool:
@@ -79,6 +83,33 @@ def eval_task_record(family: str, seed: int, base: str) -> dict:
             "project": task.project.name, "prompt": task.prompt, "check": task.desc}
 
 
+def _done_so_far(out: str, settings: tuple) -> list:
+    """The results an interrupted run of the same settings (everything but --n and --workers)
+    kept in <out>/PARTIAL, in job order; a partial file of other settings is started afresh. A
+    torn last line (the run was killed mid-write) is dropped."""
+    path = os.path.join(out, PARTIAL)
+    head = json.dumps(list(settings))
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        lines = []
+    results = []
+    if lines and lines[0] == head:
+        for line in lines[1:]:
+            try:
+                results.append(tuple(json.loads(line)))
+            except ValueError:
+                break
+    if not results:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(head + "\n")
+    else:  # rewrite without a torn tail, so appends continue a clean file
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(head + "\n" + "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results))
+    return results
+
+
 def _write(path: str, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
@@ -100,24 +131,40 @@ def main(args) -> int:
     jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir, args.real_ratio)
             for i in range(args.n)]
     t0 = time.time()
-    results = []
-    bar = tqdm(total=args.n, unit="conv", dynamic_ncols=True, desc="synth")
-    if args.workers > 1:
-        import multiprocessing as mp
-        import sys
-        # fork is fast, but unsafe once jax (multithreaded) is loaded in this process (tests)
-        ctx = mp.get_context("spawn" if "jax" in sys.modules else "fork")
-        with ctx.Pool(args.workers) as pool:
-            for res in pool.imap(generate_one, jobs):
-                results.append(res)
-                bar.update()
-    else:
-        for job in jobs:
-            results.append(generate_one(job))
+    results = _done_so_far(args.out, jobs[0][:1] + jobs[0][2:] if jobs else ())
+    if results:
+        print(f"synth: resuming after {len(results)} conversation(s) kept in {os.path.join(args.out, PARTIAL)}")
+    results = results[:args.n]
+    bar = tqdm(total=args.n, initial=len(results), unit="conv", dynamic_ncols=True, desc="synth")
+    with open(os.path.join(args.out, PARTIAL), "a", encoding="utf-8") as partial:
+        def keep(res):
+            results.append(res)
+            partial.write(json.dumps(res, ensure_ascii=False) + "\n")
+            partial.flush()
             bar.update()
+        todo = jobs[len(results):]
+        deadline = t0 + args.minutes * 60 if args.minutes > 0 else float("inf")
+        if args.workers > 1 and todo:
+            import multiprocessing as mp
+            import sys
+            # fork is fast, but unsafe once jax (multithreaded) is loaded in this process (tests)
+            ctx = mp.get_context("spawn" if "jax" in sys.modules else "fork")
+            with ctx.Pool(args.workers) as pool:  # leaving the block terminates the workers
+                for res in pool.imap(generate_one, todo):
+                    keep(res)
+                    if time.time() > deadline:
+                        break
+        else:
+            for job in todo:
+                keep(generate_one(job))
+                if time.time() > deadline:
+                    break
     bar.close()
+    if len(results) < args.n:
+        print(f"synth: --minutes {args.minutes:g} ran out after {len(results)} of {args.n} conversations; "
+              "writing those (rerun with the same settings to add more)")
     out = {"train": [], "val": [], "preference_train": [], "preference_val": []}
-    stats = {"seed": args.seed, "n": args.n, "families": families, "real_ratio": args.real_ratio,
+    stats = {"seed": args.seed, "n": len(results), "families": families, "real_ratio": args.real_ratio,
              "worlds": {}, "train": {}, "val": {},
              "preference_train": {}, "preference_val": {}, "flaws": {}, "eval_tasks": {}}
     for conv, pair in results:
