@@ -17,6 +17,8 @@ DESTRUCTIVE = [
     "env FOO=1 rm -rf x", "FOO=1 rm -rf x", "(cd /tmp && rm -rf foo)", "if true; then rm -rf x; fi",
     "git push origin :old", "git branch -d -f x", "eval 'rm -rf x'", "rm ~/.bashrc"]
 EVERYDAY = [
+    'while read f; do gzip "$f" & done < list', "for f in *.py; do python $f & done; wait", 'echo "$0"',
+    "while true; do python -m pytest -q; sleep 5; done", "while :; do make >/dev/null 2>&1; sleep 2; done",
     "rm file.txt", "git reset --soft HEAD~1", "git status", "grep -r foo .", 'echo "rm -rf /"', "chmod +x run.sh",
     "cat ~/.bashrc", "ls -la", "git push origin main", "git checkout -b feature", "git branch -d merged",
     "find . -name '*.py'", "echo hi > out.txt", "cp a.txt b.txt", "sed -i s/a/b/ file.py", "curl -o x https://e.com",

@@ -122,6 +122,18 @@ def test_load_local_jsonl_and_sessions_with_meta(tmp_path):
     assert len(load_rows(str(tmp_path))) == 5  # a directory: every .jsonl under it
 
 
+def test_local_jsonl_loads_the_same_without_the_datasets_package(tmp_path, monkeypatch):
+    """An accelerator host may lack `datasets`: local .jsonl rows then load as plain JSON lines,
+    the same rows after normalising as through Arrow."""
+    import sys
+    path = tmp_path / "rows.jsonl"
+    rows = [GOOD[2], GOOD[10], GOOD[6], GOOD[0]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with_arrow = load_rows(str(path))
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` now raises ModuleNotFoundError
+    assert load_rows(str(path)) == with_arrow == [normalize(r) for r in rows]
+
+
 def test_smoltalk_rows_map_to_the_schema(monkeypatch):
     import datasets
 

@@ -120,7 +120,10 @@ GIT_ATTACKS = [
     "git for-each-ref --format='delete %(refname)' refs/nanocode | git update-ref --stdin",
     "git for-each-ref --format='delete %(refname)' | git update-ref --stdin"]
 FORK_BOMBS = [":(){ :|:& };:", "bomb(){ bomb | bomb & }; bomb", "b(){ b|b& };b",
-              "python3 -c 'import os\nwhile True: os.fork()'", "perl -e 'fork while fork'"]
+              "python3 -c 'import os\nwhile True: os.fork()'", "perl -e 'fork while fork'",
+              # spelt as a loop that starts itself ($0), and its cousins through exec and functions
+              "while :; do $0 & done", 'while true; do bash "$0" & done', "for ((;;)); do ${0} & done",
+              "exec $0 & exec $0", "f(){ f & f; }; f", "until false; do sleep 9 & done"]
 
 
 def armed(tmp_path):

@@ -66,6 +66,14 @@ _DELETERS = {"rm", "unlink", "rmdir", "shred", "truncate", "mv"}
 _DOWNLOAD = {"curl", "wget", "fetch", "http", "https", "aria2c"}
 _INPUT = {"<", "<<", "<<-", "<<<"}
 _REDIRECTS = {">", ">>", ">|", "&>", "&>>", ">&", "<>"} | _INPUT
+# Fork bombs without a function: a command that starts itself ($0 is the shell's own script or
+# name), or an endless loop that puts jobs in the background (`while :; do $0 & done`).
+_SELF = r"(?:\$\{?0\}?|\$\{?BASH_SOURCE(?:\[0\])?\}?)(?![\w}])"
+_STARTS_ITSELF = re.compile(r"(?:^|[;&|(){}`]|\b(?:do|then|else|exec|eval|nohup|setsid|command|"
+                            r"(?:ba|da|z|k)?sh(?:\s+-\w+)*))\s*[\"']?" + _SELF)
+_ENDLESS_BACKGROUND = re.compile(
+    r"\b(?:while\s+(?::|true|\[\s*1\s*\]|\(\(\s*1\s*\)\))|until\s+false|for\s*\(\(\s*;\s*;\s*\)\))"
+    r"\s*;?\s*do\b(?:(?!\bdone\b)[\s\S])*?[^&>|]&(?![&>])")
 _FUNCTION = re.compile(r"(?:^|[\s;&|(])(?:function\s+[\w.:-]+|[\w.:-]+\s*\(\s*\))\s*[{(]")
 _TEMP_DIRS = ("/tmp", "/var/tmp")  # and $TMPDIR: scratch space (a private tmpfs in the sandbox)
 _GIT_RISKY_CONFIG = re.compile(r"^(?:core\.(?:hookspath|fsmonitor|sshcommand|pager|editor|askpass)|"
@@ -416,6 +424,10 @@ def _judge(command: str, where: _Where, depth: int) -> str | None:
     m = re.search(r"([\w:.-]+)\s*\(\)\s*\{(.*?)\}", command, re.S)
     if m and re.search(re.escape(m.group(1)) + r"\s*\|\s*" + re.escape(m.group(1)), m.group(2)):
         return "fork bomb"
+    if _STARTS_ITSELF.search(command):
+        return "fork bomb (the command starts itself: $0)"
+    if _ENDLESS_BACKGROUND.search(command):
+        return "fork bomb (an endless loop that starts background jobs)"
     if _FUNCTION.search(command):
         return "defines a shell function (what its calls run cannot be judged)"
     if _SETTINGS.search(command) or os.fspath(user_settings_dir(where.home)) in command:

@@ -310,7 +310,10 @@ def _local_files(source: str) -> list[str] | None:
 
 
 def _load_local(path: str) -> list[dict]:
-    import datasets
+    try:
+        import datasets
+    except ModuleNotFoundError:  # a bare accelerator host: plain JSON lines, as on a schema clash
+        return read_jsonl(path)
     datasets.disable_progress_bars()
     try:
         return list(datasets.load_dataset("json", data_files=path, split="train"))

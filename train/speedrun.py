@@ -11,6 +11,11 @@ Trade-offs:
   stage exits 0, and a rerun skips it. A training stage that was interrupted restarts with
   `--resume` from its newest checkpoint, so `--resume` after a kill redoes at most the steps since
   the last save. A stage whose inputs changed is not detected: delete its .done to redo it.
+- Stages run in sessions of their own, and a SIGTERM or SIGINT to the driver is passed to the
+  running stage once (a training stage saves and exits, the driver waits and exits non-zero), so
+  `timeout` around `train speedrun` cuts a run into chunks of lent chip time that lose nothing
+  (train/v5e.sh). A preset's `beside` runs a CPU stage alongside a chip stage (the v5e preset
+  makes synth conversations on the host's cores while base trains).
 - The cpu preset is sized for this kind of machine (one sitting, <= ~150 min on 2 cores; each
   stage's measured time is in the model card): depth 4, width 256, vocab 4096 (7.3M params). Its
   base trains 1,200 small steps (4,096 tokens) at 512 tokens, half the rows copy rows and names
@@ -127,7 +132,7 @@ PRESETS = {
 }
 PRESETS["v5e"] = dict(
     about="the default model on one TPU v5e chip (train/v5e.sh drives it in chunks of chip time): d6, "
-          "vocab 8192, pretrained on real Python (--src: wheels, sdists, trees) in ~9 min",
+          "vocab 8192, pretrained on real Python (--src: wheels, sdists, trees) in ~10 min",
     chip="v5e", devices=1,
     # real code and the English around it, the eval split's packages left out; on the host's cores
     data=[["data", "local", "--kind", "code", "--exclude", *EVAL_EXCLUDE, "--workers", "12"],
@@ -142,11 +147,14 @@ PRESETS["v5e"] = dict(
     # on the host's CPU cores while base trains on the chip (`beside`); resumable, so conversations
     # made ahead (on the VM, same settings) are carried into synth/ and the host adds to them
     synth=["--n", "30000", "--n-eval", "100", "--code-ratio", "0.1", "--real-ratio", "0.5", "--workers", "10",
-           "--minutes", "9"],
+           "--minutes", "7"],
     beside={"base": "synth"},
-    sft=["--seq-len", "2048", "--device-batch", "32", "--epochs", "2", "--lr-scale", "1.5",
-         "--eval-every", "250", "--save-every", "500", "--save-minutes", "3", "--sample-tokens", "0"],
-    dpo=["--device-batch", "16", "--steps", "200", "--eval-every", "100", "--save-every", "200"],
+    # the cpu preset's sft and dpo at the same rows per update: 2 epochs in 110 updates of 32 rows
+    # (2026-12-06) left the model looping on prose instead of calling tools (2/34 training-split
+    # tasks), and 200 dpo steps of 16 pairs diverged (docs/LOG.md)
+    sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "1400", "--lr-scale", "5",
+         "--eval-every", "400", "--save-every", "400", "--save-minutes", "3", "--sample-tokens", "0"],
+    dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
     evals=PRESETS["cpu"]["evals"],
 )
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the

@@ -135,6 +135,7 @@ def main(args) -> int:
     if results:
         print(f"synth: resuming after {len(results)} conversation(s) kept in {os.path.join(args.out, PARTIAL)}")
     results = results[:args.n]
+    kept = len(results)
     bar = tqdm(total=args.n, initial=len(results), unit="conv", dynamic_ncols=True, desc="synth")
     with open(os.path.join(args.out, PARTIAL), "a", encoding="utf-8") as partial:
         def keep(res):
@@ -193,7 +194,7 @@ def main(args) -> int:
     dt = time.time() - t0
     print(f"wrote {len(out['train'])} train, {len(out['val'])} val conversations, "
           f"{len(out['preference_train']) + len(out['preference_val'])} preference pairs, {len(evals)} eval tasks "
-          f"to {args.out} in {dt:.1f}s ({args.n / max(dt, 1e-9):.2f} conv/s)\n{shares_line(grounded)}")
+          f"to {args.out} in {dt:.1f}s ({(len(results) - kept) / max(dt, 1e-9):.2f} conv/s made here)\n{shares_line(grounded)}")
     return 0
 
 

@@ -44,7 +44,7 @@ run)
     if [ -f "$carried" ] && [ ! -f "$RUN/synth.done" ]; then
         mkdir -p "$RUN/synth"
         gunzip -c "$carried" > "$RUN/synth/carried.jsonl"
-        have=$(cat "$RUN/synth/partial.jsonl" 2>/dev/null | wc -l)
+        have=$({ cat "$RUN/synth/partial.jsonl" 2>/dev/null || true; } | wc -l)
         if [ "$(wc -l < "$RUN/synth/carried.jsonl")" -gt "$have" ]; then
             mv "$RUN/synth/carried.jsonl" "$RUN/synth/partial.jsonl"
             echo "v5e: synth resumes after $(($(wc -l < "$RUN/synth/partial.jsonl") - 1)) conversations made ahead"
