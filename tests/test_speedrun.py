@@ -149,7 +149,7 @@ CHILD = """
 import signal, sys, time
 seen = []
 signal.signal(signal.SIGTERM, lambda *a: seen.append(1))
-print('ready', flush=True)
+print('re' + 'ady', flush=True)  # (the log's command line must not say it)
 while not seen:
     time.sleep(0.05)
 time.sleep(1.0)  # the save a training stage makes before it exits
@@ -197,3 +197,12 @@ def test_a_signal_to_the_driver_group_reaches_the_stage_once_and_the_driver_wait
     assert (tmp_path / "seen").read_text() == "1"  # once, and it finished its work
     assert (tmp_path / "driver_rc").read_text() == "3"
     assert not (tmp_path / "base.done").exists()
+
+
+def test_a_command_after_the_signal_is_not_started(tmp_path, monkeypatch):
+    """A signal that came between two commands (or two stages) stops the driver before the next."""
+    import signal
+    monkeypatch.setattr(speedrun, "STOP", [signal.SIGTERM])
+    marker = tmp_path / "ran"
+    rc = speedrun.run_stage("sft", [[sys.executable, "-c", f"open({str(marker)!r}, 'w')"]], tmp_path, {})
+    assert rc == 128 + signal.SIGTERM and not marker.exists() and not (tmp_path / "sft.done").exists()

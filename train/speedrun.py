@@ -149,11 +149,13 @@ PRESETS["v5e"] = dict(
     synth=["--n", "30000", "--n-eval", "100", "--code-ratio", "0.1", "--real-ratio", "0.5", "--workers", "10",
            "--minutes", "7"],
     beside={"base": "synth"},
-    # the cpu preset's sft and dpo at the same rows per update: 2 epochs in 110 updates of 32 rows
+    # the cpu preset's sft and dpo at the same rows per update (2 rows, lr-scale 5), 2 epochs: one
+    # update per row, as v5's ~1.3 epochs of 700 updates. 2 epochs in 110 updates of 32 rows
     # (2026-12-06) left the model looping on prose instead of calling tools (2/34 training-split
-    # tasks), and 200 dpo steps of 16 pairs diverged (docs/LOG.md)
-    sft=["--seq-len", "2048", "--device-batch", "2", "--steps", "1400", "--lr-scale", "5",
-         "--eval-every", "400", "--save-every", "400", "--save-minutes", "3", "--sample-tokens", "0"],
+    # tasks), and so did 300 updates of 2 rows (a third of an epoch); 200 dpo steps of 16 pairs
+    # diverged (docs/LOG.md)
+    sft=["--seq-len", "2048", "--device-batch", "2", "--epochs", "2", "--lr-scale", "5",
+         "--eval-every", "1000", "--save-every", "1000", "--save-minutes", "3", "--sample-tokens", "0"],
     dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
     evals=PRESETS["cpu"]["evals"],
 )
@@ -269,6 +271,7 @@ def _write_marker(path: Path, data: dict) -> None:
 
 
 LIVE: list[subprocess.Popen] = []  # the stage processes now running (their own sessions)
+STOP: list[int] = []  # the signals the driver got: a command started after one gets it at once
 
 
 def _pass_signal(signum, frame) -> None:
@@ -277,6 +280,7 @@ def _pass_signal(signum, frame) -> None:
     around `train speedrun` ends a chunk of chip time with the work kept. The stages run in
     their own sessions so that a signal to the driver's process group is not delivered twice
     (a second signal stops a training stage without its save)."""
+    STOP.append(signum)
     for proc in LIVE:
         if proc.poll() is None:
             proc.send_signal(signum)
@@ -291,6 +295,10 @@ def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict, process: 
     t0 = time.time()
     with open(log_path, "a") as log:
         for cmd in cmds:
+            if STOP:
+                print(f"speedrun: stopped by {signal.Signals(STOP[-1]).name} before stage {stage}; "
+                      "rerun with --resume", file=sys.stderr)
+                return 128 + STOP[-1]
             shown = shown_command(cmd)
             print(f"\n=== {stage}: {shown}" + ("" if echo else f" (output: {log_path})"), flush=True)
             log.write(f"\n$ {shown}\n")
@@ -298,6 +306,8 @@ def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict, process: 
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     env={**os.environ, **env}, bufsize=0, start_new_session=True)
             LIVE.append(proc)
+            if STOP:  # it came while the process was being started
+                proc.send_signal(STOP[-1])
             try:
                 for chunk in iter(lambda: proc.stdout.read(4096), b""):
                     if echo:
