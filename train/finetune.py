@@ -21,6 +21,44 @@ import random
 
 
 # ---- starting checkpoint -------------------------------------------------------------------------
+PINNED = 0.9  # a head logit below -PINNED x softcap sits where tanh's slope is under 0.19
+
+
+def unpin_special_heads(params, cfg, tokenizer, rows, log=print):
+    """params with the head columns of pinned special tokens set to the ordinary tokens' mean.
+
+    A base never sees the chat tokens (<|tool_call_start|>, <|assistant_end|>, ...) as targets, so
+    a long pretraining pushes their head logits to the softcap's floor, where tanh is flat and
+    fine-tuning's gradient cannot lift them: the d6 base of 2026-12-06 had <|tool_call_start|> at
+    -14.91 of -15, still at -14.98 after 110 and after 300 SFT updates, and its models never called
+    a tool. A special token whose median logit at its target positions in `rows` ((inputs, targets)
+    pairs, -1 where unsupervised) is below -PINNED x softcap starts from the ordinary tokens' mean
+    column instead: a logit in the live range, no knowledge lost (it had none). A start whose
+    special tokens are trained (an SFT checkpoint) is returned unchanged."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from nanocode.gpt import forward
+    from nanocode.protocol import SPECIAL_TOKENS
+
+    specials = {tokenizer.encode_special(n): n for n in SPECIAL_TOKENS}
+    seen: dict[int, list[float]] = {}
+    for inputs, targets in rows:
+        logits = np.asarray(forward(params, cfg, jnp.asarray(inputs)[None])[0][0], np.float32)  # (T, V)
+        for t in np.flatnonzero(np.isin(targets, list(specials))):
+            seen.setdefault(int(targets[t]), []).append(float(logits[t, targets[t]]))
+    pinned = sorted(i for i, v in seen.items() if np.median(v) < -PINNED * cfg.softcap)
+    if not pinned:
+        return params
+    head = params["lm_head"]  # (C, padded V)
+    ordinary = np.setdiff1d(np.arange(tokenizer.vocab_size), list(specials))
+    mean = jnp.mean(head[:, ordinary].astype(jnp.float32), axis=1, keepdims=True)  # (C, 1)
+    head = head.at[:, np.array(pinned)].set(jnp.broadcast_to(mean, (head.shape[0], len(pinned))).astype(head.dtype))
+    log(f"{len(pinned)} special token(s) had head logits pinned at the softcap's floor "
+        f"({', '.join(specials[i] for i in pinned)}): they start from the ordinary tokens' mean head column")
+    return {**params, "lm_head": head}
+
+
 def run_name_of(spec: str) -> str:
     """The run tag of a --from spec (default run names: <tag>-sft, <tag>-dpo)."""
     from nanocode.common import find_checkpoints

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from train.finetune import batch_geometry, load_sources, load_start, run_name_of, sft_optimizer, split_val
+from train.finetune import (batch_geometry, load_sources, load_start, run_name_of, sft_optimizer, split_val,
+                            unpin_special_heads)
 from train.packing import Packer, render_docs
 
 
@@ -177,6 +178,8 @@ def main(args) -> int:
                                                                 args.sample_tokens))
         return out
 
+    if not args.resume:  # (a resumed run restores its own params)
+        params = unpin_special_heads(params, cfg, tokenizer, [packer.materialize(r) for r in packer.epoch_rows(0)[:4]])
     optimizer = sft_optimizer(cfg, params, steps, rows * accum * T, args.lr_scale, args.warmup_steps)
     lc = loop.stage_loop_config(args, run_dir=run_dir, total_steps=steps, tokens_per_step=rows * accum * T,
                                 flops_per_token=flops_per_token(cfg, T), eval_at_start=True,
