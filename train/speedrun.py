@@ -150,10 +150,10 @@ PRESETS["v5e"] = dict(
            "--minutes", "7"],
     beside={"base": "synth"},
     # the cpu preset's sft and dpo at the same rows per update (2 rows, lr-scale 5), 2 epochs: one
-    # update per row, as v5's ~1.3 epochs of 700 updates. 2 epochs in 110 updates of 32 rows
-    # (2026-12-06) left the model looping on prose instead of calling tools (2/34 training-split
-    # tasks), and so did 300 updates of 2 rows (a third of an epoch); 200 dpo steps of 16 pairs
-    # diverged (docs/LOG.md)
+    # update per row, as v5's ~1.3 epochs of 700 updates. The first run (2026-12-06: 110 updates of
+    # 32 rows) never called a tool: the base had pinned the chat tokens' head logits at the
+    # softcap's floor, which sft now undoes (finetune.unpin_special_heads); 200 dpo steps of 16
+    # pairs diverged (docs/LOG.md)
     sft=["--seq-len", "2048", "--device-batch", "2", "--epochs", "2", "--lr-scale", "5",
          "--eval-every", "1000", "--save-every", "1000", "--save-minutes", "3", "--sample-tokens", "0"],
     dpo=["--device-batch", "4", "--steps", "30", "--eval-every", "15", "--save-every", "30"],
