@@ -11,8 +11,8 @@ words and requests (tasks/names.py HELDOUT_WORDS, tasks/requests.py's held-out g
 the EVAL_ONLY_FAMILIES and the real world's eval-side source packages never reach train/val
 data; eval_tasks.jsonl uses only them. Each finished conversation is appended to
 <out>/partial.jsonl as it comes, so a run that is killed (a chunk of chip time ending) resumes
-after what it kept when rerun with the same settings; --n may grow between runs. --real-ratio draws that share of task conversations from
-the real world (tasks/real_projects.py: projects of real standard-library code). No heavy
+after what it kept when rerun with the same settings; --n may grow between runs. --real-ratio
+draws that share of task conversations from the real world (tasks/real_projects.py: projects of real standard-library code). No heavy
 imports at module level: the CLI imports this module.
 
 Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "world", "messages"} per line),
@@ -101,12 +101,8 @@ def _done_so_far(out: str, settings: tuple) -> list:
                 results.append(tuple(json.loads(line)))
             except ValueError:
                 break
-    if not results:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(head + "\n")
-    else:  # rewrite without a torn tail, so appends continue a clean file
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(head + "\n" + "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results))
+    with open(path, "w", encoding="utf-8") as f:  # without a torn tail: appends continue a clean file
+        f.write(head + "\n" + "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results))
     return results
 
 
