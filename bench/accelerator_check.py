@@ -73,6 +73,14 @@ SHAPES = {
                 big=dict(preset="d20", seq_len=2048, rows=8, warmup=2, steps=5),
                 need_s={"jax": 1, "train": 150, "train_xla": 150, "engine": 90, "numerics": 30,
                         "loader": 45, "save": 60, "train_d20": 150}),
+    # the v5e speedrun's shape (train/speedrun.py): d6 at vocab 8,192, 32 rows, no recomputation
+    "v5e": dict(preset="d6", vocab_size=8192, seq_len=2048, rows=32, remat="none", warmup=2, steps=10,
+                prefill_len=1024, decode_tokens=256, prefill_repeats=3,
+                attn_shape=(2, 2048, 3, 128), short_window=512,
+                profile_steps=3, loader_s=10, save_preset="d12",
+                big=dict(preset="d12", seq_len=2048, rows=16, remat="block", warmup=2, steps=5),
+                need_s={"jax": 1, "train": 90, "train_xla": 90, "engine": 60, "numerics": 30,
+                        "loader": 45, "save": 40, "train_d20": 120}),
     "tiny": dict(preset="cpu-d2", seq_len=128, rows=4, warmup=1, steps=3,
                  prefill_len=64, decode_tokens=32, prefill_repeats=2,
                  attn_shape=(1, 256, 2, 64), short_window=64,
@@ -95,6 +103,8 @@ ap.add_argument("--big-rows", type=int, help="device batch rows of the d20 secti
 ap.add_argument("--dtype", help="compute dtype (default: float32 on CPU, else bfloat16)")
 ap.add_argument("--attn", help="train attention impl (default: cudnn on GPU, splash on TPU, "
                 "einsum on CPU)")
+ap.add_argument("--sections", help="comma-separated sections to run (default: all; e.g. train,train_d20 "
+                "for the steps alone)")
 args = ap.parse_args()
 S = dict(SHAPES["tiny" if args.tiny else args.shape])
 S["rows"] = args.rows or S["rows"]
@@ -159,7 +169,9 @@ def section(name, fn, *fn_args):
     """Run one section under the budget; record its result dict, or its error, and go on."""
     need = S["need_s"][name]
     left = args.budget_s - elapsed()
-    if left < need:
+    if args.sections and name.removesuffix("_xla") not in args.sections.split(","):
+        rec = {"status": "skipped", "reason": "not in --sections"}
+    elif left < need:
         rec = {"status": "skipped", "reason": f"{left:.0f} s of the budget left, needs ~{need} s"}
     else:
         t, cpu = time.perf_counter(), time.process_time()
@@ -191,15 +203,20 @@ def device_peak_bytes():
 
 
 # ---- 1. the real train step ---------------------------------------------------------------------
+def overrides(shape: dict) -> dict:
+    """The shape's config fields beyond its preset (the v5e shape's vocabulary)."""
+    return {"vocab_size": shape["vocab_size"]} if "vocab_size" in shape else {}
+
+
 def train_section(attn_impl: str, shape: dict | None = None, profile_steps: int = 0,
                   optimizer_share: bool = False) -> dict:
     """The step of `shape` (default: the run's), timed; then, optionally, `profile_steps` more
     steps under jax.profiler (summarised) and the same step with optax.identity() in place of the
     optimizer, timed the same way (the optimizer's share = 1 - its median / the step's)."""
     shape = shape or S
-    remat = {"remat": args.remat} if args.remat else {}
+    remat = args.remat or shape.get("remat")
     cfg = preset(shape["preset"], sequence_len=shape["seq_len"], compute_dtype=DTYPE, attn_impl=attn_impl,
-                 **remat)
+                 **({"remat": remat} if remat else {}), **overrides(shape))
     T, rows = cfg.sequence_len, shape["rows"]
     mesh = make_mesh("", devices=jax.devices()[:1])  # 1 device: data=1, fsdp=1
     params = init_params(cfg, jax.random.PRNGKey(0))
@@ -269,10 +286,17 @@ def train_section(attn_impl: str, shape: dict | None = None, profile_steps: int 
     if profile_steps:
         with tempfile.TemporaryDirectory(prefix="nanocode-profile-") as trace_dir:
             with jax.profiler.trace(trace_dir):
+                t = time.perf_counter()
                 for i in range(profile_steps):
                     state, m = compiled(state, batches[i % 2])
                 jax.block_until_ready((state, m))
-            extra["profile"] = {"steps": profile_steps, **accelerator_host.profile_summary(trace_dir)}
+                wall_ms = 1000 * (time.perf_counter() - t)
+            summary = accelerator_host.profile_summary(trace_dir, kinds=accelerator_host.hlo_op_kinds(
+                compiled.as_text()))
+            # busy / wall: the device's share of the profiled steps' wall time (the rest: waits on the host)
+            extra["profile"] = {"steps": profile_steps, "wall_ms": round(wall_ms, 3),
+                                "device_busy_share": round(summary["busy_ms"] / wall_ms, 4)
+                                if summary["lanes"] == "device ops" else None, **summary}
     if optimizer_share:
         plain = optax.identity()
         plain_state = (state[0], plain.init(state[0]))  # identity's state is empty
@@ -331,7 +355,7 @@ def train_section(attn_impl: str, shape: dict | None = None, profile_steps: int 
 
 # ---- 2. the inference engine: prefill, decode at batch 1 and 8 ---------------------------------
 def engine_section() -> dict:
-    cfg = preset(S["preset"], sequence_len=S["seq_len"], compute_dtype=DTYPE, attn_impl=ATTN)
+    cfg = preset(S["preset"], sequence_len=S["seq_len"], compute_dtype=DTYPE, attn_impl=ATTN, **overrides(S))
     params = init_params(cfg, jax.random.PRNGKey(1))
     engine = Engine(params, cfg, max_len=cfg.sequence_len,
                     dtype=None if DTYPE == "float32" else DTYPE)

@@ -4,7 +4,10 @@ raises on failure (the runner records the error and goes on):
 
 - `jax_api`: the jax version and whether every jax function this code relies on exists there (a
   release that renames one shows up here, not as a crash mid-run).
-- `profile_summary`: the device time of a jax.profiler trace, grouped by op name, top ones first.
+- `profile_summary`: the device time of a jax.profiler trace, grouped by op name, top ones first,
+  and by op kind (`hlo_op_kinds`: matmul, attention kernel, element-wise, copy, ...) when given
+  the compiled step's HLO: a step of many small fusions has a flat by-name profile whose kinds
+  still say where the time goes.
 - `loader_rate`: train/loader.py's packed batches from code shards built from the standard
   library on the spot (no network) with a tokenizer trained on them: tokens emitted per
   CPU-second of one core, against what the measured train step consumes.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import sysconfig
 import tempfile
@@ -50,7 +54,52 @@ def jax_api() -> dict:
     return {"jax_version": jax.__version__, "checked": list(JAX_API)}
 
 
-def profile_summary(trace_dir: str, top: int = 12) -> dict:
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\(")
+_CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)")
+_KINDS = {"convolution": "matmul", "dot": "matmul", "custom-call": "kernel (custom call)",
+          "copy": "copy/layout", "transpose": "copy/layout", "copy-start": "copy/layout",
+          "copy-done": "copy/layout", "bitcast": "copy/layout", "reshape": "copy/layout",
+          "all-reduce": "collective", "all-gather": "collective", "reduce-scatter": "collective",
+          "all-to-all": "collective", "collective-permute": "collective", "while": "control",
+          "conditional": "control", "call": "control"}
+
+
+def hlo_op_kinds(hlo_text: str) -> dict[str, str]:
+    """Instruction name -> kind, from a compiled module's HLO text (`compiled.as_text()`): a fusion
+    whose computation (or one it calls) holds a convolution or dot is "matmul", one with a custom
+    call "kernel (custom call)", any other "element-wise/reduce"; bare ops by opcode (_KINDS),
+    the rest "other (<opcode>)". The names are the ones a device trace's op lane shows."""
+    ops: dict[str, list[tuple[str, str, list[str]]]] = {}  # computation -> [(name, opcode, callees)]
+    current = None
+    for line in hlo_text.splitlines():
+        m = _INSTRUCTION.match(line)
+        if m and current is not None:
+            ops[current].append((m.group(1), m.group(2), _CALLS.findall(line)))
+        elif (c := _COMPUTATION.match(line)) and "=" not in line.split("{")[0]:
+            current = c.group(1)
+            ops.setdefault(current, [])
+
+    def holds(comp: str, opcodes: tuple[str, ...], seen: set) -> bool:
+        if comp in seen:
+            return False
+        seen.add(comp)
+        return any(op in opcodes or any(holds(c, opcodes, seen) for c in callees)
+                   for _, op, callees in ops.get(comp, ()))
+
+    kinds = {}
+    for comp_ops in ops.values():
+        for name, op, callees in comp_ops:
+            if op == "fusion":
+                kinds[name] = ("matmul" if any(holds(c, ("convolution", "dot"), set()) for c in callees)
+                               else "kernel (custom call)" if any(holds(c, ("custom-call",), set()) for c in callees)
+                               else "element-wise/reduce")
+            else:
+                kinds[name] = _KINDS.get(op, f"other ({op})")
+    return kinds
+
+
+def profile_summary(trace_dir: str, top: int = 12, kinds: dict[str, str] | None = None) -> dict:
     """Self time per event name in the newest *.trace.json.gz under trace_dir (Perfetto JSON,
     microseconds), top `top` names. Device lanes only when the trace has any (process names with
     "/device:"), and of those the op lane alone where there is one (thread "XLA Ops"): a TPU trace
@@ -88,7 +137,13 @@ def profile_summary(trace_dir: str, top: int = 12) -> dict:
     busy = sum(totals.values())
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
     kind = "device ops" if ops else "device" if device else "host"
-    return {"trace": str(traces[-1].relative_to(trace_dir)), "lanes": kind,
+    by_kind: dict[str, float] = {}
+    for name, own in totals.items():
+        k = (kinds or {}).get(name.split(":")[0].lstrip("%"), "unmapped")
+        by_kind[k] = by_kind.get(k, 0.0) + own
+    kind_shares = {k: {"ms": round(v / 1000, 3), "share": round(v / busy, 4) if busy else None}
+                   for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])} if kinds is not None else None
+    return {"trace": str(traces[-1].relative_to(trace_dir)), "lanes": kind, "by_kind": kind_shares,
             "device_threads": sorted(set(threads.values())),
             "events": len(events), "busy_ms": round(busy / 1000, 3),
             "top": [{"name": n[:120], "ms": round(d / 1000, 3), "share": round(d / busy, 4) if busy else None}

@@ -118,6 +118,12 @@ def test_budget_guard_skips_sections(tmp_path):
     assert r["backend"] == "cpu" and r["jax_version"] and r["sizes"]["preset"] == "cpu-d2"
 
 
+def test_sections_flag_runs_only_those(tmp_path):
+    r = run_check(tmp_path / "only.json", "--sections", "jax")
+    assert [s["status"] for s in r["sections"].values()] == ["ok"] + ["skipped"] * (len(SECTIONS) - 1)
+    assert all(s["reason"] == "not in --sections" for s in list(r["sections"].values())[1:])
+
+
 def test_profile_summary_counts_the_op_lane_of_a_tpu_trace(tmp_path):
     """A TPU trace has step and module lanes spanning the op lane, and loops holding their
     body's ops inside that lane: only the "XLA Ops" lane counts, each event by its self time, so
@@ -144,3 +150,34 @@ def test_profile_summary_counts_the_op_lane_of_a_tpu_trace(tmp_path):
     assert s["lanes"] == "device ops" and s["busy_ms"] == 0.095
     assert [(t["name"], t["share"]) for t in s["top"]] == [("fusion.1", 0.7368), ("convolution.2", 0.1579),
                                                         ("while.5", 0.1053)]
+    kinds = profile_summary(str(tmp_path), kinds={"fusion.1": "element-wise/reduce", "convolution.2": "matmul"})
+    assert kinds["by_kind"] == {"element-wise/reduce": {"ms": 0.07, "share": 0.7368},
+                                "matmul": {"ms": 0.015, "share": 0.1579},
+                                "unmapped": {"ms": 0.01, "share": 0.1053}}
+
+
+def test_hlo_op_kinds_of_a_real_compiled_step():
+    """The op kinds of a real compiled gradient (matmuls in and outside a loop, element-wise work):
+    every dot is "matmul", whether bare or inside a fusion, the loop is "control", and the fusions
+    without a dot are "element-wise/reduce"."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    sys.path.insert(0, str(ROOT / "bench"))
+    from accelerator_host import hlo_op_kinds
+
+    def f(x, w):
+        y = jax.nn.relu(x @ w)
+        y = jax.lax.fori_loop(0, 3, lambda i, c: c + jnp.tanh(c @ w), y)
+        return (y * 2).sum()
+
+    text = jax.jit(jax.grad(f)).lower(jnp.ones((64, 64)), jnp.ones((64, 64))).compile().as_text()
+    kinds = hlo_op_kinds(text)
+    dots = re.findall(r"%?([\w.\-]+) = \S+ (?:dot|convolution)\(", text)
+    assert dots and all(kinds[d] == "matmul" for d in dots)
+    fusions = re.findall(r"%?([\w.\-]+) = \S+ fusion\(", text)
+    assert fusions and {kinds[n] for n in fusions} <= {"matmul", "element-wise/reduce"}
+    assert "element-wise/reduce" in {kinds[n] for n in fusions}
+    loops = re.findall(r"%?([\w.\-]+) = \S+ while\(", text) + re.findall(r"%?([\w.\-]+) = \([^=]*?\) while\(", text)
+    assert loops and all(kinds[n] == "control" for n in loops)

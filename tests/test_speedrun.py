@@ -206,3 +206,33 @@ def test_a_command_after_the_signal_is_not_started(tmp_path, monkeypatch):
     marker = tmp_path / "ran"
     rc = speedrun.run_stage("sft", [[sys.executable, "-c", f"open({str(marker)!r}, 'w')"]], tmp_path, {})
     assert rc == 128 + signal.SIGTERM and not marker.exists() and not (tmp_path / "sft.done").exists()
+
+
+def test_v5e_script_seeds_the_run_from_work_made_elsewhere_and_keeps_the_machines_own(tmp_path):
+    """train/v5e.sh run: a seed archive (a base, synth made on another machine, their .done marks)
+    fills the run directory, files the machine already has are kept, and stages marked done in
+    the seed are not run again."""
+    import os
+    import tarfile
+
+    made = tmp_path / "made"
+    (made / "synth").mkdir(parents=True)
+    (made / "synth" / "train.jsonl").write_text("{}\n")
+    (made / "sft").mkdir()
+    (made / "sft" / "notes.txt").write_text("from the seed\n")
+    (made / "sft.done").write_text("{}\n")
+    seed = tmp_path / "run.tgz"
+    with tarfile.open(seed, "w:gz") as tar:
+        for p in sorted(made.rglob("*")):
+            tar.add(p, arcname=str(p.relative_to(made)), recursive=False)
+    run = tmp_path / "run"
+    (run / "sft").mkdir(parents=True)
+    (run / "sft" / "notes.txt").write_text("the machine's own\n")
+    env = {**os.environ, "RUN": str(run), "SEED": str(seed), "SRC": str(tmp_path),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", "train/v5e.sh", "run", "1", "sft"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sft: done already" in proc.stdout
+    assert (run / "synth" / "train.jsonl").read_text() == "{}\n"
+    assert (run / "sft" / "notes.txt").read_text() == "the machine's own\n"

@@ -8,16 +8,17 @@
 #   bash train/v5e.sh setup                         # installs into /tmp/site (once per machine)
 #   bash train/v5e.sh run 9 data,tokenizer,base,synth,sft,dpo,export   # a 9-minute chunk
 #   bash train/v5e.sh sweep                         # bench/shape_sweep.py on the chip
-#   bash train/v5e.sh pack                          # the exported model and logs to $OUT
+#   bash train/v5e.sh pack [sft]                    # the exported model (and sft's) and logs to $OUT
 #
-# Synth and evals run on CPUs: synth beside base on the host's cores (and made ahead on any
-# machine with the preset's settings: put its synth/partial.jsonl at .chip/synth_partial.jsonl.gz,
-# it is resumed from), evals on a machine with the agent's sandbox (the chip's host has none).
+# Synth and evals run on CPUs: synth beside base on the host's cores (or made ahead on any machine
+# with the preset's settings and carried in .chip/run.tgz, see `run`), evals on a machine with the
+# agent's sandbox (the chip's host has none). Calls carry .whl-tpu and .chip (git-ignored).
 set -euo pipefail
 
 RUN=${RUN:-/tmp/nanocode-v5e}
 SITE=${SITE:-/tmp/site}
 STDLIB=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+SEED=${SEED:-.chip/run.tar.xz}  # work made elsewhere (see `run`); xz: a carry holds 64 MiB
 SRC=${SRC:-"/opt/pypi/files $STDLIB"}  # the machine's offline package index (wheels) + the stdlib
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}:$SITE"  # the machine's JAX stays ahead of /tmp/site
 export NANOCODE_HOME=${NANOCODE_HOME:-$RUN/home} PYTHONUNBUFFERED=1
@@ -40,16 +41,11 @@ setup)
 run)
     minutes=${2:?usage: v5e.sh run MINUTES STAGES}
     stages=${3:?usage: v5e.sh run MINUTES STAGES}
-    carried=.chip/synth_partial.jsonl.gz  # the same (seed, i) jobs: the longer file holds the other
-    if [ -f "$carried" ] && [ ! -f "$RUN/synth.done" ]; then
-        mkdir -p "$RUN/synth"
-        gunzip -c "$carried" > "$RUN/synth/carried.jsonl"
-        have=$({ cat "$RUN/synth/partial.jsonl" 2>/dev/null || true; } | wc -l)
-        if [ "$(wc -l < "$RUN/synth/carried.jsonl")" -gt "$have" ]; then
-            mv "$RUN/synth/carried.jsonl" "$RUN/synth/partial.jsonl"
-            echo "v5e: synth resumes after $(($(wc -l < "$RUN/synth/partial.jsonl") - 1)) conversations made ahead"
-        fi
-        rm -f "$RUN/synth/carried.jsonl"
+    # work made elsewhere, carried as $SEED (a run directory's files: a base from an earlier
+    # stretch, synth made ahead with the preset's settings, their .done marks) seeds $RUN; what
+    # this machine already has wins, so a chunk never goes back
+    if [ -f "$SEED" ]; then
+        tar -xf "$SEED" -C "$RUN" --skip-old-files
     fi
     # shellcheck disable=SC2086
     timeout -s TERM -k 90 "${minutes}m" python3 -m train.cli speedrun --preset v5e --run-dir "$RUN" --resume \
@@ -71,12 +67,16 @@ pack)
     fi
     out=${OUT:?pack writes to \$OUT}
     tar -C "$RUN" -czf - model | split -b 15M - "$out/model.tgz."  # files come back in <= 16 MiB pieces
+    for stage in "${@:2}"; do  # `pack sft`: that stage exported too, to measure what the next one adds
+        [ -d "$RUN/model_$stage/checkpoints" ] || python3 -m train.cli export --from "$RUN/$stage" --out "$RUN/model_$stage"
+        tar -C "$RUN" -czf - "model_$stage" | split -b 15M - "$out/model_$stage.tgz."
+    done
     tar -C "$RUN" -czf "$out/logs.tgz" logs $(cd "$RUN" && ls -d ./*.done ./*/metrics.jsonl ./data/*/data.json \
         ./synth/stats.json 2>/dev/null)
     ls -la "$out"
     ;;
 *)
-    echo "usage: bash train/v5e.sh setup | run MINUTES STAGES | sweep [CANDIDATES] | pack" >&2
+    echo "usage: bash train/v5e.sh setup | run MINUTES STAGES | sweep [CANDIDATES] | pack [STAGE...]" >&2
     exit 2
     ;;
 esac
