@@ -54,10 +54,10 @@ def write_card(run: str) -> int:
     lines = ["# nanocode default model", "",
              f"A {counts['total'] / 1e6:.1f}M-parameter nanocode GPT (depth {cfg.n_layer}, width {cfg.n_embd}, "
              f"{cfg.n_head} heads of {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.sequence_len}), "
-             "trained from scratch on this machine's own Python sources and docs, then fine-tuned on "
-             "offline synthetic agent rollouts (`train synth`) and preference-tuned (IPO). Params only, "
+             "trained from scratch on real Python sources and docs (the recipe's data stage), then "
+             "fine-tuned on offline synthetic agent rollouts (`train synth`) and preference-tuned (IPO). Params only, "
              f"bf16; exported from `{meta.get('exported_from', '?')}`.", "",
-             "It is a toy: it knows the tool format and the shape of the synthetic tasks, not Python at "
+             "It is small: it knows the tool format and the shape of the synthetic tasks, not Python at "
              "large. Train a bigger one with `train speedrun --preset d12|d20|d24` (README).", "",
              "## Recipe", "", f"    train speedrun --preset {preset} --run-dir RUN    # RUN = "
              f"$NANOCODE_HOME/speedrun/{run_dir.name}", "", "| stage | minutes | command |",
@@ -67,7 +67,8 @@ def write_card(run: str) -> int:
         if f.exists():
             d = json.loads(f.read_text())
             cmds = "<br>".join(f"`{c.replace(str(run_dir), '$RUN')}`" for c in d["commands"])
-            lines.append(f"| {s} | {d['seconds'] / 60:.1f} | {cmds} |")
+            minutes = "-" if d.get("seconds") is None else f"{d['seconds'] / 60:.1f}"  # made elsewhere
+            lines.append(f"| {s} | {minutes} | {cmds} |")
     lines += ["", "## Evals", "", "From the JSON files in evals/ beside this card, written by the `evals` "
               "commands of the recipe.", ""] + eval_tables(model / "evals")
     for phase in ("base", "base_long"):

@@ -19,11 +19,13 @@ def test_dry_run_plans_every_stage(preset, tmp_path, capsys):
     assert main(["speedrun", "--preset", preset, "--run-dir", str(tmp_path / "r"), "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split(":")[0] for ln in lines][:1] == ["data"]
-    planned = {s for s in speedrun.STAGES if s not in speedrun.ON_POLICY or s in speedrun.PRESETS[preset]}
+    planned = {s for s in speedrun.STAGES if s not in speedrun.OPTIONAL or s in speedrun.PRESETS[preset]}
     assert {ln.split(":")[0] for ln in lines} == planned
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
-    for stage in ("base", "sft", "dpo"):
+    for stage in {"base", "sft", "dpo"} & planned:
         assert "--resume" not in next(ln for ln in lines if ln.startswith(stage + ":"))
+    last = next(s for s in ("dpo", "rft", "sft") if s in planned)  # export takes the last one
+    assert f"--from {tmp_path / 'r' / last} " in next(ln for ln in lines if ln.startswith("export:"))
 
 
 def test_dry_run_imports_no_jax(tmp_path):
