@@ -1,4 +1,4 @@
-"""The shipped default model (nanocode/default_model, the cpu speedrun's final checkpoint): small
+"""The shipped default model (nanocode/default_model, the v5e speedrun's final checkpoint): small
 enough to ship, loadable with its tokenizer, documented by its model card and eval JSONs, and what
 `nanocode` runs with no --model: headless on a generated task project, as a fresh install would."""
 import json
@@ -10,7 +10,7 @@ from agent.model import resolve_model
 from nanocode.common import DEFAULT_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_MB = 25
+MAX_MB = 64  # it ships inside the package and comes back from the chip's host in 16 MiB pieces
 
 
 def test_default_model_is_shipped_small_and_documented():
@@ -22,9 +22,9 @@ def test_default_model_is_shipped_small_and_documented():
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     assert size < MAX_MB * 1e6, f"default model is {size / 1e6:.1f} MB"
     card = (path / "MODEL_CARD.md").read_text()
-    assert "train speedrun --preset cpu" in card
+    assert "train speedrun --preset v5e" in card
     evals = {json.loads(f.read_text())["eval"] for f in (path / "evals").glob("*.json")}
-    assert {"agent", "humaneval", "bpb"} <= evals
+    assert {"agent", "humaneval"} <= evals  # bpb: the base's, measured on the chip (the card)
 
 
 def test_nanocode_runs_the_default_model_headless_on_a_task_project(tmp_path):
