@@ -188,9 +188,11 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
 
 @pytest.fixture
 def no_sandbox(monkeypatch):
-    """The machine as a container without user namespaces looks to the agent."""
-    from tools import sandbox
+    """The machine as a container without user namespaces looks to the agent, its checks run
+    by choice (tools/checks.py; tests/test_checks.py has the refusal)."""
+    from tools import checks, sandbox
     monkeypatch.setenv(sandbox.ENV_SWITCH, "off")
+    monkeypatch.setenv(checks.UNSANDBOXED_ENV, "1")
     assert not sandbox.bash_sandbox(refresh=True)["available"]
     yield
     monkeypatch.delenv(sandbox.ENV_SWITCH)

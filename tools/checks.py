@@ -1,0 +1,78 @@
+"""How our own checks run code a model edited: the one place that decides it.
+
+A check (a task's hidden check, tasks/projects.run_tests and run_python; the tests a verdict
+runs, tools/test_guard.run_tests, for best-of's verifier) executes the project as the model left
+it: with `evals agent --base-url` or `train rollouts --base-url` that is whatever a server sent.
+`run` starts such a command the way the Bash tool starts the model's own (tools/bash.py):
+
+* environment: the allow-list (tools.bash.command_env: no API keys or tokens of the caller),
+  plus ``PYTHONDONTWRITEBYTECODE=1`` and what the caller adds (a pytest switch);
+* the OS sandbox (tools/sandbox.py, `prepare`: the project root writable, its git hooks and
+  config read-only, a private /tmp, no network unless the given Sandbox allows it, nothing
+  outlives the call) whenever its probe (`tools.sandbox.bash_sandbox`) says it works here;
+* tools/process.py: its own process group, killed whole at the timeout and after a normal exit,
+  marked (descendants that called setsid are found), output kept to a bounded head and tail.
+
+Where no sandbox can start (a host without user namespaces, such as the TPU chip's), a check
+runs only when the user chose that (``UNSANDBOXED_ENV=1`` in the environment, so worker
+processes inherit the choice); without it `run` raises Refused. With it the checks keep the
+environment rules and the group kill, but files outside the project, the network and processes
+that leave the group are not contained.
+
+Trade-off: a sandboxed check costs one more interpreter start and a few mounts (the bootstrap)
+plus a `git config` for the project's hooks path; bench/check_cost.py measures it per check.
+"""
+from __future__ import annotations
+
+import os
+
+from tools import process
+from tools import sandbox as sbx
+from tools.bash import command_env
+from tools.sandbox_paths import restore
+
+UNSANDBOXED_ENV = "NANOCODE_UNSANDBOXED"  # "1": checks may run without the OS sandbox
+FLAG = "--unsandboxed"
+
+
+class Refused(RuntimeError):
+    """A check was asked to run model-edited code where no sandbox works and nobody chose to."""
+
+
+def allowed() -> bool:
+    """Whether the user chose to run checks without the sandbox (UNSANDBOXED_ENV=1)."""
+    return os.environ.get(UNSANDBOXED_ENV) == "1"
+
+
+def missing() -> str | None:
+    """None where the Bash sandbox works here, else why not (the probe's note)."""
+    probe = sbx.bash_sandbox()
+    return None if probe["available"] else probe["note"] or "unavailable"
+
+
+def refusal(what: str, why: str) -> str:
+    """The one-line refusal: what would run model code, why no sandbox, the two ways on."""
+    return (f"no OS sandbox here ({why}): {what} runs model-written code only inside one; allow "
+            f"unprivileged user namespaces (`unshare -r true` must work), or pass {FLAG} on a "
+            "throwaway machine")
+
+
+def run(argv: list[str], cwd: str, timeout: float, *, env: dict | None = None,
+        sandbox: sbx.Sandbox | None = None) -> process.Outcome:
+    """Run `argv` in `cwd` as a check (module docstring): sandboxed as `sandbox` says (None: the
+    default Sandbox, network off) wherever the probe finds one, else only with the user's
+    choice; output kept to process.BUDGET bytes. `env`: variables added to the allow-listed
+    environment. Raises Refused (no sandbox, no choice) and OSError (the command cannot start)."""
+    env = {**command_env(), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    guarded, groups = {}, []
+    if (why := missing()) is None:
+        argv, guarded, groups = sbx.prepare(cwd, argv, sandbox or sbx.Sandbox())
+        env["TMPDIR"] = "/tmp"
+    elif not allowed():
+        raise Refused(refusal("this check", why))
+    try:
+        return process.run(argv, cwd=cwd, env=env, timeout=timeout, mark=True)
+    finally:
+        for d in groups:
+            sbx.remove_cgroup(d)
+        restore(guarded)
