@@ -309,7 +309,13 @@ def main(args) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-    info: dict = {"policy": args.policy}
+    from tools.checks import Refused, gate
+    try:  # every policy's check runs the project as it was left (a server's edits with --base-url)
+        unsandboxed = gate("evals agent", args.unsandboxed)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    info: dict = {"policy": args.policy, "unsandboxed": unsandboxed}
     model = step = server = None
     sampling = SamplerSettings(temperature=args.temperature, max_tokens=args.max_tokens,
                                ground=not args.no_ground, copy_bias=args.copy_bias,

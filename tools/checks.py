@@ -14,10 +14,14 @@ it: with `evals agent --base-url` or `train rollouts --base-url` that is whateve
   marked (descendants that called setsid are found), output kept to a bounded head and tail.
 
 Where no sandbox can start (a host without user namespaces, such as the TPU chip's), a check
-runs only when the user chose that (``UNSANDBOXED_ENV=1`` in the environment, so worker
-processes inherit the choice); without it `run` raises Refused. With it the checks keep the
-environment rules and the group kill, but files outside the project, the network and processes
-that leave the group are not contained.
+runs only when the user chose that: ``--unsandboxed`` on the command that runs checks (evals
+agent and the code evals, train synth and rollouts, nanocode --best-of), which puts
+``UNSANDBOXED_ENV=1`` in the environment, so worker processes inherit the choice (an exported
+variable is the same choice, e.g. train/v5e.sh on the chip's throwaway host). Without it `run`
+raises Refused, and `gate`, called by those commands before any work, refuses in one line that
+names the way on. With it the checks keep the environment rules and the group kill, but files
+outside the project, the network and processes that leave the group are not contained; `gate`
+says so on stderr and the command records ``"unsandboxed": true`` in its result.
 
 Trade-off: a sandboxed check costs one more interpreter start and a few mounts (the bootstrap)
 plus a `git config` for the project's hooks path; bench/check_cost.py measures it per check.
@@ -25,6 +29,7 @@ plus a `git config` for the project's hooks path; bench/check_cost.py measures i
 from __future__ import annotations
 
 import os
+import sys
 
 from tools import process
 from tools import sandbox as sbx
@@ -50,11 +55,37 @@ def missing() -> str | None:
     return None if probe["available"] else probe["note"] or "unavailable"
 
 
+def add_flag(parser) -> None:
+    """FLAG on the argparse parser of a command that runs checks (its dest: `unsandboxed`)."""
+    parser.add_argument(FLAG, action="store_true", help="where no OS sandbox can start (no user "
+                        "namespaces), run the checks of model-edited code without it: only on a "
+                        "throwaway machine; the result records it")
+
+
 def refusal(what: str, why: str) -> str:
     """The one-line refusal: what would run model code, why no sandbox, the two ways on."""
     return (f"no OS sandbox here ({why}): {what} runs model-written code only inside one; allow "
             f"unprivileged user namespaces (`unshare -r true` must work), or pass {FLAG} on a "
             "throwaway machine")
+
+
+def gate(what: str, flag: bool, probe=missing) -> bool:
+    """Before a command runs any check: whether its checks will run unsandboxed. `flag`: its
+    --unsandboxed (True puts UNSANDBOXED_ENV in os.environ, for the workers it starts);
+    `probe()`: None where the sandbox works, else why not. Raises Refused (the one-line
+    message) where there is none and no choice was made; prints the warning line where the
+    choice lets the run go on unsandboxed."""
+    if flag:
+        os.environ[UNSANDBOXED_ENV] = "1"
+    why = probe()
+    if why is None:
+        return False
+    if not allowed():
+        raise Refused(refusal(what, why))
+    print(f"warning: no OS sandbox here ({why}); {FLAG}: {what} runs model-written code without "
+          "one: files outside its folder, the network and processes that leave its group are not "
+          "contained", file=sys.stderr)
+    return True
 
 
 def run(argv: list[str], cwd: str, timeout: float, *, env: dict | None = None,

@@ -285,6 +285,12 @@ def main(args) -> int:
     if args.context is not None and (args.base_url is None or args.context < 64):
         print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
         return 2
+    from tools.checks import Refused, gate
+    try:  # the hidden checks run the project as the model (or a server) left it
+        unsandboxed = gate("train rollouts", args.unsandboxed)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     from agent.model import AgentOptions, ModelError, load_sampler
     server = None
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
@@ -374,7 +380,7 @@ def main(args) -> int:
         w = worlds.setdefault(rec.get("world", "generated"), {"tasks": 0, "resolved": 0})
         w["tasks"] += 1
         w["resolved"] += rec["resolved"]
-    summary = {"model": label, "base_url": args.base_url, "tasks": len(records),
+    summary = {"model": label, "base_url": args.base_url, "unsandboxed": unsandboxed, "tasks": len(records),
                "resolved": sum(r["resolved"] for r in records),
                "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
                "tampered_samples": sum(bool(x.get("tampered")) for r in records for x in r["samples"]),
