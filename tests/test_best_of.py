@@ -20,6 +20,7 @@ from agent_builder import new_agent
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
 from nanocode.protocol import TurnResult, system_prompt
+from proc_state import with_cmdline
 from scripted_agent import Script, call, reply
 from tiny_models import commit_all, tiny, tiny_tokenizer
 from tools.permissions import Policy
@@ -259,19 +260,6 @@ def unsandboxed(monkeypatch):
     sandbox.bash_sandbox(refresh=True)
 
 
-def live(cmdline: bytes) -> list[int]:
-    """Pids of live (not zombie) processes with this exact command line."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if (Path(f"/proc/{pid}/cmdline").read_bytes() == cmdline
-                    and Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] not in b"ZX"):
-                out.append(int(pid))
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            pass
-    return out
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 @pytest.mark.parametrize("route", ["sandbox", "unsandboxed"])
 @pytest.mark.parametrize("leftover", ["sleep {} &", "sleep {} > /dev/null 2>&1 &",
@@ -291,7 +279,7 @@ def test_a_test_run_leaves_no_process_behind(user, leftover, route, request):
     t = time.monotonic()
     assert run_tests(f"{leftover.format(secs)} echo ok", str(user), timeout=30) == (True, "ok")
     assert time.monotonic() - t < 10
-    assert live(f"sleep\0{secs}\0".encode()) == []
+    assert with_cmdline("sleep", secs) == []
 
 
 def test_the_verifier_runs_model_written_tests_in_the_sandbox(user, tmp_path, request):

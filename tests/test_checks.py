@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from proc_state import with_cmdline
 from tasks.projects import run_python
 from test_evals_base_url import teacher
 from tools import checks
@@ -75,10 +76,10 @@ def test_without_a_sandbox_a_check_is_refused_unless_chosen(tmp_path, monkeypatc
 
 
 def test_a_check_past_its_timeout_is_killed_with_what_it_started(tmp_path):
-    ran = checks.run(["bash", "-c", "sleep 60 & echo started; sleep 60"], str(tmp_path), 1)
+    secs = f"60.{os.getpid()}"  # a command line no other process has
+    ran = checks.run(["bash", "-c", f"sleep {secs} & echo started; sleep {secs}"], str(tmp_path), 1)
     assert ran.timed_out and "started" in ran.output
-    out = subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True, text=True).stdout
-    assert out == "", f"left running: {out}"
+    assert with_cmdline("sleep", secs) == []
 
 
 def test_the_evals_unsandboxed_mode_needs_the_choice(monkeypatch):
