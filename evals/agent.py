@@ -57,6 +57,10 @@ has the keys of a checkpoint run: model "<url> <model>", base_url, checkpoint an
 None for the engine-only settings (ENGINE_ONLY). A turn the server failed (stop reason
 model_error) scores as unresolved, and the run warns with their count.
 
+Checks (every policy's: the project as it was left) run model-written code, so they run through
+tools/checks.py: in the OS sandbox, or where none starts only with --unsandboxed (else exit
+status 2, one line); the summary records "unsandboxed".
+
 Outputs (under $NANOCODE_HOME/evals/<model tag>/, `reference/` for the baselines, or --out):
 agent_step<N>.json (agent_server.json under evals/<the server's model name, sanitized>/ with
 --base-url; agent_oracle.json / agent_nothing.json; agent_<split>_step<N>.json for the

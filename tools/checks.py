@@ -58,8 +58,8 @@ def missing() -> str | None:
 def add_flag(parser) -> None:
     """FLAG on the argparse parser of a command that runs checks (its dest: `unsandboxed`)."""
     parser.add_argument(FLAG, action="store_true", help="where no OS sandbox can start (no user "
-                        "namespaces), run the checks of model-edited code without it: only on a "
-                        "throwaway machine; the result records it")
+                        "namespaces), run the checks of model-written code without it, saying so "
+                        "on stderr: only on a throwaway machine")
 
 
 def refusal(what: str, why: str) -> str:

@@ -20,6 +20,10 @@ What comes out, in --out:
   killed run resumes where it stopped; sft.jsonl, preference.jsonl and summary.json are rebuilt
   from the records each time.
 
+The hidden checks run the project as the model (or a server) left it: through tools/checks.py,
+in the OS sandbox, or where none starts only with --unsandboxed (else exit status 2, one line);
+summary.json records "unsandboxed".
+
 Tasks: task i has family TRAIN_FAMILIES[i % F] and seed ROLLOUT_SEED0 + --seed * 10**6 + i, with
 training names and phrasings, on real standard-library code (the real world's training packages)
 for about --real-ratio of them (drawn per seed, among the families that have a real form): a seed range that `train synth` (seed * 10**6 + i) and the eval

@@ -15,6 +15,10 @@ after what it kept when rerun with the same settings; --n may grow between runs.
 draws that share of task conversations from the real world (tasks/real_projects.py: projects of real standard-library code). No heavy
 imports at module level: the CLI imports this module.
 
+The tasks' checks and test runs while building go through tools/checks.py, as a model's would:
+where no OS sandbox starts, synth runs only with --unsandboxed (train/v5e.sh passes that choice on
+the chip's host), and stats.json records "unsandboxed".
+
 Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "world", "messages"} per line),
 preference_train.jsonl / preference_val.jsonl ({"id", "family", "flaw", "chosen", "rejected"}),
 eval_tasks.jsonl ({"id", "family", "seed", "heldout", "project", "prompt", "check"}; rebuild with
