@@ -33,7 +33,7 @@ Verifier (never a hidden check):
 - Code change: when any rollout changed files, the project's tests run in each changed copy:
   `test_command` (a shell line), else `python -m pytest -q -p no:cacheprovider` when the project
   has a tests/ directory or test_*.py / *_test.py files, within `test_timeout` seconds (past it:
-  failed; nothing the run starts outlives it, test_guard.run_tests). When a change fails them, the
+  failed; nothing the run starts outlives it; in the OS sandbox, tools/checks.py). When a change fails them, the
   tests also run once in one more copy, the tree as it was (the baseline). Score = (verdict,
   agreement, finished, -steps). Verdict: 4 changed and the tests pass, 3 changed with no verdict
   (no test command, or pytest collected nothing), 2 changed and the tests fail, but fewer than

@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-command", metavar="CMD",
                    help="with --best-of: the shell command that verifies a change (default: "
                    "python -m pytest -q when the project has tests)")
+    from tools.checks import add_flag  # light: stdlib only
+    add_flag(p)  # --best-of's verifier runs the rollouts' changes (tests)
     p.add_argument("--network", action="store_true",
                    help="let commands reach the network (the sandbox blocks it by default)")
     p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
@@ -306,6 +308,13 @@ def _main(args, started) -> int:
     if not root.is_dir():
         _err(f"error: --cwd {root} is not a directory")
         return 2
+    if args.best_of > 1:
+        from tools.checks import Refused, gate
+        try:
+            gate("--best-of", args.unsandboxed)
+        except Refused as e:
+            _err(f"error: {e}")
+            return 2
     root = root.resolve()
     if not args.trust and not trusted(root, headless=args.prompt is not None):
         _err(f"not starting: {root} is not trusted (run nanocode in a project folder, or pass --trust)")

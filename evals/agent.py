@@ -57,6 +57,10 @@ has the keys of a checkpoint run: model "<url> <model>", base_url, checkpoint an
 None for the engine-only settings (ENGINE_ONLY). A turn the server failed (stop reason
 model_error) scores as unresolved, and the run warns with their count.
 
+Checks (every policy's: the project as it was left) run model-written code, so they run through
+tools/checks.py: in the OS sandbox, or where none starts only with --unsandboxed (else exit
+status 2, one line); the summary records "unsandboxed".
+
 Outputs (under $NANOCODE_HOME/evals/<model tag>/, `reference/` for the baselines, or --out):
 agent_step<N>.json (agent_server.json under evals/<the server's model name, sanitized>/ with
 --base-url; agent_oracle.json / agent_nothing.json; agent_<split>_step<N>.json for the
@@ -309,7 +313,13 @@ def main(args) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-    info: dict = {"policy": args.policy}
+    from tools.checks import Refused, gate
+    try:  # every policy's check runs the project as it was left (a server's edits with --base-url)
+        unsandboxed = gate("evals agent", args.unsandboxed)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    info: dict = {"policy": args.policy, "unsandboxed": unsandboxed}
     model = step = server = None
     sampling = SamplerSettings(temperature=args.temperature, max_tokens=args.max_tokens,
                                ground=not args.no_ground, copy_bias=args.copy_bias,

@@ -67,6 +67,8 @@ def add_codegen_args(p: argparse.ArgumentParser) -> None:
     a("--workers", type=int, default=0, help="programs run in parallel (default: core count)")
     a("--canonical", action="store_true", help="run the reference solutions (no model): all must pass")
     a("--stubs", action="store_true", help="run `pass` stubs (no model): all must fail")
+    from tools.checks import add_flag  # light: stdlib only
+    add_flag(p)
     a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
     a("--quiet", action="store_true", help="no progress bar")
 
@@ -127,6 +129,8 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
       help="copy bias toward tokens seen in the context (default 0.0: off)")
     a("--workers", type=int, default=0, help="task processes, each loading the model once "
       "(default min(2, cpus); 1 = in this process)")
+    from tools.checks import add_flag  # light: stdlib only
+    add_flag(p)
     a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, <the server's model "
       "name> with --base-url, or reference/ for baselines)")
     a("--quiet", action="store_true", help="no progress bar")

@@ -166,6 +166,12 @@ def _sample_and_run(problems, engine, tok, mode, stops, batch, pool, sampling, l
     return rows
 
 
+def _missing() -> str | None:
+    """None where the programs run in namespaces (sandbox.isolation), else why not."""
+    iso = sandbox.isolation()
+    return None if iso["mode"] == "ns" else iso["note"] or "no namespaces"
+
+
 def main(args) -> int:
     t0 = time.perf_counter()
     reference = args.canonical or args.stubs
@@ -179,6 +185,12 @@ def main(args) -> int:
     if args.n > 1 and args.temperature == 0 and not reference:
         print(f"error: --n {args.n} at temperature 0 gives {args.n} identical greedy samples "
               "(pass@k would equal pass@1); pass --temperature 0.8 or so", file=sys.stderr)
+        return 2
+    from tools.checks import Refused, gate
+    try:  # the programs are a model's code (the references too run in the same harness)
+        unsandboxed = gate(f"evals {args.task}", args.unsandboxed, _missing)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
         problems = tasks.load_task(args.task, args.data, args.limit)
@@ -202,7 +214,7 @@ def main(args) -> int:
     summary = {"eval": args.task, **info, "problems": len(rows), "solved": sum(r["c"] > 0 for r in rows),
                **scores, "k": ks, "statuses": dict(statuses), "data": args.data or "default",
                "limit": args.limit, "timeout_s": args.timeout, "memory_mb": args.memory_mb,
-               "isolation": iso, "seconds": round(time.perf_counter() - t0, 1)}
+               "isolation": iso, "unsandboxed": unsandboxed, "seconds": round(time.perf_counter() - t0, 1)}
     dest = out_dir(args.out, "reference" if reference else info["model"])
     name = args.task + (f"_{info['mode']}" if reference else f"_step{info['step']}")
     write_results(dest, name, rows, summary)

@@ -28,6 +28,8 @@ process by a probe that runs through the real machinery and checks what held (`i
   a fork bomb and its total memory, and every process left in them is SIGKILLed at the end.
 - "rlimits" (fallback): the same process setup without namespaces. Writes outside the temp dir
   and network access are NOT prevented, and a child that calls setsid() escapes the group kill.
+  So it runs only by the user's choice (tools/checks.py: --unsandboxed, UNSANDBOXED_ENV);
+  without it every program is an "error" result that names the way on.
 
 Both set RLIMIT_AS (default 2 GiB: a 10 GB allocation raises MemoryError, reported "oom"),
 RLIMIT_CPU (timeout + 1 s), RLIMIT_FSIZE (16 MiB, also the output cap), RLIMIT_NOFILE (256),
@@ -54,7 +56,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
-from tools import process
+from tools import checks, process
 from tools.sandbox import (ENV_SWITCH, NOBODY, SETUP_FAILED, cgroup_oom, forced_off, make_cgroups,
                            remove_cgroup, unshare_path, wrap)
 
@@ -145,9 +147,12 @@ def run_program(code: str, limits: Limits | None = None, mode: str | None = None
     """Run `code` (a whole Python program) sandboxed. status: passed (exit 0), failed (non-zero
     exit or killed), timeout (wall clock or CPU limit), oom (MemoryError or killed by the address
     space limit), error (the sandbox itself could not start). mode: "ns" | "plain" | None (the
-    best that works here, see isolation())."""
+    best that works here, see isolation(); "plain" only with checks.allowed())."""
     lim = limits or Limits()
     mode = mode or isolation()["mode"]
+    if mode == "plain" and not checks.allowed():
+        return Result("error", None, 0.0, "", "sandbox: " + checks.refusal("a generated program", "rlimits only"),
+                      _MODE_NAMES[mode])
     root = tempfile.mkdtemp(prefix="nanocode-sbx-")
     work = os.path.join(root, "work")
     os.mkdir(work, 0o700)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from tools import checks
 from tasks.names import (
     CLASS_SUFFIXES, HELDOUT_PROJECT_WORDS, MODULE_WORDS, PROJECT_WORDS, SUFFIXES, pick_names, pick_word)
 
@@ -425,16 +426,21 @@ def snapshot(root: str) -> dict[str, str]:
 
 def run_tests(root: str, *targets: str) -> bool:
     """True when pytest passes in root on `targets` (default: whatever pytest collects there); used
-    by hidden checks, not shown to the model. Installed pytest plugins are not loaded: generated
+    by hidden checks, not shown to the model. Runs as a check (tools/checks.py: sandboxed, no
+    secrets, nothing left running); TimeoutError past 120 s, checks.Refused where no sandbox works
+    and nobody chose to go on without. Installed pytest plugins are not loaded: generated
     projects use none, and loading them (pytest-benchmark, ...) costs more than the tests."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *targets]
-    r = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
-    return r.returncode == 0
+    return _check([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *targets], root, 120,
+                  {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
 
 def run_python(root: str, code: str) -> bool:
-    """True when `code` runs without error in root (hidden behaviour checks)."""
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                       timeout=60, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
-    return r.returncode == 0
+    """True when `code` runs without error in root (hidden behaviour checks); as run_tests, 60 s."""
+    return _check([sys.executable, "-c", code], root, 60)
+
+
+def _check(argv: list[str], root: str, timeout: float, env: dict | None = None) -> bool:
+    ran = checks.run(argv, root, timeout, env=env)
+    if ran.timed_out:
+        raise TimeoutError(f"the check ran past {timeout:g} s")
+    return ran.returncode == 0

@@ -34,3 +34,19 @@ def wait_dead(pids, within=1.0):
     while time.monotonic() < end and any(alive(p) for p in pids):
         time.sleep(0.02)
     return [p for p in pids if alive(p)]
+
+
+def with_cmdline(*argv: str) -> list[int]:
+    """The live processes whose command line is exactly `argv` (a leftover found by what it ran)."""
+    want = "".join(a + "\0" for a in argv).encode()
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f.read() != want:
+                    continue
+        except OSError:
+            continue
+        if alive(int(name)):
+            out.append(int(name))
+    return out

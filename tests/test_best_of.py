@@ -20,6 +20,7 @@ from agent_builder import new_agent
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
 from nanocode.protocol import TurnResult, system_prompt
+from proc_state import with_cmdline
 from scripted_agent import Script, call, reply
 from tiny_models import commit_all, tiny, tiny_tokenizer
 from tools.permissions import Policy
@@ -247,40 +248,55 @@ def test_cancel_applies_nothing_and_a_hung_test_run_fails(user):
     assert run_tests("sleep 30", str(user), timeout=0.5) == (False, "timed out after 0.5 s")
 
 
+@pytest.fixture
+def unsandboxed(monkeypatch):
+    """No OS sandbox here (NANOCODE_SANDBOX=off), and the user's choice to run checks anyway."""
+    from tools import checks, sandbox
+    monkeypatch.setenv(sandbox.ENV_SWITCH, "off")
+    monkeypatch.setenv(checks.UNSANDBOXED_ENV, "1")
+    sandbox.bash_sandbox(refresh=True)
+    yield
+    monkeypatch.delenv(sandbox.ENV_SWITCH)
+    sandbox.bash_sandbox(refresh=True)
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-@pytest.mark.parametrize("leftover", ["sleep 60 &", "sleep 60 > /dev/null 2>&1 &",
-                                      "setsid sleep 60 > /dev/null 2>&1 &"])
-def test_a_test_run_leaves_no_process_behind(user, tmp_path, leftover):
+@pytest.mark.parametrize("route", ["sandbox", "unsandboxed"])
+@pytest.mark.parametrize("leftover", ["sleep {} &", "sleep {} > /dev/null 2>&1 &",
+                                      "setsid sleep {} > /dev/null 2>&1 &"])
+def test_a_test_run_leaves_no_process_behind(user, leftover, route, request):
     """A test command that leaves a process running (a server a test forgot to stop; holding the
     output pipe or not, in its own session or not): the verdict comes back at once and the
-    process does not outlive run_tests."""
+    process does not outlive run_tests, in the sandbox (its pid namespace) and without one
+    (the process-group kill and the call's marker)."""
     import time
-    pidfile = tmp_path / "leftover.pid"
+    from tools.sandbox import bash_sandbox
+    if route == "unsandboxed":
+        request.getfixturevalue("unsandboxed")
+    elif not bash_sandbox()["available"]:
+        pytest.skip("no OS sandbox here")
+    secs = f"60.{os.getpid()}{len(leftover)}"  # a command line no other process has
     t = time.monotonic()
-    assert run_tests(f"{leftover} echo $! > {pidfile}; echo ok", str(user), timeout=30) == (True, "ok")
+    assert run_tests(f"{leftover.format(secs)} echo ok", str(user), timeout=30) == (True, "ok")
     assert time.monotonic() - t < 10
-    proc = Path(f"/proc/{int(pidfile.read_text())}")
-    try:
-        state = (proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        if not (proc / "cmdline").read_bytes().startswith(b"sleep\x0060"):
-            state = b"gone"  # a zombie has no command line; another one: the pid was reused since
-    except FileNotFoundError:
-        state = b"gone"
-    assert state in (b"gone", b"Z", b"X")  # a zombie is dead, waiting for its reaper
+    assert with_cmdline("sleep", secs) == []
 
 
-def test_the_verifier_runs_model_written_tests_in_the_sandbox(user, tmp_path):
-    """The project's tests run the rollout's code: in the rollout's OS sandbox, a write outside
-    the copy fails (nothing on disk), the verdict still comes back."""
+def test_the_verifier_runs_model_written_tests_in_the_sandbox(user, tmp_path, request):
+    """The project's tests run the rollout's code: in the rollout's OS sandbox (or the default
+    one), a write outside the copy fails (nothing on disk), the verdict still comes back; the
+    control, without a sandbox by the user's choice, writes it."""
     from tools.sandbox import Sandbox, bash_sandbox
     if not bash_sandbox()["available"]:
         pytest.skip("no OS sandbox here")
     victim = Path(os.path.expanduser("~")) / f".nanocode-verifier-test-{os.getpid()}"
     try:
         cmd = f"touch {victim}; echo in > inside.txt; echo ok"
-        assert run_tests(cmd, str(user), timeout=30, sandbox=Sandbox()) == (True, "ok")
-        assert not victim.exists() and (user / "inside.txt").read_text() == "in\n"
-        assert run_tests(f"touch {victim}", str(user), timeout=30)[0] and victim.exists()  # unsandboxed
+        for sandbox in (Sandbox(), None):
+            assert run_tests(cmd, str(user), timeout=30, sandbox=sandbox) == (True, "ok")
+            assert not victim.exists() and (user / "inside.txt").read_text() == "in\n"
+        request.getfixturevalue("unsandboxed")
+        assert run_tests(f"touch {victim}", str(user), timeout=30)[0] and victim.exists()
     finally:
         victim.unlink(missing_ok=True)
 

@@ -188,9 +188,11 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
 
 @pytest.fixture
 def no_sandbox(monkeypatch):
-    """The machine as a container without user namespaces looks to the agent."""
-    from tools import sandbox
+    """The machine as a container without user namespaces looks to the agent, its checks run
+    by choice (tools/checks.py; tests/test_checks.py has the refusal)."""
+    from tools import checks, sandbox
     monkeypatch.setenv(sandbox.ENV_SWITCH, "off")
+    monkeypatch.setenv(checks.UNSANDBOXED_ENV, "1")
     assert not sandbox.bash_sandbox(refresh=True)["available"]
     yield
     monkeypatch.delenv(sandbox.ENV_SWITCH)
@@ -206,10 +208,11 @@ def test_without_a_sandbox_the_oracles_command_is_refused(engine, tok, tmp_path,
 def test_a_run_without_a_sandbox_says_so_and_records_it(tiny_run, tmp_path, capsys, no_sandbox):
     from evals import cli
     assert cli.main(["agent", "--quiet", "--model", str(tiny_run), "--limit", "1", "--max-steps", "1",
-                     "--max-tokens", "8", "--workers", "1", "--out", str(tmp_path)]) == 0
+                     "--max-tokens", "8", "--workers", "1", "--out", str(tmp_path), "--unsandboxed"]) == 0
     err = capsys.readouterr().err
-    assert "warning: no OS sandbox here" in err and "not comparable" in err
-    assert json.loads((tmp_path / "agent_step2.json").read_text())["sandbox_found"] == "none"
+    assert "warning: no OS sandbox here" in err and "not comparable" in err and "--unsandboxed: " in err
+    summary = json.loads((tmp_path / "agent_step2.json").read_text())
+    assert summary["sandbox_found"] == "none" and summary["unsandboxed"] is True
 
 
 @pytest.fixture(scope="module")

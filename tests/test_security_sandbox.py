@@ -24,6 +24,7 @@ import pytest
 
 from tools import sandbox as sbx
 from tools.bash import bash
+from tools.checks import UNSANDBOXED_ENV
 
 AVAILABLE = sys.platform == "linux" and sbx.bash_sandbox()["available"]
 needs_sandbox = pytest.mark.skipif(not AVAILABLE, reason="no namespace sandbox here: "
@@ -393,9 +394,10 @@ def test_eval_work_dir_total_is_capped():
 
 
 @pytest.mark.parametrize("mode", ["plain", "ns"])
-def test_eval_cleanup_never_chmods_through_symlinks(tmp_path, mode):
+def test_eval_cleanup_never_chmods_through_symlinks(tmp_path, mode, monkeypatch):
     if mode == "ns" and esbx.isolation()["mode"] != "ns":
         pytest.skip("no namespaces")
+    monkeypatch.setenv(UNSANDBOXED_ENV, "1")  # "plain" runs only by that choice
     outside = tmp_path / "secret"
     outside.write_text("x")
     os.chmod(outside, 0o600)

@@ -1,8 +1,8 @@
 """One command's whole life as a process group: start, wait, read, kill everything, reap.
 
 `run(argv, ...)` is the only place that starts a command it must later stop: the Bash tool
-(tools/bash.py), the verifier's test runs (tools/test_guard.py) and the evals' generated programs
-(evals/sandbox.py). The contract:
+(tools/bash.py), the checks that run model-edited code (tools/checks.py: task checks, the
+verifier's test runs) and the evals' generated programs (evals/sandbox.py). The contract:
 
 * Start: stdin is /dev/null (``cat`` and ``read`` see EOF at once), the caller's `env` exactly
   (never inherited), `cwd`, and a new session (``start_new_session=True``): no controlling

@@ -1,5 +1,6 @@
-"""OS sandbox for commands the agent did not write itself: model-written Bash (tools/bash.py) and
-generated eval programs (evals/sandbox.py). Linux namespaces, no root needed, no setuid helper.
+"""OS sandbox for commands the agent did not write itself: model-written Bash (tools/bash.py), the
+checks that run model-edited code (tools/checks.py) and generated eval programs (evals/sandbox.py).
+Linux namespaces, no root needed, no setuid helper.
 
 `wrap(argv, ...)` returns the argv that runs `argv` as
 ``unshare [-r] [-n] -mpf --mount-proc --kill-child -- python -I -S -c _BOOT spec argv...``.

@@ -34,7 +34,7 @@ import re
 import shlex
 import tomllib
 
-from tools import process
+from tools import checks
 
 SKIP_DIRS = {".git", ".nanocode", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".nox",
              "node_modules", "site-packages", ".venv", "venv"}
@@ -155,27 +155,14 @@ def unasked_tests(root: str, before: dict[str, bytes], allowed=()) -> list[str]:
 
 def run_tests(command: str, cwd: str, timeout: float, sandbox=None, ignore=()) -> tuple[bool | None, str]:
     """(passed, last output line). pytest's "no tests collected" (exit 5) is None: no verdict.
-    The command runs with bash through tools/process.py: its own process group, killed whole at
-    the timeout and after a normal exit too (a server or `sleep &` a test left behind does not
-    outlive the verdict), and in the rollout's OS sandbox (tools/sandbox.py) when it has one: the
-    tests run model-written code. Any pytest it runs leaves out the (absolute) paths in `ignore`.
-    Raises OSError when bash cannot start."""
-    from tools import sandbox as sbx
-    from tools.bash import command_env  # the tests run model-written code: no API keys
-    from tools.sandbox_paths import restore
-    env = {**command_env(), "PYTHONDONTWRITEBYTECODE": "1"}
-    if ignore:
-        env["PYTEST_ADDOPTS"] = " ".join([env.get("PYTEST_ADDOPTS", "")]
-                                         + [shlex.quote(f"--ignore={p}") for p in ignore]).strip()
-    argv, protected, groups = ["bash", "-c", command], {}, []
-    try:
-        if sandbox is not None:
-            argv, protected, groups = sbx.prepare(cwd, argv, sandbox)
-        ran = process.run(argv, cwd=cwd, env=env, timeout=timeout, mark=True)
-    finally:
-        for d in groups:
-            sbx.remove_cgroup(d)
-        restore(protected)
+    The command runs with bash as a check (tools/checks.py): the tests run model-written code, so
+    in the OS sandbox (`sandbox`: the rollout's Sandbox, None the default one), without secrets,
+    its process group killed at the timeout and after a normal exit too (a server or `sleep &` a
+    test left behind does not outlive the verdict). Any pytest it runs leaves out the (absolute)
+    paths in `ignore`. Raises OSError when bash cannot start, checks.Refused where no sandbox
+    works and nobody chose to go on without."""
+    env = {"PYTEST_ADDOPTS": " ".join(shlex.quote(f"--ignore={p}") for p in ignore)} if ignore else {}
+    ran = checks.run(["bash", "-c", command], cwd, timeout, env=env, sandbox=sandbox)
     if ran.timed_out:
         return False, f"timed out after {timeout:g} s"
     lines = [x for x in ran.output.splitlines() if x.strip()]

@@ -189,6 +189,8 @@ def add_synth_args(p: argparse.ArgumentParser) -> None:
                    help="time budget: after M minutes write the conversations finished so far (a rerun "
                    "with the same settings resumes after them; default: 0, no limit)")
     p.add_argument("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
+    from tools.checks import add_flag  # light: stdlib only
+    add_flag(p)
 
 
 def _add_finetune_args(p: argparse.ArgumentParser, stage: str, lr_scale: float, batch_unit: str,
@@ -260,6 +262,8 @@ def add_rollouts_args(p: argparse.ArgumentParser) -> None:
     a("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
     a("--real-ratio", type=float, default=0.0, help="share of tasks on real standard-library code (the real "
       "world's training packages; default 0)")
+    from tools.checks import add_flag  # light: stdlib only
+    add_flag(p)
 
 
 def add_dpo_args(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,10 @@ What comes out, in --out:
   killed run resumes where it stopped; sft.jsonl, preference.jsonl and summary.json are rebuilt
   from the records each time.
 
+The hidden checks run the project as the model (or a server) left it: through tools/checks.py,
+in the OS sandbox, or where none starts only with --unsandboxed (else exit status 2, one line);
+summary.json records "unsandboxed".
+
 Tasks: task i has family TRAIN_FAMILIES[i % F] and seed ROLLOUT_SEED0 + --seed * 10**6 + i, with
 training names and phrasings, on real standard-library code (the real world's training packages)
 for about --real-ratio of them (drawn per seed, among the families that have a real form): a seed range that `train synth` (seed * 10**6 + i) and the eval
@@ -285,6 +289,12 @@ def main(args) -> int:
     if args.context is not None and (args.base_url is None or args.context < 64):
         print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
         return 2
+    from tools.checks import Refused, gate
+    try:  # the hidden checks run the project as the model (or a server) left it
+        unsandboxed = gate("train rollouts", args.unsandboxed)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     from agent.model import AgentOptions, ModelError, load_sampler
     server = None
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
@@ -374,7 +384,7 @@ def main(args) -> int:
         w = worlds.setdefault(rec.get("world", "generated"), {"tasks": 0, "resolved": 0})
         w["tasks"] += 1
         w["resolved"] += rec["resolved"]
-    summary = {"model": label, "base_url": args.base_url, "tasks": len(records),
+    summary = {"model": label, "base_url": args.base_url, "unsandboxed": unsandboxed, "tasks": len(records),
                "resolved": sum(r["resolved"] for r in records),
                "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
                "tampered_samples": sum(bool(x.get("tampered")) for r in records for x in r["samples"]),

@@ -15,6 +15,10 @@ after what it kept when rerun with the same settings; --n may grow between runs.
 draws that share of task conversations from the real world (tasks/real_projects.py: projects of real standard-library code). No heavy
 imports at module level: the CLI imports this module.
 
+The tasks' checks and test runs while building go through tools/checks.py, as a model's would:
+where no OS sandbox starts, synth runs only with --unsandboxed (train/v5e.sh passes that choice on
+the chip's host), and stats.json records "unsandboxed".
+
 Outputs in --out: train.jsonl / val.jsonl ({"id", "family", "world", "messages"} per line),
 preference_train.jsonl / preference_val.jsonl ({"id", "family", "flaw", "chosen", "rejected"}),
 eval_tasks.jsonl ({"id", "family", "seed", "heldout", "project", "prompt", "check"}; rebuild with
@@ -28,6 +32,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 
 from tasks import (
@@ -124,6 +129,12 @@ def main(args) -> int:
     if not 0 <= args.real_ratio <= 1:
         print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}")
         return 2
+    from tools.checks import Refused, gate
+    try:  # our oracle's edits, but the same checks as a model's: one rule
+        unsandboxed = gate("train synth", args.unsandboxed)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir, args.real_ratio)
             for i in range(args.n)]
     t0 = time.time()
@@ -143,7 +154,6 @@ def main(args) -> int:
         deadline = t0 + args.minutes * 60 if args.minutes > 0 else float("inf")
         if args.workers > 1 and todo:
             import multiprocessing as mp
-            import sys
             # fork is fast, but unsafe once jax (multithreaded) is loaded in this process (tests)
             ctx = mp.get_context("spawn" if "jax" in sys.modules else "fork")
             with ctx.Pool(args.workers) as pool:  # leaving the block terminates the workers
@@ -162,6 +172,7 @@ def main(args) -> int:
               "writing those (rerun with the same settings to add more)")
     out = {"train": [], "val": [], "preference_train": [], "preference_val": []}
     stats = {"seed": args.seed, "n": len(results), "families": families, "real_ratio": args.real_ratio,
+             "unsandboxed": unsandboxed,
              "worlds": {}, "train": {}, "val": {},
              "preference_train": {}, "preference_val": {}, "flaws": {}, "eval_tasks": {}}
     for conv, pair in results:
@@ -195,7 +206,5 @@ def main(args) -> int:
 
 
 if __name__ == "__main__":  # the arguments are train/cli.py's
-    import sys
-
     from train.cli import main as cli_main
     raise SystemExit(cli_main(["synth", *sys.argv[1:]]))
