@@ -55,8 +55,9 @@ def write_card(run: str) -> int:
              f"A {counts['total'] / 1e6:.1f}M-parameter nanocode GPT (depth {cfg.n_layer}, width {cfg.n_embd}, "
              f"{cfg.n_head} heads of {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.sequence_len}), "
              "trained from scratch on real Python sources and docs (the recipe's data stage), then "
-             "fine-tuned on offline synthetic agent rollouts (`train synth`) and preference-tuned (IPO). Params only, "
-             f"bf16; exported from `{meta.get('exported_from', '?')}`.", "",
+             "fine-tuned on offline synthetic agent rollouts (`train synth`)"
+             + (" and preference-tuned (IPO)" if (run_dir / "dpo.done").exists() else "")
+             + f". Params only, bf16; exported from `{meta.get('exported_from', '?')}`.", "",
              "It is small: it knows the tool format and the shape of the synthetic tasks, not Python at "
              "large. Train a bigger one with `train speedrun --preset d12|d20|d24` (README).", "",
              "## Recipe", "", f"    train speedrun --preset {preset} --run-dir RUN    # RUN = "
