@@ -7,6 +7,7 @@ saved session into a checkpoint. A scripted server stands in for other vendors' 
 streamed in pieces, two calls in one reply, arguments that are not JSON, a context 400, a 500)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -57,8 +58,9 @@ def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server
     from tasks import build_task, drive, resolved, setup_env, task_agent
     setup_env()
     runs = []
-    for kind in ("local", "remote"):
-        task = build_task(family, seed, False, str(tmp_path / kind))
+    for kind in ("local", "remote"):  # the same project path for both: the model reads it
+        shutil.rmtree(tmp_path / "task", ignore_errors=True)
+        task = build_task(family, seed, False, str(tmp_path / "task"))
         settings = SamplerSettings(max_tokens=300, ground=False)
         sampler = (EngineSampler(default_engine, task.root, settings) if kind == "local"
                    else RemoteSampler(our_server, settings=settings))
