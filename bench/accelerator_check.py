@@ -49,6 +49,8 @@ section records the error.
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
 import math
 import platform
@@ -105,6 +107,9 @@ ap.add_argument("--attn", help="train attention impl (default: cudnn on GPU, spl
                 "einsum on CPU)")
 ap.add_argument("--sections", help="comma-separated sections to run (default: all; e.g. train,train_d20 "
                 "for the steps alone)")
+ap.add_argument("--lever", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                help="set a module constant before the run, to A/B a performance lever in one run "
+                "(e.g. nanocode.kernels.HEAD_CHUNK_ROWS=8192); repeatable, recorded in the report")
 args = ap.parse_args()
 S = dict(SHAPES["tiny" if args.tiny else args.shape])
 S["rows"] = args.rows or S["rows"]
@@ -128,6 +133,15 @@ from train.base import next_token_loss  # noqa: E402
 from train.loop import make_train_step, peak_flops  # noqa: E402
 from train.optim import build_optimizer  # noqa: E402
 
+LEVERS = {}
+for lever in args.lever:
+    target, _, value = lever.partition("=")
+    module, _, name = target.rpartition(".")
+    if not hasattr(importlib.import_module(module), name):
+        sys.exit(f"--lever {lever}: {module} has no {name} (the lever must name an existing constant)")
+    setattr(sys.modules[module], name, ast.literal_eval(value))
+    LEVERS[target] = ast.literal_eval(value)
+
 BACKEND = jax.default_backend()
 DEVICE = jax.devices()[0]
 DTYPE = args.dtype or ("float32" if BACKEND == "cpu" else "bfloat16")
@@ -146,6 +160,7 @@ report = {
     "compute_dtype": DTYPE,
     "attn_impl": ATTN,
     "budget_s": args.budget_s,
+    "levers": LEVERS,
     "sizes": {k: v for k, v in S.items() if k != "need_s"},
     "sections": {},
     "host_sections_started": False,
@@ -291,8 +306,9 @@ def train_section(attn_impl: str, shape: dict | None = None, profile_steps: int 
                     state, m = compiled(state, batches[i % 2])
                 jax.block_until_ready((state, m))
                 wall_ms = 1000 * (time.perf_counter() - t)
-            summary = accelerator_host.profile_summary(trace_dir, kinds=accelerator_host.hlo_op_kinds(
-                compiled.as_text()))
+            hlo = compiled.as_text()
+            summary = accelerator_host.profile_summary(trace_dir, kinds=accelerator_host.hlo_op_kinds(hlo),
+                                                       labels=accelerator_host.hlo_op_labels(hlo))
             # busy / wall: the device's share of the profiled steps' wall time (the rest: waits on the host)
             extra["profile"] = {"steps": profile_steps, "wall_ms": round(wall_ms, 3),
                                 "device_busy_share": round(summary["busy_ms"] / wall_ms, 4)

@@ -55,7 +55,8 @@ def jax_api() -> dict:
 
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\(")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\([^=]*?\)|\S+)\s+([a-z][\w\-]*)\(")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
 _CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)")
 _KINDS = {"convolution": "matmul", "dot": "matmul", "custom-call": "kernel (custom call)",
           "copy": "copy/layout", "transpose": "copy/layout", "copy-start": "copy/layout",
@@ -75,7 +76,7 @@ def hlo_op_kinds(hlo_text: str) -> dict[str, str]:
     for line in hlo_text.splitlines():
         m = _INSTRUCTION.match(line)
         if m and current is not None:
-            ops[current].append((m.group(1), m.group(2), _CALLS.findall(line)))
+            ops[current].append((m.group(1), m.group(3), _CALLS.findall(line)))
         elif (c := _COMPUTATION.match(line)) and "=" not in line.split("{")[0]:
             current = c.group(1)
             ops.setdefault(current, [])
@@ -99,13 +100,27 @@ def hlo_op_kinds(hlo_text: str) -> dict[str, str]:
     return kinds
 
 
-def profile_summary(trace_dir: str, top: int = 12, kinds: dict[str, str] | None = None) -> dict:
+def hlo_op_labels(hlo_text: str) -> dict[str, str]:
+    """Instruction name -> "shape  jax op" (its output shape and the op_name of its metadata, the
+    tail of the traced function's path): what tells two fusions of one kind apart in a profile."""
+    labels = {}
+    for line in hlo_text.splitlines():
+        if m := _INSTRUCTION.match(line):
+            op = _OP_NAME.search(line)
+            labels[m.group(1)] = f"{m.group(2)[:60]}  {op.group(1)[-90:] if op else ''}".rstrip()
+    return labels
+
+
+def profile_summary(trace_dir: str, top: int = 12, kinds: dict[str, str] | None = None,
+                    labels: dict[str, str] | None = None) -> dict:
     """Self time per event name in the newest *.trace.json.gz under trace_dir (Perfetto JSON,
     microseconds), top `top` names. Device lanes only when the trace has any (process names with
     "/device:"), and of those the op lane alone where there is one (thread "XLA Ops"): a TPU trace
     also has step and module lanes whose events span the ops. Within a lane events nest (a while
     loop holds the ops of its body), so each event counts only the time none of its children
-    cover, and the shares add up to the busy time once."""
+    cover, and the shares add up to the busy time once. With `kinds` (hlo_op_kinds) the time is
+    also summed by kind, and with `labels` (hlo_op_labels) each kind's top ops are listed by shape
+    and jax op."""
     traces = sorted(Path(trace_dir).rglob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
     if not traces:
         raise FileNotFoundError(f"no *.trace.json.gz under {trace_dir}")
@@ -143,7 +158,15 @@ def profile_summary(trace_dir: str, top: int = 12, kinds: dict[str, str] | None 
         by_kind[k] = by_kind.get(k, 0.0) + own
     kind_shares = {k: {"ms": round(v / 1000, 3), "share": round(v / busy, 4) if busy else None}
                    for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])} if kinds is not None else None
+    by_kind_top: dict[str, list] = {}
+    for name, own in sorted(totals.items(), key=lambda kv: -kv[1]):
+        key = name.split(":")[0].lstrip("%")
+        ranked_kind = by_kind_top.setdefault((kinds or {}).get(key, "unmapped"), [])
+        if labels is not None and len(ranked_kind) < 6:
+            ranked_kind.append({"name": key, "label": labels.get(key, ""), "ms": round(own / 1000, 3),
+                                "share": round(own / busy, 4) if busy else None})
     return {"trace": str(traces[-1].relative_to(trace_dir)), "lanes": kind, "by_kind": kind_shares,
+            "top_by_kind": by_kind_top if labels is not None else None,
             "device_threads": sorted(set(threads.values())),
             "events": len(events), "busy_ms": round(busy / 1000, 3),
             "top": [{"name": n[:120], "ms": round(d / 1000, 3), "share": round(d / busy, 4) if busy else None}

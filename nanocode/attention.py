@@ -104,20 +104,26 @@ def _attend_einsum(q, k, v, window: int, q_pos=None, valid_len=None, chunk: int 
     return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D)
 
 
-@functools.lru_cache(maxsize=64)
+# The splash kernel's block sizes (each clipped to the sequence), forward and fused backward.
+SPLASH_BLOCKS = dict(block_q=512, block_kv=512, block_kv_compute=512, block_q_dkv=512, block_kv_dkv=512,
+                     block_kv_dkv_compute=512)
+
+
 def _splash_kernel(seq_len: int, window: int, n_group: int, interpret: bool):
-    """A splash-attention MQA kernel for one (kv head, batch row); built once per shape/window.
-    Blocks of 512 (clipped to T) with the fused backward kernel: the usual choice for v5e/v6e at
-    head_dim 128. Not yet measured on a TPU by us; tune here first when one is at hand."""
+    """A splash-attention MQA kernel for one (kv head, batch row), with SPLASH_BLOCKS."""
+    return _splash_kernel_cached(seq_len, window, n_group, interpret, tuple(sorted(SPLASH_BLOCKS.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _splash_kernel_cached(seq_len: int, window: int, n_group: int, interpret: bool, blocks: tuple):
+    """Built once per shape, window and blocks; the fused backward kernel."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     shape = (seq_len, seq_len)
     one = sm.CausalMask(shape) if window >= seq_len else sm.LocalMask(shape, (window, 0), 0)
     mask = sm.MultiHeadMask([one] * n_group)
-    b = min(512, seq_len)
-    sizes = sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b, block_kv_dkv=b,
-                          block_kv_dkv_compute=b, use_fused_bwd_kernel=True)
+    sizes = sk.BlockSizes(**{k: min(b, seq_len) for k, b in blocks}, use_fused_bwd_kernel=True)
     with jax.ensure_compile_time_eval():  # the mask tables are constants, not traced values
         return sk.make_splash_mqa(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
                                   interpret=interpret)

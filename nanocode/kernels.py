@@ -29,8 +29,15 @@ def dense(x: jax.Array, w: jax.Array) -> jax.Array:
     return (x.reshape(-1, x.shape[-1]) @ w.astype(x.dtype)).reshape(*x.shape[:-1], w.shape[-1])
 
 
-def _time_chunks(B: int, T: int, rows: int = 512) -> int:
-    """Tokens per sequence in one chunk of `fused_head_nll`: T halved until B x chunk <= rows."""
+# Rows (batch rows x tokens) in one chunk of the head + loss, per backend: 512 keeps a chunk's
+# (rows, V) fp32 logits in XLA:CPU's caches; an accelerator pays a loop iteration per chunk.
+HEAD_CHUNK_ROWS = {"cpu": 512, "gpu": 512, "tpu": 512}
+
+
+def _time_chunks(B: int, T: int) -> int:
+    """Tokens per sequence in one chunk of the head + loss: T halved until B x chunk <= the
+    backend's HEAD_CHUNK_ROWS."""
+    rows = HEAD_CHUNK_ROWS.get(jax.default_backend(), 512)
     ct = T
     while ct % 2 == 0 and B * ct > rows:
         ct //= 2
