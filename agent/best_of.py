@@ -2,69 +2,21 @@
 verifier that needs no hidden answer picks one, and only the winner's changes reach the user's
 tree, as one turn that /undo restores.
 
-Rollouts. Rollout 0 runs as the user configured it (greedy stays greedy, the user's seed);
-rollout i > 0 samples at `sample_temperature` (0.7) with seed + i. They run one after another on
-one engine (its KV cache is per agent; an agent is dropped when its rollout ends). Every copy is
-made before the first rollout, so all start from the same state, and the user's tree is only read
-until the pick is applied.
+Rollout 0 runs as the user configured it (greedy stays greedy, the user's seed); rollout i > 0
+samples at `sample_temperature` with seed + i. They run one after another on one engine; every
+copy is made before the first, so all start from the same state, and the user's tree is only read
+until the pick is applied. A copy (_make_copy) holds the work tree's listed files and a .git that
+borrows the user's objects, so git works there and can never write to the user's repository.
 
-Copies. A copy holds the work tree's tracked and untracked-not-ignored files (what `git ls-files
---cached --others --exclude-standard` lists, symlinks as symlinks; outside git every file) under
-<temp>/<i>/<project dir name>, the agent running at the same subdirectory of it as the user's
-root. Its .git is a fresh repository that borrows the user's objects through
-objects/info/alternates and has a copy of the user's index, info/exclude and HEAD (branch name
-and commit), so `git status`, `git diff`, `git log` and commits work in the copy, cost O(index)
-rather than O(history) to set up, and can never write to the user's repository. Not copied, by
-design: ignored files (build outputs, .env, an in-project venv: tests that need them fail in every
-copy alike), .nanocode/, __pycache__/ and .pytest_cache/ (a Python run recreates them; they never
-count as changes), submodule contents, the repo's config, other refs and the stash.
+The verifier is never a hidden check: for a change, the project's tests as they were
+(change_scores); for a question, agreement between the answers (agreement_scores). Leaving the
+tree alone is always an option: a change the tests reject, or one that tampered with them, is
+never applied. Ties go to the lowest index: with nothing to tell rollouts apart the pick is
+rollout 0, what a plain run would have done.
 
-Changes. A rollout's changes are the listed files whose content, exec bit or symlink target
-differ between its copy before and after it ran (created, modified, deleted; a file it only made
-ignored, e.g. by editing .gitignore, is still compared, never "deleted"), saved aside before
-the verifier runs anything in the copy, so a test run that writes files cannot leak into what is
-applied. Commits or staging done inside a copy are not carried over, only work-tree files.
-
-Verifier (never a hidden check):
-- Tests as they were (tools/test_guard.py): a rollout that changed tests, conftest.py, pytest
-  config or interpreter hooks unasked is tampered: not tested, never picked, named in the status
-  line; if all did, nothing is applied (pick None). A new unasked test file is left out of the
-  test run (pytest --ignore via PYTEST_ADDOPTS; a test command without pytest still runs it).
-- Code change: when any rollout changed files, the project's tests run in each changed copy:
-  `test_command` (a shell line), else `python -m pytest -q -p no:cacheprovider` when the project
-  has a tests/ directory or test_*.py / *_test.py files, within `test_timeout` seconds (past it:
-  failed; nothing the run starts outlives it; in the OS sandbox, tools/checks.py). When a change fails them, the
-  tests also run once in one more copy, the tree as it was (the baseline). Score = (verdict,
-  agreement, finished, -steps). Verdict: 4 changed and the tests pass, 3 changed with no verdict
-  (no test command, or pytest collected nothing), 2 changed and the tests fail, but fewer than
-  before and more pass (test_guard.fewer_failures), 1 changed nothing, 0 changed and the tests
-  fail no less than before, -1 tampered. Leaving the tree alone is always an option: a pick whose
-  verdict is 0 or -1 is not applied (kind "failed" or "tampered"), so a change the tests reject
-  never beats it, even when every rollout changed files. Agreement: how many other rollouts made the identical change (same
-  paths, same resulting files), self-consistency for when tests cannot tell. Finished: the turn
-  ended "done" (not at the step limit, a repeat, a cut reply). Then fewer tool calls.
-- Question: when no rollout changed files, agreement decides. From each answer (the copy's path
-  stripped) the cited `path:line`s, the `backticked` spans and the numbers are extracted; each
-  citation gets one vote per rollout whose answer has it, and only agreement (2+ votes) counts.
-  Score = (votes of its most-agreed path:line, of its most-agreed span, of its most-agreed
-  number, finished): specific citations outrank numbers, which every answer has; with no
-  agreement a finished answer beats an unfinished one.
-- Ties go to the lowest index, so with nothing to tell them apart the pick is rollout 0, what a
-  plain run would have done.
-
-Applying. The winner's changed paths must still be as they were when the copies were made (the
-user did not edit them meanwhile), else BestOfError names them and nothing is written. Then one
-tools.undo.Snapshots turn wraps the writes (begin, write, end), so /undo restores the tree;
-the user's other uncommitted and ignored files, index and HEAD are never touched. Nothing is
-written through a symlink (tools/write_tree.py; a folder on the way that is a link stops the
-apply with BestOfError). A symlink that leads out of the project is not created: the rest of
-the rollout is applied and BestOf.refused and the status line name it. Choice: skip the link
-rather than refuse the whole rollout, because the pick was verified on its tests and a link out
-of the project is never part of a fix the user should get; the trade-off is a partial change
-when a test needed that link. The winner's
-conversation, answer and calls have the copy's path replaced by the user's root, so a saved
-session continues in the user's project. Cancelling (the `cancel` event) stops after the current
-rollout and applies nothing.
+Trade-off (apply_changes): a symlink that leads out of the project is skipped, not the whole
+rollout, because the pick was verified on its tests and such a link is never part of a fix the
+user should get; the cost is a partial change when a test needed that link.
 """
 from __future__ import annotations
 
@@ -243,7 +195,14 @@ def _copy_file(src: str, dst: str) -> None:
 
 
 def _make_copy(top: str, git: dict | None, files: list[str], dest: str) -> None:
-    """The copy the module docstring describes; .git borrows the user's objects (alternates)."""
+    """A copy at `dest`: `files` (git's tracked and untracked-not-ignored files, symlinks as
+    symlinks; outside git every file). Its .git is a fresh repository that borrows the user's
+    objects through objects/info/alternates and has a copy of the user's index, info/exclude and
+    HEAD (branch name and commit), so `git status`, `git diff`, `git log` and commits work in the
+    copy, cost O(index) rather than O(history) to set up, and never write to the user's
+    repository. Not copied, by design: ignored files (build outputs, .env, an in-project venv:
+    tests that need them fail in every copy alike), _SKIP (a Python run recreates the caches; they
+    never count as changes), submodule contents, the repo's config, other refs and the stash."""
     os.makedirs(dest)
     for p in files:
         _copy_file(os.path.join(top, p), os.path.join(dest, p))
@@ -291,6 +250,10 @@ def _finished(r: Rollout) -> int:
 
 
 def _verdict(r: Rollout, before: str | None) -> int:
+    """4 changed and the tests pass; 3 changed with no verdict (no test command, or pytest
+    collected nothing); 2 changed and the tests fail, but fewer than before and more pass
+    (test_guard.fewer_failures); 1 changed nothing; 0 changed and the tests fail no less than
+    before; -1 tampered. A pick at 0 or -1 is not applied (kind "failed" or "tampered")."""
     if r.tampered:
         return -1
     if not r.changed:
@@ -301,8 +264,14 @@ def _verdict(r: Rollout, before: str | None) -> int:
 
 
 def change_scores(rollouts: list[Rollout], before: str | None = None) -> list[tuple]:
-    """(verdict, agreement, finished, -steps) per rollout (module docstring); `before` is the
-    baseline's test summary line, when it ran."""
+    """(verdict, agreement, finished, -steps) per rollout; `before` is the baseline's test summary
+    line, when it ran (the tests run once more in a copy of the tree as it was when a change fails
+    them). The tests are `test_command`, else detect_tests's pytest line, in the OS sandbox within
+    `test_timeout` (past it: failed). A rollout that changed tests, conftest.py, pytest config or
+    interpreter hooks unasked (tools/test_guard.py) is tampered: not tested, never picked; a new
+    unasked test file is left out of the run. Agreement: how many other rollouts made the
+    identical change (self-consistency, for when tests cannot tell). Finished: the turn ended
+    "done" (not at the step limit, a repeat, a cut reply)."""
     keys = [frozenset((p, after) for p, (_, after) in r.changes.items()) for r in rollouts]
     same = Counter(keys)
     scores = []
@@ -313,7 +282,11 @@ def change_scores(rollouts: list[Rollout], before: str | None = None) -> list[tu
 
 
 def agreement_scores(answers: list[str]) -> list[tuple]:
-    """Per answer: the votes of its most-agreed citation of each kind (module docstring)."""
+    """Per answer (the copy's path stripped): the votes of its most-agreed `path:line`, of its
+    most-agreed `backticked` span and of its most-agreed number. Each citation gets one vote per
+    answer that has it, and only agreement (2+ votes) counts: specific citations outrank numbers,
+    which every answer has; choose() adds finished last, so with no agreement a finished answer
+    beats an unfinished one."""
     found = [citations(a) for a in answers]
     scores = []
     for own in found:
@@ -358,7 +331,11 @@ def relocate(obj, old: str, new: str):
 
 def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
     """Apply one rollout's changes to the user's tree as one undoable turn: (paths, turn id,
-    the links left out because they lead out of the project)."""
+    the links left out because they lead out of the project). The changed paths must still be as
+    they were when the copies were made, else BestOfError names them and nothing is written; one
+    tools.undo.Snapshots turn wraps the writes, and the user's other uncommitted and ignored
+    files, index and HEAD are never touched. Nothing is written through a symlink
+    (tools/write_tree.py: a folder on the way that is a link is a BestOfError)."""
     moved = [p for p, (before, _) in rollout.changes.items() if _digest(os.path.join(top, p)) != before]
     if moved:
         raise BestOfError(f"not applied: {', '.join(sorted(moved))} changed in your project while the "
@@ -385,7 +362,11 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
             sample_temperature: float = SAMPLE_TEMPERATURE, test_command: str | None = None,
             test_timeout: float = TEST_TIMEOUT, drive=None, on_event=None, cancel=None,
             apply: bool = True, workdir: str | None = None, tests_allowed=None, tests_view=None) -> BestOf:
-    """Run `prompt` n times, pick one, apply it (module docstring).
+    """Run `prompt` n times, pick one, apply it (module docstring). Copies go under
+    <workdir>/<i>/<project dir name>, each agent at the user's subdirectory of it, and each agent
+    (its KV cache) is dropped when its rollout ends. `cancel` set: stop after the current rollout
+    and apply nothing. The winner's conversation, answer and calls have the copy's path replaced
+    by the user's root, so a saved session continues in the user's project.
 
     make_agent(root, temperature, seed) -> a fresh Agent working in `root` (no undo snapshots
     needed: best_of takes its own). drive(agent, prompt) -> [TurnResult] runs one rollout (default:
@@ -433,6 +414,10 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
 
 
 def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, command, timeout, n, guard):
+    """Rollout i in its copy. Its changes are the listed files whose content, exec bit or symlink
+    target differ before and after (a file it only made ignored is still compared, never
+    "deleted"), saved aside before the verifier runs anything there, so a test run that writes
+    files cannot leak into what is applied; commits or staging in a copy are not carried over."""
     how = "greedy" if temp == 0 else f"temperature {temp:g}"
     emit(Status(f"rollout {i + 1}/{n}: seed {seed + i}, {how}"))
     t0 = time.perf_counter()

@@ -1,58 +1,23 @@
 """The turn driver: one conversation with one model in one project, UI-independent. The TUI, the
 REPL and headless mode drive it through `Agent.run_turn(user_text, approve, on_event, cancel)` and
-only render its events. It is built from parts with small interfaces, each testable alone:
-    the model           an agent/sampler.Sampler: agent/engine_sampler.EngineSampler (our engine,
-                        KV-cached, grammar-masked) or agent/remote.RemoteSampler (any
-                        OpenAI-compatible server), chosen where agents are built
-    the call rules      agent/call_rules.CallRules: take a reply back, let it stand, end on repeats
-    the conversation    agent/conversation.Conversation: messages, meta, saving
-    permissions         tools/permissions.Policy: allow / deny / ask, rules, modes
-    undo                agent/turn_undo.TurnUndo: a snapshot before a turn's first change
-    the context budget  agent/context.py: each result and the memory file cut to its share
+only render its events (protocol's typed events); run_turn returns a TurnResult. It may run on a
+worker thread (approve then blocks that thread); set `cancel` from any thread.
 
-One user turn: append the user message (the first also carries the system prompt, merged by the
-renderer) -> the sampler replies (prose, and at most one tool call) -> for a call: check it
-(protocol.check_call), ask the policy (allow / deny -> `error: <reason>` / ask -> approve(name,
-args, decision) -> "yes" | "no" | "always"; "no" -> `rejected by user` and the turn ends; Ctrl-C or
-Ctrl-D at the prompt -> `cancelled by user`, recorded as "cancelled", not a rejection), run it
-(tools.dispatch.run_tool; a Read or Grep on exactly the file or folder the policy judged, so a
-link swapped in between the check and the use gives an `error:`, never another file), append
-the result, ask for the next reply; a plain reply ends the turn.
-Also ending a turn: the same call three times in a row, `max_steps` calls, Ctrl-C (`cancel`), a
-reply cut by `max_tokens` or for repeating itself (stop_reason "loop"), a request that does not
-fit the context, a model server that fails.
+It is built from parts with small interfaces, each testable alone: the model (agent/sampler.py's
+Sampler: our engine or any OpenAI-compatible server), the call rules (agent/call_rules.py: take a
+reply back and resample it, let it stand, end on repeats), the conversation
+(agent/conversation.py), permissions (tools/permissions.Policy), undo (agent/turn_undo.py: a
+snapshot before a turn's first change; no change without undo unless TurnSettings.snapshots is
+off) and the context budget (agent/context.py: each result and the memory file cut to its share).
 
-Retries (agent/call_rules.py). A reply whose call is malformed, repeats a call made since the
-turn's last change, or fails with an `error:` that changed nothing is taken back and resampled,
-`retries` times at most per step (the sampler samples a retry at its retry_temperature when
-greedy); then it stands (and three identical calls in a row end the turn). Taken-back replies
-are not in the conversation; `TurnResult.retries` counts them.
-
-Context. Each tool result is cut to its share of the context (agent/context.py: result_budget,
-with a note saying how to see the rest), the memory file to its share, and a Read without
-`limit` asks for about what fits. The sampler drops old outputs and turns when a request does
-not fit; `compact()` (/compact) replaces old outputs by a one-line digest.
-
-Undo. The first Edit or Bash of a turn takes a snapshot (TurnUndo.begin); the turn's end records
-its changes and says which paths it could not snapshot. When the snapshot fails the call is
-refused (an `error:` result and a status: no change without undo; TurnSettings.snapshots=False
-opts out).
-`undo()` / `diff()` / `undo_plan()` act on the last recorded turn of this conversation; what undo
-restored is said to the model at the start of the next user message.
-
-Questions. A turn whose request is a question (agent/request_kind.is_question) sets
-`policy.question`: an Edit that only the mode would allow asks, and headless (no `approve`) it is
-an `error:` result, resampled like other failed Edits, so the model answers instead.
-TurnSettings.question_guard=False turns this off.
-
-Mode. The system prompt lists the tools the mode offers (plan: Read and Grep) and the sampler
-offers only those; a switch between modes with different tools mid-conversation is said in the
-next user message (protocol.mode_note).
-
-Events: `on_event(event)` with one of protocol's typed events (Text, ToolCall, Approval,
-ToolResult, Status, TurnEnd). run_turn returns a TurnResult (answer, tool_calls, files_changed,
-steps, stop_reason, retries, usage). It may run on a worker thread (approve then blocks that
-thread); set `cancel` from any thread.
+One user turn: append the user message -> the sampler replies (prose, and at most one tool call)
+-> for a call: check it, ask the policy (allow / deny -> `error: <reason>` / ask -> approve: "no"
+-> `rejected by user` and the turn ends; Ctrl-C or Ctrl-D at the prompt -> "cancelled"), run it
+on exactly the file or folder the policy judged, append the result, ask for the next reply; a
+plain reply ends the turn. Also ending a turn: the same call three times in a row, `max_steps`
+calls, `cancel`, a reply cut by `max_tokens` or for looping, a request that does not fit the
+context, a model server that fails. A turn whose request is a question makes an Edit that only the
+mode would allow ask (headless: an `error:`, resampled), so the model answers instead.
 """
 from __future__ import annotations
 
@@ -120,6 +85,9 @@ class Agent:
         return self.policy.mode
 
     def set_mode(self, mode: str) -> None:
+        """The system prompt lists the tools the mode offers (plan: Read and Grep) and the sampler
+        offers only those; a switch to a mode with other tools is said in the next user message
+        (protocol.mode_note)."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         self.policy.mode = mode

@@ -1,49 +1,21 @@
-"""Hooks: the user's own shell commands around the agent's tool calls and at the end of a turn
-(issue 45), in the shape Claude Code uses. In a settings file:
+"""Hooks: the user's own shell commands around the agent's tool calls and at the end of a turn, in
+the shape Claude Code uses (`"hooks": {"PreToolUse": [{"matcher": "Bash|Edit", "command":
+"./check.sh", "timeout": 30}], ...}` in a settings file). EVENTS is the table: PreToolUse runs for
+a call the permissions did not deny, before the user is asked, and exit 2 blocks it (`error:
+blocked by a hook: <stderr>`); PostToolUse runs after a call, and exit 2 appends its stderr to the
+result as a note; Stop runs once at the end of every turn. Any other failure or a timeout is a
+warning and the call goes on. matcher: a regex the whole tool name must match (absent, "" or
+"*": every tool). stdin: one JSON object {"event", "session_id", "cwd", ...what EVENTS adds}.
 
-    "hooks": {"PreToolUse":  [{"matcher": "Bash|Edit", "command": "./check.sh", "timeout": 30}],
-              "PostToolUse": [{"matcher": "Edit", "command": "ruff format -q ."}],
-              "Stop":        [{"command": "notify-send 'nanocode: your turn'"}]}
+A hook runs with `bash -c` in the project root, in the same OS sandbox and scrubbed environment as
+a Bash call (plus NANOCODE_HOOK=<event>), with a timeout (default 30 s). Hooks come only from the
+user settings file and project settings the user accepted; an event's hooks run in settings
+order, and the first PreToolUse hook that blocks ends the list.
 
-The events (EVENTS below is the same table, for the code):
-
-    event        runs                                  stdin adds       exit 2
-    PreToolUse   for a call the permission check did   tool_name,       blocks the call: its result
-                 not deny, BEFORE the user is asked    tool_input       is `error: blocked by a hook:
-                 and before it runs                                     <stderr>`, nothing is asked
-                                                                        or run, the turn goes on
-    PostToolUse  after a call ran, with its result as  tool_name,       its stderr is appended to the
-                 the model reads it (cut to its share) tool_input,      result the model reads, as a
-                                                       tool_result      note
-    Stop         once at the end of every turn         stop_reason      a warning, as any failure
-
-Exit 0: go on (stdout is ignored). Any other exit, a timeout or a command that cannot start: a
-warning (a Status event; the faces show those) and the call goes on. Why PreToolUse runs before
-the approval: a call a hook blocks is never put to the user, and a hook is a policy the user
-wrote, like a deny rule (checked before the prompt too). So a PreToolUse hook also sees calls the
-user then rejects; those get no PostToolUse (nothing ran). Like a denied call, a blocked Read,
-Grep or Edit is an `error:` that changed nothing, so where the turn allows retries
-(agent/call_rules.py) it is taken back and resampled; after them the block stands.
-
-- matcher: a regular expression the whole tool name must match (`re.fullmatch`: "Edit" is Edit
-  only); absent, "" or "*": every tool. Stop hooks take no matcher.
-- stdin: one JSON object {"event", "session_id", "cwd", ...what the table adds}.
-- The command: `bash -c` in the project root, in the same OS sandbox as a Bash call
-  (tools/sandbox.prepare + tools/process.run, the routine tools/bash.py uses: the project and a
-  private /tmp writable, .git/hooks, .nanocode/ and the rest read-only, network only with
-  --network, nothing outlives it), with Bash's scrubbed environment (tools/bash.command_env:
-  API keys never reach it; "env" in the settings adds names) plus NANOCODE_HOOK=<event>. The
-  stdin JSON is a file in that private /tmp. A "timeout" per hook (seconds, default 30); Ctrl-C
-  (the turn's cancel) stops a tool hook, a Stop hook only its timeout.
-- Without a sandbox (--no-sandbox, or none can be had here, where every Bash call asks): the
-  hooks are the user's own commands (their settings file, or a project file they accepted), so
-  they run unsandboxed, as Claude Code runs them, and a Status says so once per session.
-- Order: an event's hooks run one after another in settings order (the user file's, then the
-  project files'); the first PreToolUse hook that blocks ends the list.
-- Trust: the hooks are tools/permissions.Policy.hooks, parsed with the rest of the settings:
-  user hooks from the user settings file, project hooks only from project settings the user
-  accepted (tools/workspace.project_settings), never from an unaccepted file. A malformed
-  "hooks" section is a SettingsError naming the file and the key.
+Trade-offs: PreToolUse runs before the approval, because a hook is a policy the user wrote, like
+a deny rule, and a call it blocks is never put to the user; so it also sees calls the user then
+rejects (they get no PostToolUse). Without a sandbox the hooks still run, unsandboxed (they are
+the user's own commands, as Claude Code runs them), and a Status says so once per session.
 """
 from __future__ import annotations
 

@@ -1,45 +1,21 @@
 """Replies that never loop: a byte-level repetition detector, and the mask that keeps a reply from
-extending a loop.
+extending a loop (`/s/s/s...`, `:::::...`, `tests/tests/...`, a name again and again), in prose
+and in tool-call argument values alike.
 
-A small model falls into loops (`/s/s/s/s...`, `:::::...`, `tests/tests/tests/...`, a name again
-and again until max_tokens), in prose and in tool-call argument values alike. The detector (Tail)
-reads one segment of a reply (the sampler starts a new one at every special token, so the prose
-and each argument value are separate segments) and keeps, for every period p = 1..PERIODS, the
-periodic run at its end: how many trailing bytes b[i] equal b[i - p]; the tail of period p then
-covers run + p bytes. A loop is a period whose tail covers need(p) = max(REPEATS * p, MIN_BYTES)
-bytes with a unit (its last p bytes) that is not whitespace only (indentation and blank lines are
-not loops); a unit of rule and table bytes (DRAWING: `# -----`, `|---|---|`, `+====+`) needs
-RULE_BYTES, a line's width (`:::` is no drawing: a unit of colons and blanks is an ordinary one).
+The detector (Tail) reads one segment of a reply (the prose, each argument value) and keeps, for
+every period p = 1..PERIODS, how many trailing bytes repeat the byte p before. A loop is a period
+whose tail covers need(p) = max(REPEATS * p, MIN_BYTES) bytes with a unit that is not whitespace
+only; a unit of rule and table bytes (DRAWING) needs RULE_BYTES.
 
 The mask (ReplyLoops.mask, ANDed into the grammar's) bans exactly the tokens whose bytes would
-complete a loop: for each period whose tail covers c < need(p) bytes, every token that starts with
-the first need(p) - c bytes of the periodic continuation (a prefix range of the sorted token
-bytes: every token split of the loop's extension), and, checked byte by byte, the few tokens that
-could complete a loop inside themselves. So no segment the model writes holds a loop, unless the
-grammar left nothing else: a row is never made all False (in prose the reply then ends, with
-stop "loop", even inside a backticked span; an argument value ends where the grammar lets it,
-and only where it may not end does the grammar's mask stand).
+complete a loop; a row is never made all False (in prose the reply then ends, stop "loop"). A
+reply that keeps circling (HITS entries into a near loop, one unit short) has its prose cut.
 
-Masking alone can leave a model circling: it writes the unit until it is turned away, then starts
-over. A near loop is a tail one unit short of a loop (covering need(p) - p bytes); every entry into
-one is a hit, and after HITS hits in a reply the prose is cut: the content phase admits only
-`<|assistant_end|>` and the sampler reports the reply's stop as "loop".
-
-Thresholds were chosen on the training split only: the oracle conversations of 360 training tasks
-(`build_task(family, seed, heldout=False)`, seeds 0-39 of every train family; every assistant
-message: thoughts, answers and argument values, Edit new_string included). Their most repetitive
-tails are a docstring's three quotes (3 repeats of a 1-byte unit) and `karkark` (2.3 of a 3-byte
-one); the closest any comes to a loop is 5 bytes short (7 of the 12 bytes a 3-byte unit needs),
-none is ever a near loop, and so every one passes untouched, token by token
-(tests/test_loop_guard.py). Within that margin REPEATS and MIN_BYTES are as low as the shipped
-model's loops ask: a unit of 3 bytes or more is stopped at its 4th repeat, `/s` at its 6th, `:` at
-its 12th. The price is paid by text that repeats on purpose: a literal like `0, 0, 0, 0, 0` or
-five `False, ` in an Edit cannot be written out (the model must write `[0] * 5`).
-
-Trade-off: exact bans for a small per-token cost: a (token bytes x PERIODS) compare to update the
-runs, then a bisect per period that one token could still carry into a loop (usually none);
-periods longer than PERIODS (a paragraph repeated) are not seen, and tokens that hold a loop by
-themselves (`────`, 12 bytes of a 3-byte unit) are never written.
+Trade-offs: exact bans for a small per-token cost (a compare per token and period, then a bisect
+per period that could still loop); periods longer than PERIODS are not seen, tokens that hold a
+loop by themselves are never written, and text that repeats on purpose (`0, 0, 0, 0, 0` in an
+Edit) cannot be written out (the model must write `[0] * 5`). The thresholds pass every oracle
+conversation of the training split untouched (tests/test_loop_guard.py).
 """
 from __future__ import annotations
 
@@ -48,6 +24,9 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 PERIODS = 128      # the longest unit looked for: a long line of code and its newline
+# Chosen on the training split's oracle conversations (360 tasks): the closest any comes to a loop
+# is 5 bytes short, so every one passes; within that margin as low as the shipped model's loops
+# ask: a unit of 3 bytes or more is stopped at its 4th repeat, `/s` at its 6th, `:` at its 12th.
 REPEATS = 4        # a loop repeats its unit this many times ...
 MIN_BYTES = 12     # ... and covers at least this many bytes (short units: `::::`, `isis`)
 RULE_BYTES = 120   # a drawing is a loop from this long (a rule wider than a line)

@@ -20,6 +20,11 @@ Ours -> OpenAI. to_openai: a conversation as agent/remote.py sends it (a call ge
 tools as a function tool (protocol.TOOLS: its arguments, which are required, which are integers);
 openai_message and openai_call: a reply as `nanocode serve` answers it.
 
+Replies. completion: a whole reply as one body; first_chunk .. last_chunk and DONE_EVENT: the
+same as server-sent events, written by `nanocode serve`. read_event and StreamedReply read any
+OpenAI-compatible server's stream back (agent/remote.py): content as it comes, a call's argument
+pieces joined by index, the finish reason and usage.
+
 Round trip: to_conversation(to_openai(conv)) == conv for a conversation whose tool_results each
 answer the call before them. Two things do not come back: a tool_result that answers no call (a
 malformed call's `error:` result) goes as a user message "[tool result] ...", the only place
@@ -30,6 +35,7 @@ model can answer.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import NamedTuple
 
@@ -386,3 +392,99 @@ def openai_call(call: dict, call_id: str | None = None) -> dict:
     """Our {"name", "args"} as an OpenAI tool call (call_id None: a fresh random id)."""
     return {"id": call_id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
             "function": {"name": call["name"], "arguments": json.dumps(call["args"])}}
+
+
+# ---- the reply on the wire: one JSON body, or server-sent events -------------------------------
+DONE = "[DONE]"  # the data of a stream's last event
+
+
+def reply_head(model: str) -> dict:
+    """What every body and chunk of one reply shares: a fresh id, the time, the model."""
+    return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()),
+            "model": model}
+
+
+def completion(head: dict, res: dict) -> dict:
+    """A whole reply ({"content", "tool_call", "finish_reason", "usage"}) as one response body."""
+    return {**head, "object": "chat.completion", "usage": res["usage"],
+            "choices": [{"index": 0, "message": openai_message(res),
+                         "finish_reason": res["finish_reason"]}]}
+
+
+# A stream, as `nanocode serve` writes it: first_chunk, a text_chunk per piece of prose, at most
+# one call_chunk, last_chunk, then DONE_EVENT. Each is one server-sent event, as bytes.
+DONE_EVENT = f"data: {DONE}\n\n".encode()
+
+
+def _chunk(head: dict, delta: dict, finish: str | None = None, **extra) -> bytes:
+    chunk = {**head, "object": "chat.completion.chunk", **extra,
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+def first_chunk(head: dict) -> bytes:
+    return _chunk(head, {"role": "assistant", "content": ""})
+
+
+def text_chunk(head: dict, piece: str) -> bytes:
+    return _chunk(head, {"content": piece})
+
+
+def call_chunk(head: dict, call: dict) -> bytes:
+    """A whole call ({"name", "args"}) in one chunk."""
+    return _chunk(head, {"tool_calls": [{"index": 0, **openai_call(call)}]})
+
+
+def last_chunk(head: dict, finish: str, usage: dict) -> bytes:
+    """The finish reason and the usage, with an empty delta."""
+    return _chunk(head, {}, finish, usage=usage)
+
+
+class StreamError(ValueError):
+    """A stream the reader cannot take: an error event, or data that is not a JSON object."""
+
+
+def read_event(line: bytes) -> dict | str | None:
+    """One line of a server-sent event stream: its JSON object, DONE, or None for a line that
+    carries no data (a blank line, a `: comment`, an `event:` field). Raises StreamError."""
+    text = line.decode("utf-8", "replace").strip()
+    if not text.startswith("data:"):
+        return None
+    data = text[5:].strip()
+    if data == DONE:
+        return DONE
+    try:
+        value = json.loads(data)
+    except (json.JSONDecodeError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise StreamError(f"sent a line that is not a JSON object: {data[:80]}")
+    return value
+
+
+class StreamedReply:
+    """A streamed reply read chunk by chunk, from any OpenAI-compatible server: feed(chunk) gives
+    the chunk's content and keeps the rest. `calls`: index -> {"name", "arguments"}, the
+    pieces of each joined in order (servers split a call's arguments over many chunks); `finish`:
+    the last finish_reason seen; `usage`: the last usage seen, or None."""
+
+    def __init__(self):
+        self.calls, self.finish, self.usage = {}, None, None
+
+    def feed(self, chunk: dict) -> str:
+        """A chunk's content ("" for none); an error chunk raises StreamError (its message)."""
+        if isinstance(chunk.get("error"), dict):
+            raise StreamError(f"failed: {chunk['error'].get('message')}")
+        self.usage = chunk.get("usage") or self.usage
+        pieces = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                pieces.append(delta["content"])
+            for c in delta.get("tool_calls") or []:
+                slot = self.calls.setdefault(c.get("index", 0), {"name": "", "arguments": ""})
+                fn = c.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+            self.finish = choice.get("finish_reason") or self.finish
+        return "".join(pieces)

@@ -52,7 +52,8 @@ from urllib.parse import urlsplit
 
 from agent.context import ContextFull, Dropped, drop_oldest, fit
 from agent.loop_guard import Tail
-from agent.openai_wire import schema_args, to_openai, tool_schema
+from agent.openai_wire import (DONE, StreamedReply, StreamError, read_event, schema_args,
+                               to_openai, tool_schema)
 from agent.sampler import Reply, SamplerError
 from agent.settings import SamplerSettings
 from nanocode.protocol import Status, Text
@@ -313,42 +314,33 @@ class RemoteSampler:
         """POST the request and read its server-sent events into one Reply; prose that completes
         a loop ends it there (stop "loop")."""
         t0 = time.perf_counter()
-        text, calls, finish, stop, used = [], {}, None, "stop", None
+        text, stop, got = [], "stop", StreamedReply()
         tail = Tail()  # the prose so far, for loops
         with self._request("/chat/completions", body) as (r, deadline):
-            for chunk in self._chunks(r, deadline):
-                if cancel.is_set():
-                    stop = "cancelled"
-                if stop != "stop":
-                    break
-                if isinstance(chunk.get("error"), dict):
-                    raise SamplerError(f"the model server failed: {chunk['error'].get('message')}")
-                used = chunk.get("usage") or used
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    if delta.get("content") and stop == "stop":
-                        piece = delta["content"].encode("utf-8", "replace")
-                        cut = tail.push(piece)
-                        if cut is not None:  # kept: the text before the byte completing the loop
-                            piece, stop = piece[:cut], "loop"
-                        piece = piece.decode("utf-8", "ignore")
-                        if piece:
-                            text.append(piece)
-                            emit(Text(piece))
-                    for c in delta.get("tool_calls") or []:
-                        slot = calls.setdefault(c.get("index", 0), {"name": "", "arguments": ""})
-                        fn = c.get("function") or {}
-                        slot["name"] += fn.get("name") or ""
-                        slot["arguments"] += fn.get("arguments") or ""
-                    finish = choice.get("finish_reason") or finish
+            try:
+                for chunk in self._chunks(r, deadline):
+                    if cancel.is_set():
+                        stop = "cancelled"
+                        break
+                    piece = got.feed(chunk).encode("utf-8", "replace")
+                    cut = tail.push(piece) if piece else None
+                    if cut is not None:  # kept: the text before the byte completing the loop
+                        piece, stop = piece[:cut], "loop"
+                    if piece := piece.decode("utf-8", "ignore"):
+                        text.append(piece)
+                        emit(Text(piece))
+                    if stop == "loop":
+                        break
+            except StreamError as e:
+                raise SamplerError(f"the model server {e}") from None
         usage["generate_s"] += time.perf_counter() - t0
-        if used:
-            usage["prompt_tokens"] += used.get("prompt_tokens") or 0
-            usage["completion_tokens"] += used.get("completion_tokens") or 0
-        if stop == "stop" and finish == "length":
+        if got.usage:
+            usage["prompt_tokens"] += got.usage.get("prompt_tokens") or 0
+            usage["completion_tokens"] += got.usage.get("completion_tokens") or 0
+        if stop == "stop" and got.finish == "length":
             stop = "length"
         msg = {"role": "assistant", "content": "".join(text)}
-        call, error = None, None
+        call, error, calls = None, None, got.calls
         if calls and stop in ("stop", "length"):
             if len(calls) > 1:
                 emit(Status(f"the model made {len(calls)} calls in one reply; nanocode runs one "
@@ -364,20 +356,15 @@ class RemoteSampler:
         return Reply(msg, call, error, stop)
 
     def _chunks(self, response, deadline: Deadline):
-        """The JSON objects of a server-sent event stream, up to `data: [DONE]`; a line that is not
-        JSON, or a connection that drops or stalls past the timeout, is a SamplerError."""
+        """The JSON objects of a server-sent event stream (openai_wire.read_event), up to
+        `data: [DONE]`; a connection that drops or stalls past the timeout is a SamplerError."""
         try:
-            for raw in self._lines(response, deadline):
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            for line in self._lines(response, deadline):
+                got = read_event(line)
+                if got == DONE:
                     return
-                try:
-                    yield json.loads(data)
-                except (json.JSONDecodeError, RecursionError):
-                    raise SamplerError(f"the model server sent a line that is not JSON: {data[:80]}") from None
+                if got is not None:
+                    yield got
         except (OSError, http.client.HTTPException) as e:
             raise SamplerError(f"the model server at {self.base_url} broke off its reply: "
                                f"{type(e).__name__}: {e}") from None

@@ -4,44 +4,21 @@
     curl localhost:8000/v1/chat/completions -H "Authorization: Bearer $KEY" \
         -d '{"messages": [{"role": "user", "content": "hi"}]}'
 
-Endpoints: GET /v1/models (with the model's context_length); POST /v1/chat/completions with
-`model` (the id /v1/models lists, or none; another is a 404 model_not_found), messages (system,
-user, assistant with `tool_calls`, tool), `tools` (function tools, only nanocode's own:
-Read/Edit/Grep/Bash; another is a 400: the grammar mask of agent/grammar.py offers just those the
-request lists, no call at all when it lists none; agent/loop_guard.py keeps a reply from
-extending a loop, ungrounded: the server has no project), `tool_choice` ("auto"; "none": no
-call; "required" or {"type": "function", "function": {"name": ...}}: the reply is a call, to one
-listed or to the one named, with no prose before it), `stop` (up to 4 strings: the reply ends
-before the first one its prose holds, finish_reason "stop"; a stream never sends a stop string's
-text: a tail that may grow into one is held back until it does not), temperature, top_p,
-max_tokens (or max_completion_tokens), seed, n (1 only: more is a 400) and `stream` (server-sent
-events: a role chunk, content deltas, a tool-call chunk, a finish chunk with usage, then
-`data: [DONE]`). The reply is one message: prose, and at most one tool call (the model makes one
-call per reply), finish_reason "tool_calls", "stop" or "length". Parameters this server does not
-implement (logprobs, penalties, logit_bias, a JSON response_format, ...: openai_wire.UNSUPPORTED)
-are a 400 unless at their neutral value, never ignored.
-
-Checking and converting a request, and the reply's wire form: agent/openai_wire.py. Requests
-run one at a time (one engine, batch 1); one too long for the context is a 400.
+GET /v1/models (with the model's context_length); POST /v1/chat/completions, plain or streamed.
+What a request may ask and how the reply looks on the wire is agent/openai_wire.py: parameters
+the server cannot honour are a 400, never ignored; the tools are nanocode's own, offered through
+the grammar mask (agent/grammar.py), with agent/loop_guard.py keeping a reply out of loops. A
+reply is prose and at most one tool call. Requests run one at a time (one engine, batch 1).
 
 Containment: the port is reachable by every local user and, through a browser, by every web
-page, so before any model work a request must
-- name the server in its Host (localhost, 127.0.0.1, [::1], the bound address, or a name given
-  with --allow-host) and, when it has an Origin, come from one of those names: a 403 otherwise
-  (DNS rebinding and cross-site pages);
-- carry the key as `Authorization: Bearer KEY` (a 401 otherwise, compared in constant time): a
-  fresh key is made at start and printed, --token or $NANOCODE_SERVE_TOKEN sets it, and --no-auth
-  turns the check off;
-- arrive in full within the read timeout (--read-timeout, 10 s from the first byte awaited, a
-  keep-alive's idle time included: headers and body together, so a client dripping a byte a
-  second is cut), with a Content-Length of at most 4 MiB (a 413; one that is not digits is a 400,
-  a chunked body a 411) and JSON at most 64 levels deep, every parameter of the right type and
-  range (a 400 naming it, in OpenAI's error shape).
-At most --max-connections (32) connections are served at once, one thread each; the next ones
-get a 503 at once and are closed, so a flood of slow clients cannot grow the server's threads.
-Refusals that leave a body unread close the connection; a 400 on a read body keeps it.
+page, so before any model work a request must name the server in its Host and Origin (a 403:
+DNS rebinding, cross-site pages), carry the key as `Authorization: Bearer KEY` (a 401; compared in
+constant time; printed at start, or --token / $NANOCODE_SERVE_TOKEN, or --no-auth), and arrive in
+full within --read-timeout with a body of at most MAX_BODY (413, 411, 400). At most
+--max-connections are served at once, one thread each; the next get a 503 and are closed, so a
+flood of slow clients cannot grow the server's threads.
 Not contained: the model's replies are not checked here (the client runs the calls), and a
-client with the key can keep the engine busy (requests run one at a time).
+client with the key can keep the engine busy.
 """
 from __future__ import annotations
 
@@ -55,14 +32,14 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from agent.openai_wire import (RequestError, StopText, error_body, openai_call, openai_message,
-                               parse_json, parse_request)
+from agent.openai_wire import (DONE_EVENT, RequestError, StopText, call_chunk, completion,
+                               error_body, first_chunk, last_chunk, parse_json, parse_request,
+                               reply_head, text_chunk)
 
 MAX_BODY = 4 << 20  # bytes of one request body
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -358,14 +335,10 @@ def make_handler(server: Server, token: str | None = None):
                 job = server.prepare(req)  # a bad request is a 400, also before a stream starts
             except RequestError as e:
                 return self._error(e.status, str(e), e.param, e.code)
-            head = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()),
-                    "model": server.name}
+            head = reply_head(server.name)
             if req.get("stream"):
                 return self._stream(job, head)
-            res = server.complete(job)
-            self._json(200, {**head, "object": "chat.completion", "usage": res["usage"],
-                             "choices": [{"index": 0, "message": openai_message(res),
-                                          "finish_reason": res["finish_reason"]}]})
+            self._json(200, completion(head, server.complete(job)))
 
         def _stream(self, job, head):
             self.send_response(200)
@@ -375,18 +348,15 @@ def make_handler(server: Server, token: str | None = None):
             self.end_headers()
             self.close_connection = True
 
-            def send(delta, finish=None, **extra):
-                chunk = {**head, "object": "chat.completion.chunk", **extra,
-                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            def send(data: bytes):
+                self.wfile.write(data)
                 self.wfile.flush()
-            send({"role": "assistant", "content": ""})
-            res = server.complete(job, on_text=lambda piece: send({"content": piece}))
+            send(first_chunk(head))
+            res = server.complete(job, on_text=lambda piece: send(text_chunk(head, piece)))
             if res["tool_call"]:
-                send({"tool_calls": [{"index": 0, **openai_call(res["tool_call"])}]})
-            send({}, res["finish_reason"], usage=res["usage"])
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+                send(call_chunk(head, res["tool_call"]))
+            send(last_chunk(head, res["finish_reason"], res["usage"]))
+            send(DONE_EVENT)
     return Handler
 
 

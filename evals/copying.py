@@ -2,52 +2,15 @@
 the name, character for character, or a garbled attempt at it? Pure functions over a transcript
 and a project on disk (no model, no jax), so a benchmark or an eval sums them over tasks.
 
-Definitions.
-- Symbols of a project (project_symbols): for every .py file under the root (tests too; dot
-  directories and __pycache__ skipped), its relative path (`pkg/mod.py`), its module name (`mod`;
-  a package's __init__.py gives the package's name), its dotted module name (`pkg.mod`) and the
-  name of every def and class in it, nested ones included. A file that does not parse gives its
-  path and module names only.
-- Names of a request (request_names): the request's path-like tokens (letters, digits, `_ . / -`;
-  trailing `.,:;` and a leading `./` dropped) that are symbols; a token that is not one is split
-  at `/` and `.` and its parts that are symbols count (`mathx.py` names the module `mathx`).
-  Order of first appearance, each once.
-- Kinds of name: a path (has `/` or ends in `.py`), a dotted module name (has `.`), else an
-  identifier. A name is compared only with the model's tokens of its kind.
-- Channels (only what the assistant writes): thought = the content of assistant messages that
-  carry a tool call; args = every argument value of every tool call, as text; answer = the
-  content of assistant messages without a tool call (each turn's final answer). A Grep
-  pattern's regex escapes (`\\b`, `\\w`, the backslash of `\\(`) are removed first.
-- Exact: the name occurs in the channel as a whole token: no letter, digit or `_` right before or
-  after it. A path may follow `/` (an absolute path `/root/pkg/mod.py` copies `pkg/mod.py`) but
-  no word character, `.` or `-`, and is followed by no word character, `/` or `-`.
-- Garbled: the channel holds a candidate W of the name's kind, W != name, at least 3 characters,
-  not a symbol, not a Python keyword or builtin, not a token of the request (the user wrote it),
-  with one of
-    1. the same first 2 characters and a normalized edit distance (Levenshtein distance / the
-       longer length) <= 0.5: `movng_average` for `moving_average`;
-    2. a normalized edit distance <= 1/3, whatever the start: `slotllib` for `axolotllib`;
-    3. a fragment: a proper prefix of the name (`moving` of `def moving\\(`), or a run of at
-       least 2 of its words short of the whole name (words split at `_` and case changes:
-       `header_line` of `parse_header_line`). A single inner word (`average`) is an ordinary
-       word, not an attempt.
-  A candidate is an attempt at the request's name nearest to it only (`isarn_totals` garbles
-  `yarn_totals`, not also `test_yarn_totals`). A path candidate is cut to the name's number of
-  `/` components first (`/root/pkg/mdo.py` -> `pkg/mdo.py`). In prose (thought, answer) a
-  candidate counts only where it looks like code: inside backticks, or (an identifier) holding
-  `_`, a digit or an upper-case letter after its first character; a plain word is English
-  ("the moving average"), not an attempt. In args every candidate counts (patterns, paths and
-  commands are code). The first garbled candidate of a channel is reported with it.
-- Per channel: exact = names written exactly; garbled = names with a garbled candidate;
-  garbled_only = garbled and not exact (a channel that also writes the name has copied it).
-  exact_any = names exact in some channel; attempted = names exact or garbled in some channel.
+The names of a request (request_names) are its tokens that are symbols of the project
+(project_symbols). Each is looked for in what the assistant writes, by channel (channels:
+thought, args, answer), among the channel's tokens of its kind (a path, a dotted module name,
+an identifier): exact when it occurs there as a whole token, garbled when a candidate there is an
+attempt at it (is_garble). copy_report counts per request; summarize pools reports into shares.
 
 The trade-off: the rules favour precision over recall. A garble far from the name (two words
 swapped, a third of the characters wrong from the first one on) is no attempt here, and a short
 name (a 5-letter module) has little room between "garbled" and "another word".
-
-summarize pools reports: per channel and pooled over the channels (each name written in a channel
-is one attempt), share = exact / (exact + garbled_only); names_share = exact_any / attempted.
 """
 from __future__ import annotations
 
@@ -71,7 +34,10 @@ WORD_BOUNDARY = re.compile(r"(?<=[A-Za-z0-9])_+(?=[A-Za-z0-9])|(?<=[a-z0-9])(?=[
 # ---- symbols and the request's names ------------------------------------------------------------
 
 def project_symbols(root: str) -> set[str]:
-    """Relative .py paths, module names, dotted module names and def/class names under root."""
+    """For every .py file under root (tests too; dot directories and __pycache__ skipped): its
+    relative path (`pkg/mod.py`), its module name (`mod`; a package's __init__.py gives the
+    package's name), its dotted module name (`pkg.mod`) and the name of every def and class in
+    it, nested ones included. A file that does not parse gives its path and module names only."""
     symbols: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
@@ -105,7 +71,10 @@ def _request_tokens(request: str) -> list[str]:
 
 
 def request_names(request: str, symbols: set[str]) -> list[str]:
-    """The symbols the request names, in order of first appearance, each once (docstring)."""
+    """The symbols the request names, in order of first appearance, each once: its path-like
+    tokens (letters, digits, `_ . / -`; trailing `.,:;` and a leading `./` dropped) that are
+    symbols; a token that is not one is split at `/` and `.` and its parts that are symbols count
+    (`mathx.py` names the module `mathx`)."""
     names: list[str] = []
     for token in _request_tokens(request):
         for candidate in [token] if token in symbols else re.split(r"[/.]", token):
@@ -117,12 +86,16 @@ def request_names(request: str, symbols: set[str]) -> list[str]:
 # ---- one name in one channel ----------------------------------------------------------------------
 
 def _kind(name: str) -> str:
+    """A path (has `/` or ends in `.py`), a dotted module name (has `.`), else an identifier."""
     if "/" in name or name.endswith(".py"):
         return "path"
     return "dotted" if "." in name else "ident"
 
 
 def _exact(name: str, text: str) -> bool:
+    """`name` as a whole token: no letter, digit or `_` right before or after it; a path may follow
+    `/` (an absolute path `/root/pkg/mod.py` copies `pkg/mod.py`) but no word character, `.` or
+    `-`, and is followed by no word character, `/` or `-`."""
     if _kind(name) == "path":
         pattern = rf"(?<![\w.-]){re.escape(name)}(?![\w/-])"
     else:
@@ -170,8 +143,15 @@ def word_runs(name: str) -> set[str]:
 
 
 def is_garble(candidate: str, name: str) -> bool:
-    """Whether `candidate` (already known not to be another symbol) is a garbled attempt at
-    `name`: rules 1-3 of the module docstring."""
+    """Whether `candidate` (already known not to be another symbol, a keyword, a builtin or a
+    token of the request) is a garbled attempt at `name`: at least 3 characters, != name, with
+    1. the same first 2 characters and a normalized edit distance (Levenshtein / the longer
+       length) <= 0.5: `movng_average` for `moving_average`;
+    2. a normalized edit distance <= 1/3, whatever the start: `slotllib` for `axolotllib`;
+    3. a fragment: a proper prefix of the name (`moving` of `def moving\\(`), or a run of at
+       least 2 of its words short of the whole name (words split at `_` and case changes:
+       `header_line` of `parse_header_line`); a single inner word (`average`) is an ordinary
+       word. copy_report counts a candidate only against the request's name nearest to it."""
     if candidate == name or len(candidate) < 3:
         return False
     if name.startswith(candidate) or candidate in word_runs(name):
@@ -188,6 +168,9 @@ def _distance(a: str, b: str) -> float:
 
 
 def _first_garble(name: str, candidates: list[str], excluded: set[str], others: list[str]) -> str | None:
+    """The first candidate that garbles `name` and no nearer name of `others` (`isarn_totals`
+    garbles `yarn_totals`, not also `test_yarn_totals`); a path candidate is cut to the name's
+    number of `/` components first (`/root/pkg/mdo.py` -> `pkg/mdo.py`)."""
     depth = name.count("/") + 1
     for c in candidates:
         if _kind(name) == "path":
@@ -202,7 +185,10 @@ def _first_garble(name: str, candidates: list[str], excluded: set[str], others: 
 # ---- a transcript ---------------------------------------------------------------------------------
 
 def channels(messages: list[dict]) -> dict[str, str]:
-    """The assistant's writing by channel: thought, args and answer (module docstring)."""
+    """The assistant's writing by channel: thought = the content of assistant messages that carry
+    a tool call; args = every argument value of every tool call, as text (a Grep pattern's regex
+    escapes `\\b`, `\\w`, the backslash of `\\(` removed); answer = the content of assistant
+    messages without a tool call."""
     out = {c: [] for c in CHANNELS}
     for m in messages:
         if m.get("role") != "assistant":
@@ -225,7 +211,10 @@ def copy_report(request: str, messages: list[dict], symbols: set[str]) -> dict:
     {"names": n, "<channel>": {"exact", "garbled", "garbled_only"} for thought, args and answer,
     "exact_any", "attempted", "names_list": [{"name", "<channel>": "exact"|"garbled"|None,
     "garbles": {channel: the first garbled candidate}}]} (a channel both exact and garbled says
-    "exact" and still lists its garble)."""
+    "exact" and still lists its garble). garbled_only: garbled and not exact (a channel that also
+    writes the name has copied it); exact_any: names exact in some channel; attempted: exact or
+    garbled in some channel. In prose (thought, answer) only candidates that look like code count
+    (_prose_candidates: "the moving average" is English); in args every candidate counts."""
     names = request_names(request, symbols)
     texts = channels(messages)
     excluded = symbols | set(_request_tokens(request)) | set(IDENT.findall(request))

@@ -1,46 +1,21 @@
 """Run untrusted generated Python programs (HumanEval-style completions, evals/codegen.py) and
 report how each ended. Contract: a program gets a scrubbed environment (none of the caller's
 variables, so no API keys), a fresh temporary directory as its only scratch space, bounded time,
-memory, processes, file sizes and output, and nothing it started outlives its run; at the
-"namespaces" level below it also cannot reach the network or write outside that directory. Each
-`Result` names the level that was in effect.
+memory, processes, file sizes and output (Limits), and nothing it started outlives its run; at
+the "namespaces" level it also cannot reach the network or write outside that directory. Each
+`Result` names the level that was in effect; isolation() says which levels work here.
 
-Each program runs as `python -I prog.py` through tools/process.py: its own session/process group,
-cwd = HOME = TMPDIR = a fresh temporary directory (removed afterwards), stdin /dev/null, a scrubbed
-environment, stdout and stderr into files outside the sandbox (capped by RLIMIT_FSIZE, only the
-tail is kept), a wall-clock timeout, and the whole group SIGKILLed when the run ends (a normal exit
-included, so nothing it left in the background survives). Two isolation levels, picked once per
-process by a probe that runs through the real machinery and checks what held (`isolation()`):
+Each program runs as `python -I prog.py` through tools/process.py: its own process group, cwd =
+HOME = TMPDIR = a fresh temporary directory (removed afterwards, never chmod-ing through a
+symlink the program left there), stdin /dev/null, stdout and stderr into capped files outside
+the sandbox (only the tail is kept), a wall-clock timeout, and the whole group SIGKILLed when the
+run ends. The "rlimits" fallback prevents neither writes outside the temp dir nor the network, so
+it runs only by the user's choice (tools/checks.py: --unsandboxed); without it every program is
+an "error" result that names the way on.
 
-- "namespaces" (when `unshare -nmpf` works; it does on the dev/CI machines, kernel 6.x, root or
-  not): tools/sandbox.py's machinery. A network namespace with only a downed `lo` (every connect
-  fails, loopback included); every mount read-only, /tmp, /var/tmp, /run, /dev/shm private
-  tmpfs; the work dir is a tmpfs of `work_mb` MiB (a cap on everything the program writes in
-  total, and nothing of it reaches the host disk), the program copied into it; a nested
-  user+mount namespace locks the read-only flags. The program is pid 1 of its pid namespace:
-  when it exits or is killed, the kernel kills everything it started, setsid() escapees too.
-  The program always runs as an unprivileged uid: as non-root, the caller's (mapped to 0 in a
-  user namespace); as root, the set-up runs as real root without a user namespace, covers the
-  dirs uid 65534 cannot traverse on the way to the interpreter (e.g. /root, mode 700, above the
-  pyenv install) with a tmpfs, carries the interpreter's dirs over read-only, then drops to uid
-  and gid 65534 (so a root-only 0600 file is unreadable, and RLIMIT_NPROC is enforced).
-- As root, fresh cgroup v1 `pids` (pids.max = nproc) and `memory` (group_memory_mb) groups bound
-  a fork bomb and its total memory, and every process left in them is SIGKILLed at the end.
-- "rlimits" (fallback): the same process setup without namespaces. Writes outside the temp dir
-  and network access are NOT prevented, and a child that calls setsid() escapes the group kill.
-  So it runs only by the user's choice (tools/checks.py: --unsandboxed, UNSANDBOXED_ENV);
-  without it every program is an "error" result that names the way on.
-
-Both set RLIMIT_AS (default 2 GiB: a 10 GB allocation raises MemoryError, reported "oom"),
-RLIMIT_CPU (timeout + 1 s), RLIMIT_FSIZE (16 MiB, also the output cap), RLIMIT_NOFILE (256),
-RLIMIT_CORE 0 and RLIMIT_NPROC (256, counted per user: in the rlimits fallback as root the kernel
-ignores it, reported in `isolation()["nproc"]`; as non-root it is set to the user's current
-process count + 256 so other processes of the user do not starve the sandbox). The temp dir is
-removed without ever chmod-ing through a symlink the program left there (`_fix`).
-
-Cost: two interpreter starts per program in the namespace mode (the set-up bootstrap execs a
-fresh `python -I`), one in the fallback; tens of milliseconds either way, small beside a program
-under test.
+Cost: two interpreter starts per program in the namespace mode (the set-up execs a fresh
+`python -I`), one in the fallback; tens of milliseconds either way, small beside a program under
+test.
 """
 
 from __future__ import annotations
@@ -74,6 +49,11 @@ class Result:
 
 @dataclass
 class Limits:
+    """What a program may use. Both levels set RLIMIT_AS (a 10 GB allocation raises MemoryError,
+    "oom"), RLIMIT_CPU (timeout + 1 s), RLIMIT_FSIZE (also the output cap), RLIMIT_NOFILE,
+    RLIMIT_CORE 0 and RLIMIT_NPROC (per user: ignored by the kernel for root in the rlimits
+    fallback, said in isolation()["nproc"]; as non-root the user's current process count + nproc,
+    so other processes of the user do not starve the sandbox)."""
     timeout: float = 10.0  # wall clock, seconds
     memory_mb: int = 2048  # RLIMIT_AS
     fsize_mb: int = 16  # RLIMIT_FSIZE: every file the program writes, and its stdout/stderr
@@ -249,7 +229,22 @@ _probe_cache: dict | None = None
 def isolation(refresh: bool = False) -> dict:
     """What isolation is in effect here, measured once per process by running a probe program:
     {"mode": "ns"|"plain", "name", "network_blocked", "readonly_fs", "pid_namespace",
-     "uid_outside", "rlimits": [...], "nproc": "enforced"|"ignored (root)", "note"}."""
+     "uid_outside", "rlimits": [...], "nproc": "enforced"|"ignored (root)", "note"}.
+
+    - "namespaces" (when `unshare -nmpf` works): tools/sandbox.py's machinery. A network
+      namespace with only a downed `lo`; every mount read-only, /tmp, /var/tmp, /run, /dev/shm
+      private tmpfs; the work dir a tmpfs of `work_mb` MiB (a cap on all the program writes,
+      none of it on the host disk); a nested user+mount namespace locks the read-only flags. The
+      program is pid 1 of its pid namespace, so the kernel kills all it started, setsid()
+      escapees too. It runs as an unprivileged uid: as non-root, the caller's (mapped to 0); as
+      root, the set-up covers the dirs uid 65534 cannot traverse on the way to the interpreter
+      with a tmpfs, carries the interpreter's dirs over read-only, then drops to uid and gid
+      65534 (a root-only 0600 file is unreadable, RLIMIT_NPROC is enforced). As root, fresh
+      cgroup v1 `pids` and `memory` groups bound a fork bomb and its total memory, and every
+      process left in them is SIGKILLed at the end.
+    - "rlimits" (fallback): the same process setup without namespaces; a child that calls
+      setsid() escapes the group kill.
+    """
     global _probe_cache
     with _probe_lock:
         if _probe_cache is not None and not refresh:

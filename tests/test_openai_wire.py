@@ -2,12 +2,15 @@
 to_conversation comes back the same, but for the two cases the module says cannot (a tool_result
 that answers no call; a call with no result yet); a call sent out (openai_call, openai_message,
 to_openai) reads back through schema_args to the same arguments; the tool schemas list exactly
-protocol.TOOLS' arguments."""
+protocol.TOOLS' arguments; a reply streamed as `nanocode serve` writes it reads back, through
+the reader agent/remote.py uses, to the same content, call, finish reason and usage."""
 import json
 
 import pytest
 
-from agent.openai_wire import (RequestError, openai_call, openai_message, schema_args,
+from agent.openai_wire import (DONE, DONE_EVENT, RequestError, StreamedReply, StreamError,
+                               call_chunk, completion, first_chunk, last_chunk, openai_call,
+                               openai_message, read_event, reply_head, schema_args, text_chunk,
                                to_conversation, to_openai, tool_schema)
 from nanocode.protocol import INT_ARGS, TOOLS
 
@@ -90,3 +93,59 @@ def test_a_servers_malformed_or_deeply_nested_arguments_are_an_error_not_a_crash
     assert "nested more than" in schema_args("Read", "[" * 100_000).error  # json.loads would recurse out
     assert schema_args("Read", '{"file_path": [[1]]}').error.startswith("error: ")
     assert schema_args("Read", '{"file_path": "a.py", "limit": "3"}') == ({"file_path": "a.py", "limit": 3}, None)
+
+
+def read_stream(data: bytes) -> tuple[str, StreamedReply]:
+    """A stream's bytes read as agent/remote.py reads them: (its content, the reader)."""
+    got, text = StreamedReply(), []
+    for line in data.split(b"\n"):
+        event = read_event(line)
+        if event == DONE:
+            return "".join(text), got
+        if event is not None:
+            text.append(got.feed(event))
+    raise AssertionError("no DONE event")
+
+
+@pytest.mark.parametrize("call", [None, *CALLS], ids=["prose", *(c["name"] for c in CALLS)])
+def test_a_streamed_reply_reads_back_the_same(call):
+    res = {"content": "looking at ✓ the sum", "tool_call": call,
+           "finish_reason": "tool_calls" if call else "stop",
+           "usage": {"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57}}
+    head = reply_head("nanocode-test")
+    data = first_chunk(head) + b"".join(text_chunk(head, p) for p in ["looking at ✓", " the sum"])
+    data += (call_chunk(head, call) if call else b"") + last_chunk(head, res["finish_reason"],
+                                                                   res["usage"]) + DONE_EVENT
+    assert data.endswith(b"data: [DONE]\n\n") and data.count(b"\n\n") == 5 + bool(call)
+    text, got = read_stream(data)
+    assert text == res["content"] and got.finish == res["finish_reason"] and got.usage == res["usage"]
+    if call:
+        assert list(got.calls) == [0] and got.calls[0]["name"] == call["name"]
+        assert schema_args(call["name"], got.calls[0]["arguments"]) == (call["args"], None)
+    else:
+        assert got.calls == {}
+    body = json.loads(json.dumps(completion(head, res)))  # the same reply, not streamed
+    assert body["object"] == "chat.completion" and body["id"] == head["id"]
+    assert body["choices"][0]["message"]["content"] == text
+    chunks = [json.loads(ln[6:]) for ln in data.decode().split("\n\n")[:-2]]
+    assert {c["id"] for c in chunks} == {head["id"]} and {c["object"] for c in chunks} == \
+        {"chat.completion.chunk"}
+
+
+def test_the_reader_takes_vendor_shapes_and_refuses_what_is_not_a_stream():
+    assert [read_event(ln) for ln in [b"", b": ping", b"event: message", b"data: [DONE]  "]] == \
+        [None, None, None, DONE]
+    got = StreamedReply()
+    for args, index in [('{"file_', 0), ('path": "a.py"}', 0), ('{"command": "ls"}', 1)]:
+        got.feed({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": index, "function": {"name": "Read" if args.startswith('{"file_') else
+                                          "Bash" if index else None, "arguments": args}}]}}]})
+    assert got.calls == {0: {"name": "Read", "arguments": '{"file_path": "a.py"}'},
+                         1: {"name": "Bash", "arguments": '{"command": "ls"}'}}
+    assert got.feed({"choices": [{"delta": {}, "finish_reason": "length"}]}) == "" \
+        and got.finish == "length"
+    for line in [b"data: {oops", b"data: [1, 2]", b'data: "text"']:
+        with pytest.raises(StreamError, match="not a JSON object"):
+            read_event(line)
+    with pytest.raises(StreamError, match="failed: overloaded"):
+        StreamedReply().feed({"error": {"message": "overloaded"}})

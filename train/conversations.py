@@ -5,41 +5,11 @@ Schema (the agent's, nanocode/protocol.py): one conversation per line,
 "tool_call": {"name": str, "args": {str: str|int}}?}]}`; extra top-level keys (the agent's saved
 sessions carry "meta") are allowed and ignored. Preference rows are `{"chosen": conv, "rejected": conv}`.
 
-Loading: local .jsonl files (or directories of them) go through `datasets.load_dataset("json")`;
-when Arrow cannot unify the rows' types (e.g. sessions whose "meta" differ in shape) the file is
-read line by line with `json` instead. Hub names (owner/name) go through `datasets.load_dataset`
-too; when that fails on a cast/schema error (rows whose tool-call `args` structs differ) the
-split's data files are read one by one instead (train/hub_rows.py); offline is a clear error
-naming the dataset and saying to pass local files. Rows coming out of Arrow have absent struct
-fields filled with None (a tool_call of None, args that another row had): `normalize` drops
-those. smol-smoltalk style rows ({"messages": [{"role", "content"}]}) already fit; only role and
-content are kept.
-
-The original nanocode datasets (smohammadi/nanocode-tulu-selfoss-evol, -long-context and their
--preference versions: JSONL files such as all_train.jsonl, rollouts_train.jsonl,
-all.pref_train.jsonl, preference_rollouts_train.jsonl) use this schema with private top-level
-keys (_source, _source_idx, _original_code, _scenario_id, prompt, id ...; dropped) and three
-differences that would otherwise drop their rows: Edit results are numbered lines without the
-path line (`normalize` adds the call's own file_path), Bash results may be empty (`normalize`
-writes `(no output)`), and some rows stop on a tool_result (`keep_valid` cuts them after the
-last plain assistant reply and counts them under TRIMMED). `validate`/`validate_file` check rows
-as written, before those conversions.
-
-Validation (`validate`, `validate_file`; also `python -m train.conversations FILE...`): one problem
-per string, `FILE:LINE: rule: detail` for files. Rules:
-  json      the line is not JSON (or not an object)
-  schema    messages list, known roles, str content, tool_call shape, system only first
-  order     optional system, then user; user -> assistant; assistant with tool_call -> tool_result;
-            tool_result only after an assistant tool call, then assistant (or user: a rejected
-            call, a repeated call or the step limit hand control back); plain assistant -> user
-            or end;
-            at least one assistant message; ends with a plain assistant reply (a side of a
-            preference pair may end on an assistant tool call: a choice between next steps)
-  tool      known tool name, known argument names, required arguments present (tools/dispatch.py)
-  result    a tool_result after Read/Edit/Grep/Bash looks like that tool's output format (a
-            note line in brackets or parentheses allowed: a truncation, a context cut), an
-            `error: ...` line, or exactly `rejected by user`
-  length    rendered length <= max_tokens (only when a tokenizer and max_tokens are given)
+load_rows reads local files or a hub dataset, falling back to reading row by row where Arrow
+cannot unify the rows' types; normalize and keep_valid bring the original nanocode datasets and
+Arrow's filled-in fields into the schema. validate / validate_file (also `python -m
+train.conversations FILE...`) check rows as written, one problem per string (`FILE:LINE: rule:
+detail` for files).
 """
 
 from __future__ import annotations
@@ -76,7 +46,17 @@ def normalize(conv: dict) -> dict:
         without its path) gets the call's own file_path as its first line, which is our Edit
         format (a relative path in the normal form our tool prints, `./a.py` -> `a.py`); without
         a file_path string the result is left as it is (and fails validation): no path is made up;
-      - an empty Bash result becomes `(no output)`, what our Bash tool prints for no output."""
+      - an empty Bash result becomes `(no output)`, what our Bash tool prints for no output.
+
+    Rows out of Arrow have absent struct fields filled with None (a tool_call of None, args that
+    another row had): dropped. smol-smoltalk style rows already fit; only role and content are
+    kept. The original nanocode datasets (smohammadi/nanocode-tulu-selfoss-evol, -long-context
+    and their -preference versions) use this schema with private top-level keys (dropped) and
+    differences that would otherwise drop their rows: Edit results are numbered lines without the
+    path line (the call's own file_path is added), Bash results may be empty (`(no output)` is
+    written), and some rows stop on a tool_result (keep_valid cuts them after the last plain
+    assistant reply and counts them under TRIMMED).
+    """
     out, call = [], None  # call: the tool call that the next message (a tool_result) answers
     for msg in conv.get("messages") or []:
         if not isinstance(msg, dict):
@@ -176,7 +156,22 @@ def validate(conv, tokenizer=None, max_tokens: int | None = None, end_on_call: b
     """Problems with one conversation as `rule: detail` strings ([] = valid). Checks schema, role
     order, tool names/arguments, tool result formats, and (given a tokenizer and max_tokens) that
     the rendered conversation fits in max_tokens. end_on_call: it may end on an assistant tool call
-    (a preference pair between two next steps, as `train rollouts` writes)."""
+    (a preference pair between two next steps, as `train rollouts` writes).
+
+    Rules:
+      json      the line is not JSON (or not an object)
+      schema    messages list, known roles, str content, tool_call shape, system only first
+      order     optional system, then user; user -> assistant; assistant with tool_call ->
+                tool_result; tool_result only after an assistant tool call, then assistant (or
+                user: a rejected call, a repeated call or the step limit hand control back);
+                plain assistant -> user or end; at least one assistant message; ends with a plain
+                assistant reply (or, with end_on_call, an assistant tool call)
+      tool      known tool name, known argument names, required arguments present
+      result    a tool_result after Read/Edit/Grep/Bash looks like that tool's output format (a
+                note line in brackets or parentheses allowed), an `error: ...` line, or exactly
+                `rejected by user`
+      length    rendered length <= max_tokens (only when a tokenizer and max_tokens are given)
+    """
     if not isinstance(conv, dict):
         return [f"schema: a conversation must be an object, got {type(conv).__name__}"]
     messages = conv.get("messages")
@@ -358,7 +353,14 @@ def _to_conv(row: dict) -> dict:
 
 def load_rows(source: str, split: str = "train") -> list[dict]:
     """Rows (conversations or preference pairs) from a .jsonl file, a directory of them, a glob,
-    or a hub dataset name (owner/name)."""
+    or a hub dataset name (owner/name).
+
+    Local .jsonl files go through `datasets.load_dataset("json")`; when Arrow cannot unify the
+    rows' types (sessions whose "meta" differ in shape) the file is read line by line instead. Hub
+    names go through `datasets.load_dataset` too; on a cast/schema error (tool-call `args` structs
+    that differ) the split's data files are read one by one (train/hub_rows.py); offline is a
+    clear error naming the dataset and saying to pass local files.
+    """
     files = _local_files(source)
     if files is not None:
         return [_to_conv(r) for f in files for r in _load_local(f)]

@@ -1,66 +1,24 @@
 """`train speedrun --preset NAME`: data -> tokenizer -> base -> synth -> sft -> (rollouts -> rft) ->
 dpo -> export -> evals -> report in one command, each stage a plain `train ...` / `evals ...`
 command a reader could type (printed before it runs; rollouts and rft where the preset has them).
+PRESETS holds each preset's commands, with the reasons for its sizes; a run lives in
+$NANOCODE_HOME/speedrun/<preset> (data/ tokenizer/ base/ synth/ sft/ dpo/ model/ report/ logs/),
+and shipping a model is copying model/ to nanocode/default_model/.
 
 Trade-offs:
 - Every stage runs as its own subprocess: the commands are exactly what a user would run by hand,
-  memory (host and accelerator) is returned between stages, and each stage sets up its own
-  devices (a training stage's jax.distributed.initialize() included). The price is ~5-10 s of
-  imports per stage.
-- Progress is a file per stage: `<run>/<stage>.done` (the command, wall time) is written when the
-  stage exits 0, and a rerun skips it. A training stage that was interrupted restarts with
-  `--resume` from its newest checkpoint, so `--resume` after a kill redoes at most the steps since
-  the last save. A stage whose inputs changed is not detected: delete its .done to redo it.
-- Stages run in sessions of their own, and a SIGTERM or SIGINT to the driver is passed to the
-  running stage once (a training stage saves and exits, the driver waits and exits non-zero), so
-  `timeout` around `train speedrun` cuts a run into chunks of lent chip time that lose nothing
-  (train/v5e.sh). A preset's `beside` runs a CPU stage alongside a chip stage (the v5e preset
-  makes synth conversations on the host's cores while base trains).
-- The cpu preset is sized for this kind of machine (one sitting, <= ~150 min on 2 cores; each
-  stage's measured time is in the model card): depth 4, width 256, vocab 4096 (7.3M params). Its
-  base trains 1,200 small steps (4,096 tokens) at 512 tokens, half the rows copy rows and names
-  planted in half of the others, then 300 more at the agent's 2,048-token context with names
-  planted up to ~1,800 tokens apart (base_long; train/copy_rows.py): a model that cannot copy
-  cannot use names from its context, and one pretrained at 512 never saw the distances the agent
-  works at. Its data leaves out the packages the real-code eval split draws from (EVAL_PACKAGES),
-  its tokenizer uses the compound split (a name is the same tokens after a space, a backtick or
-  a quote), and half of its synth and rollout tasks are on real standard-library code (the
-  training packages). After sft, an on-policy round: `train rollouts` runs the sft model on fresh training
-  tasks, rft fine-tunes again with its resolved rollouts beside the synth data, and dpo adds the
-  pairs where it departed from the oracle.
-  Accelerator presets (d12, d20, d24) follow nanochat/nanocode sizing; the README estimates their
-  times from the FLOPs (none has run on its hardware yet). Their `chip` and `devices` keys say what
-  they are sized for; bench/memory.py checks that their train steps fit that chip.
-
-Multi-host (`--multihost`, the same command on every worker, the run dir on shared storage):
-- Only process 0 runs the single-writer stages (data, tokenizer, synth, export, evals, report);
-  the training stages (base, sft, dpo) run on every process together, each with `--multihost`.
-  The other processes wait for process 0's `<stage>.done` (a line a minute; `--wait-timeout`).
-  When process 0 fails a stage (or is interrupted) it writes `<run>/<stage>.failed` (exit code,
-  its log), and every waiter exits non-zero naming that stage and log. Training stages: process 0
-  writes the .done and logs/<stage>.log, process i logs to logs/<stage>.process<i>.log.
-- How a driver learns its process index: a probe subprocess (`python -m train.speedrun probe`)
-  calls train.loop.init_multihost() (JAX's cluster detection, or the JAX_COORDINATOR_ADDRESS /
-  JAX_NUM_PROCESSES / JAX_PROCESS_ID variables), prints the index and count, and exits. The
-  driver itself never imports jax, so it never holds the coordinator's port that each training
-  stage binds again. The price: one more jax start-up per run (seconds; on a pod the probe
-  initializes the accelerator too, a preflight check of the same devices and network the
-  training stages use), and a second rendezvous, so every worker must start within JAX's
-  initialization timeout (5 min). Reading the index from the environment alone would be free but
-  would not work with JAX's auto-detection (Cloud TPU, SLURM, ...).
-- The probe is also the barrier that orders the run-directory checks: before it, process 0
-  alone checks "already holds a run" (without --resume) and, if the run goes on, deletes stale
-  `.failed` markers; its verdict is broadcast to all processes (a collective, so no process can
-  read it, or start waiting, before process 0 has finished). So a refused run stops every
-  process (exit 2, no stage started), later workers never trip over the files process 0 creates,
-  and a failure marker from an earlier run cannot release a waiter. `.done` markers are kept:
-  with --resume they mean "done" on every process alike.
-
-Layout of a run (default $NANOCODE_HOME/speedrun/<preset>): data/ tokenizer/ base/ (base_long/: the
-cpu preset's last phase at 2,048 tokens) synth/ sft/ dpo/
-model/ (checkpoints/<step>: the exported bf16 params-only checkpoint, `train export`;
-MODEL_CARD.md, evals/model_card.py; evals/*.json) report/ and logs/<stage>.log. Ship a model by
-copying model/ to nanocode/default_model/.
+  memory is returned between stages, and each stage sets up its own devices. The price is ~5-10 s
+  of imports per stage.
+- Progress is a file per stage: `<run>/<stage>.done` is written when the stage exits 0 and a
+  rerun skips it; an interrupted training stage restarts with `--resume` from its newest
+  checkpoint. A stage whose inputs changed is not detected: delete its .done to redo it.
+- A SIGTERM or SIGINT to the driver is passed to the running stage once (a training stage saves
+  and exits), so `timeout` around `train speedrun` cuts a run into chunks of lent chip time that
+  lose nothing (train/v5e.sh). A preset's `beside` runs a CPU stage alongside a chip stage.
+- Multi-host (`--multihost`): process 0 alone runs the single-writer stages while the others wait
+  for its `.done` (or `.failed`); the training stages run on every process. The driver never
+  imports jax; a probe subprocess learns the process index (probe_processes), at the price of one
+  more jax start-up and rendezvous per run.
 """
 from __future__ import annotations
 
@@ -102,12 +60,14 @@ PRESETS = {
         data=[["data", "local", "--exclude", *EVAL_EXCLUDE]],
         # a name is the same tokens after a space, a backtick or a quote (copying from the request)
         tokenizer=["--vocab-size", "4096", "--max-chars", "20000000", "--split", "compound"],
-        # induction (copying from the context) forms late in this schedule: a shorter one can end
-        # before it does
+        # depth 4, width 256 (7.3M params), sized for one sitting (<= ~150 min on 2 cores). Copy
+        # rows: a model that cannot copy cannot use names from its context; induction (copying
+        # from the context) forms late in this schedule: a shorter one can end before it does
         base=["--preset", "cpu-d4", "--steps", "1200", "--total-batch", "4096", "--device-batch", "8",
               "--lr-scale", "6", "--copy-share", "0.5", "--span-share", "0.5", "--eval-every", "300",
               "--eval-batches", "4", "--save-every", "300"],
-        # the last quarter at the agent's 2,048 context, names planted up to ~1,800 tokens apart
+        # the last quarter at the agent's 2,048 context, names planted up to ~1,800 tokens apart:
+        # a model pretrained at 512 never saw the distances the agent works at
         base_long=["--seq-len", "2048", "--steps", "300", "--total-batch", "4096", "--device-batch", "2",
                    "--lr-scale", "6", "--copy-share", "0.25", "--span-share", "0.75", "--eval-every", "150",
                    "--eval-batches", "2", "--save-every", "100"],
@@ -169,6 +129,7 @@ PRESETS["v5e"] = dict(
 for _depth, _shards, _hours in ((12, 24, "0.1"), (20, 96, "1.4"), (24, 160, "4.3")):  # README's estimates
     PRESETS[f"d{_depth}"] = dict(
         about=f"d{_depth} on a TPU v6e-8 (pretraining ~{_hours} h estimated at 40%% MFU; GPUs: same command)",
+        # sized as nanochat/nanocode size them; bench/memory.py checks the step fits the chip
         chip="v6e", devices=8,  # what the preset is sized for
         data=[["data", "download", "--kind", "fineweb", "--shards", str(_shards)],
               ["data", "download", "--kind", "stack", "--shards", str(max(8, _shards // 4))]],
@@ -351,9 +312,14 @@ def run_beside(stage: str, other: str, p: dict, run: Path, env: dict) -> int:
 
 # ---- --multihost: who runs what -------------------------------------------------------------------
 def probe_processes(run: Path, fresh: bool, env: dict) -> tuple[int, int, bool] | None:
-    """(process index, process count, refused) from the probe subprocess (see the module
-    docstring); refused: process 0 found `run` holding a run and `fresh` (no --resume) was asked.
-    None (after saying why) when the probe failed."""
+    """(process index, process count, refused) from the probe subprocess (probe); refused: process
+    0 found `run` holding a run and `fresh` (no --resume) was asked. None (after saying why) when
+    the probe failed. The driver itself never imports jax, so it never holds the coordinator's
+    port that each training stage binds again. The price: one more jax start-up per run (seconds;
+    on a pod the probe initializes the accelerator too, a preflight check of the devices and
+    network the training stages use), and a second rendezvous, so every worker must start within
+    JAX's initialization timeout (5 min). Reading the index from the environment alone would be
+    free but would not work with JAX's auto-detection (Cloud TPU, SLURM, ...)."""
     cmd = [sys.executable, "-m", "train.speedrun", "probe", str(run)] + (["--fresh"] if fresh else [])
     print(f"=== multihost: {shown_command(cmd)}", flush=True)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, env={**os.environ, **env}, text=True)
@@ -374,7 +340,10 @@ def probe_processes(run: Path, fresh: bool, env: dict) -> tuple[int, int, bool] 
 def probe(run: str, fresh: bool) -> int:
     """`python -m train.speedrun probe RUN [--fresh]`: join the other processes, and print this
     one's index and count. Process 0 first checks the run dir (with --fresh: refuse one that holds
-    a run) and deletes stale failure markers; the broadcast of its verdict is the barrier."""
+    a run) and deletes stale failure markers; the broadcast of its verdict is the barrier, so a
+    refused run stops every process, later workers never trip over the files process 0 creates,
+    and a failure marker from an earlier run cannot release a waiter. `.done` markers are kept:
+    with --resume they mean "done" on every process alike."""
     from train.loop import init_multihost
     init_multihost()
     import jax
