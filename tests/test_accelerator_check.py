@@ -154,6 +154,11 @@ def test_profile_summary_counts_the_op_lane_of_a_tpu_trace(tmp_path):
     assert kinds["by_kind"] == {"element-wise/reduce": {"ms": 0.07, "share": 0.7368},
                                 "matmul": {"ms": 0.015, "share": 0.1579},
                                 "unmapped": {"ms": 0.01, "share": 0.1053}}
+    labelled = profile_summary(str(tmp_path), kinds={"fusion.1": "element-wise/reduce"},
+                               labels={"fusion.1": "bf16[8,128]{1,0}  jit(step)/tanh"})
+    assert labelled["top_by_kind"]["element-wise/reduce"] == [
+        {"name": "fusion.1", "label": "bf16[8,128]{1,0}  jit(step)/tanh", "ms": 0.07, "share": 0.7368}]
+    assert [t["name"] for t in labelled["top_by_kind"]["unmapped"]] == ["convolution.2", "while.5"]
 
 
 def test_hlo_op_kinds_of_a_real_compiled_step():
@@ -165,7 +170,7 @@ def test_hlo_op_kinds_of_a_real_compiled_step():
     import jax
     import jax.numpy as jnp
     sys.path.insert(0, str(ROOT / "bench"))
-    from accelerator_host import hlo_op_kinds
+    from accelerator_host import hlo_op_kinds, hlo_op_labels
 
     def f(x, w):
         y = jax.nn.relu(x @ w)
@@ -176,8 +181,30 @@ def test_hlo_op_kinds_of_a_real_compiled_step():
     kinds = hlo_op_kinds(text)
     dots = re.findall(r"%?([\w.\-]+) = \S+ (?:dot|convolution)\(", text)
     assert dots and all(kinds[d] == "matmul" for d in dots)
+    labels = hlo_op_labels(text)  # each op's output shape, then its jax op
+    assert all(labels[d].startswith("f32[64,64]") and "dot_general" in labels[d] for d in dots)
     fusions = re.findall(r"%?([\w.\-]+) = \S+ fusion\(", text)
     assert fusions and {kinds[n] for n in fusions} <= {"matmul", "element-wise/reduce"}
     assert "element-wise/reduce" in {kinds[n] for n in fusions}
     loops = re.findall(r"%?([\w.\-]+) = \S+ while\(", text) + re.findall(r"%?([\w.\-]+) = \([^=]*?\) while\(", text)
     assert loops and all(kinds[n] == "control" for n in loops)
+
+
+@slow
+def test_a_lever_changes_the_speed_not_the_math(report, tmp_path):
+    """--lever sets a module constant for one run (an A/B of a performance lever): it is recorded
+    in the report, and the head chunked 8 times finer gives the default run's losses."""
+    r = run_check(tmp_path / "lever.json", "--sections", "train",
+                  "--lever", "nanocode.kernels.HEAD_CHUNK_ROWS={'cpu': 64}")
+    assert r["levers"] == {"nanocode.kernels.HEAD_CHUNK_ROWS": {"cpu": 64}}
+    assert report["levers"] == {}
+    assert r["sections"]["train"]["losses"] == pytest.approx(report["sections"]["train"]["losses"], rel=1e-5)
+
+
+def test_a_lever_that_names_no_constant_is_refused(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(tmp_path / "x.json"),
+                           "--lever", "nanocode.kernels.HEAD_CHUNK_ROWZ=1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "nanocode.kernels has no HEAD_CHUNK_ROWZ" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
