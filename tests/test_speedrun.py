@@ -147,19 +147,6 @@ def test_v5e_preset_makes_synth_beside_base_and_reads_the_given_sources(tmp_path
     assert "--minutes" in synth  # writes what it made when the chip's stage is done
 
 
-
-def test_a_presets_stage_env_reaches_that_stage_alone(tmp_path, monkeypatch):
-    """The v5e preset's rollouts decode on the host's CPU cores (one process holds the chip):
-    its stage_env reaches the rollouts stage's process and no other stage's."""
-    assert speedrun.PRESETS["v5e"]["stage_env"] == {"rollouts": {"JAX_PLATFORMS": "cpu"}}
-    write = "import os, sys; open(sys.argv[1], 'w').write(os.environ.get('JAX_PLATFORMS', 'unset'))"
-    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
-    monkeypatch.setattr(speedrun, "stage_commands", lambda stage, p, run, multihost=False: [
-        [sys.executable, "-c", write, str(tmp_path / stage)]])
-    run = tmp_path / "run"
-    assert main(["speedrun", "--preset", "v5e", "--run-dir", str(run), "--only", "rollouts,rft"]) == 0
-    assert (tmp_path / "rollouts").read_text() == "cpu" and (tmp_path / "rft").read_text() == "unset"
-
 CHILD = """
 import signal, sys, time
 seen = []

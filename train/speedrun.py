@@ -116,12 +116,6 @@ PRESETS["v5e"] = dict(
     # pretraining pushed to the softcap's floor (finetune.unpin_special_heads)
     sft=["--seq-len", "2048", "--device-batch", "2", "--epochs", "1", "--lr-scale", "2",
          "--eval-every", "500", "--save-every", "1000", "--save-minutes", "3", "--sample-tokens", "0"],
-    # the on-policy round of the cpu preset at 1.5x the tasks: rollouts decode on the host's CPU
-    # cores (`stage_env`: one process holds the chip, and twelve workers each load the model)
-    rollouts=["--n", "240", "--max-steps", "10", "--real-ratio", "0.5", "--workers", "12"],
-    rft=PRESETS["cpu"]["rft"],
-    on_policy_weight=PRESETS["cpu"]["on_policy_weight"],
-    stage_env={"rollouts": {"JAX_PLATFORMS": "cpu"}},
     evals=PRESETS["cpu"]["evals"],
 )
 # FineWeb-Edu shards hold ~250M chars (~53M tokens at 32k vocab): enough for 80% of ratio 12 x the
@@ -450,8 +444,7 @@ def main(args) -> int:
             rc = run_beside(s, other, p, run, env)
         else:
             try:
-                rc = run_stage(s, stage_commands(s, p, run, args.multihost), run,
-                               {**env, **p.get("stage_env", {}).get(s, {})}, process=index,
+                rc = run_stage(s, stage_commands(s, p, run, args.multihost), run, env, process=index,
                                write_done=index == 0)
             except BaseException as e:  # interrupted: the waiters must not wait for it
                 if args.multihost and index == 0:
