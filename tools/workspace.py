@@ -66,6 +66,23 @@ class PathOutside(Exception):
     component of it was swapped for a symlink while it was being opened."""
 
 
+class PathSwapped(PathOutside):
+    """A component of the path turned into a symlink or back while it was being resolved
+    (os.path.realpath saw a link, then readlink met something else: EINVAL). Raised instead of
+    that bare OSError so a tool can say what happened (tools.files.CHANGED)."""
+
+
+def realpath(path) -> str:
+    """os.path.realpath that raises PathSwapped, not `OSError: [Errno 22]`, when a component is
+    swapped under it (Python 3.11's realpath does not catch that EINVAL)."""
+    try:
+        return os.path.realpath(path)
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            raise PathSwapped(os.fspath(path)) from e
+        raise
+
+
 def real_root(root) -> Path:
     return Path(os.path.realpath(os.fspath(root)))
 
@@ -80,7 +97,8 @@ def is_inside(root, path) -> bool:
 def resolve(root, path, *, write: bool, allow_outside: bool = False) -> Path:
     """Absolute, symlink-free path of `path` (relative paths are taken from `root`).
 
-    Raises PathOutside when it lies outside the root, unless `allow_outside` and not `write`.
+    Raises PathOutside when it lies outside the root, unless `allow_outside` and not `write`
+    (PathSwapped, a PathOutside, when a component is swapped for a link meanwhile).
     Raises ValueError for paths the OS cannot represent (e.g. containing NUL)."""
     p = os.fspath(path)
     if "\x00" in p:
@@ -88,7 +106,7 @@ def resolve(root, path, *, write: bool, allow_outside: bool = False) -> Path:
     p = os.path.expanduser(p) if p.startswith("~") else p
     rroot = real_root(root)
     full = p if os.path.isabs(p) else os.path.join(os.fspath(rroot), p)
-    resolved = Path(os.path.realpath(full))
+    resolved = Path(realpath(full))
     if not is_inside(rroot, resolved) and (write or not allow_outside):
         raise PathOutside(p)
     return resolved
