@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from tools.workspace import HOOK_DIRS, hooks_paths
+from tools.workspace import HOOK_DIRS, hooks_paths, project_venvs
 
 GIT_PROTECTED = ("hooks", "config", "config.worktree", "commondir", "modules", "worktrees")
 UNDO_STORE = ("refs/nanocode", "nanocode")  # tools/undo.py's refs and metadata, in the git dir
@@ -83,7 +83,9 @@ def project_protected(root) -> list[str]:
     """Paths inside the project a sandboxed command must not create or change: what git or
     nanocode would later run or trust on the user's behalf. ``.git/{hooks, config,
     config.worktree, commondir, modules, worktrees}``, ``.nanocode``, ``.githooks``, ``.husky``,
-    every core.hooksPath target inside the project (from every config scope), each with the
+    every core.hooksPath target inside the project (from every config scope), every virtualenv
+    in it (workspace.project_venvs: what its activate, python, *.pth files and packages run
+    when the user next uses it; a missing one may be created), each with the
     symlinks on the way to it and their targets; the whole ``.git`` when it is a file (gitdir
     pointer) or absent (so a `git init` inside the sandbox is undone); and the undo store
     (``.git/refs/nanocode``, ``.git/nanocode``) when it exists: the harness made it before the
@@ -92,7 +94,7 @@ def project_protected(root) -> list[str]:
     refs/nanocode ref keeps, see `loosen_undo_refs`)."""
     root = os.path.realpath(root)
     git = os.path.join(root, ".git")
-    named = [os.path.join(root, n) for n in (".nanocode",) + HOOK_DIRS] + hooks_paths(root)
+    named = [os.path.join(root, n) for n in (".nanocode",) + HOOK_DIRS] + hooks_paths(root) + project_venvs(root)
     if not os.path.isdir(git) or os.path.islink(git):
         named.insert(0, git)
     else:

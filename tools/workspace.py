@@ -15,8 +15,10 @@ cleans up with `dir_fd`), so a later swap of a parent cannot redirect them eithe
 
 Protected places (`protected`) are where an Edit changes what runs or what is allowed: any path
 component named `.git` (nested repositories included) or `.nanocode`, hook directories (`.husky`,
-`.githooks` and the `core.hooksPath` of `.git/config`) and the user settings folder
-(`user_settings_dir`). Both the literal and the resolved path are judged, case-insensitively, and
+`.githooks` and the `core.hooksPath` of `.git/config`), every virtualenv inside the project
+(`project_venvs`: its bin/activate and python wrappers, *.pth and sitecustomize files in
+site-packages, the packages themselves all run when the user later uses it) and the user
+settings folder (`user_settings_dir`). Both the literal and the resolved path are judged, case-insensitively, and
 each place is taken both as named and as resolved, so `conf -> .nanocode` and a shipped
 `.nanocode -> conf` are both caught. `trust_problem` says why a root must not be trusted silently.
 
@@ -58,6 +60,9 @@ PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "package.j
                    "Makefile", "CMakeLists.txt", "pom.xml", "build.gradle", "Gemfile", "composer.json",
                    "NANOCODE.md", "AGENTS.md", ".nanocode")
 HOOK_DIRS = (".husky", ".githooks")
+VENV_MARKER = "pyvenv.cfg"  # what makes a folder a virtualenv (PEP 405)
+VENV_DEPTH = 2  # how far below the root a virtualenv is looked for (.venv, backend/.venv)
+VENV_SKIP = (".git", "node_modules")  # never virtualenvs, possibly huge
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -279,12 +284,39 @@ def hooks_paths(root) -> list[str]:
     return [os.path.normpath(os.path.join(top, os.path.expanduser(v))) for v in dict.fromkeys(values) if v]
 
 
+def project_venvs(root) -> list[str]:
+    """Every virtualenv inside the project, absolute and as named: a folder holding VENV_MARKER
+    at most VENV_DEPTH levels below the root (symlinks not followed, VENV_SKIP not entered),
+    plus $VIRTUAL_ENV when it lies inside. Everything in one is code the user runs later
+    (activate, the python wrappers, *.pth and sitecustomize at start-up, the installed
+    packages), so all of it is protected, not only those files. Trade-off: a command cannot
+    install into a project venv (pip asks the user to run it) and a venv deeper than VENV_DEPTH
+    is not found; costs a scandir of the root and of each folder below it."""
+    root = os.path.abspath(os.fspath(root))
+    out, level = [], [root]
+    for _ in range(VENV_DEPTH):
+        below = []
+        for d in level:
+            try:
+                with os.scandir(d) as it:
+                    below += [e.path for e in it if e.name not in VENV_SKIP and e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+        out += [d for d in below if os.path.isfile(os.path.join(d, VENV_MARKER))]
+        level = [d for d in below if d not in out]
+    active = os.environ.get("VIRTUAL_ENV", "")
+    if active and is_inside(root, os.path.realpath(active)) and os.path.realpath(active) != real_root(root).as_posix():
+        out.append(os.path.realpath(active))
+    return list(dict.fromkeys(out))
+
+
 def _places(root, home, hooks: list[str]) -> list[tuple[str, str]]:
     """(absolute folder, why) of every protected place, each as named and as resolved."""
     root = os.fspath(root)
     named = [(os.path.join(root, ".nanocode"), "nanocode settings"), (os.path.join(root, ".git"), "git internals")]
     named += [(os.path.join(root, d), "git hooks") for d in HOOK_DIRS]
     named += [(h, "git hooks (core.hooksPath)") for h in hooks]
+    named += [(v, "a virtualenv (code that runs when it is used)") for v in project_venvs(root)]
     named.append((os.fspath(user_settings_dir(home)), "nanocode user settings"))
     out = []
     for place, why in named:
