@@ -289,9 +289,10 @@ def project_venvs(root) -> list[str]:
     at most VENV_DEPTH levels below the root (symlinks not followed, VENV_SKIP not entered),
     plus $VIRTUAL_ENV when it lies inside. Everything in one is code the user runs later
     (activate, the python wrappers, *.pth and sitecustomize at start-up, the installed
-    packages), so all of it is protected, not only those files. Trade-off: a command cannot
-    install into a project venv (pip asks the user to run it) and a venv deeper than VENV_DEPTH
-    is not found; costs a scandir of the root and of each folder below it."""
+    packages), so all of it is protected, not only those files. Trade-off: a sandboxed command
+    cannot install into a project venv (pip fails on the read-only folder; the user runs it) and
+    a venv deeper than VENV_DEPTH is not found; costs a scandir of the root and of each folder
+    below it."""
     root = os.path.abspath(os.fspath(root))
     out, level = [], [root]
     for _ in range(VENV_DEPTH):
@@ -304,9 +305,9 @@ def project_venvs(root) -> list[str]:
                 continue
         out += [d for d in below if os.path.isfile(os.path.join(d, VENV_MARKER))]
         level = [d for d in below if d not in out]
-    active = os.environ.get("VIRTUAL_ENV", "")
-    if active and is_inside(root, os.path.realpath(active)) and os.path.realpath(active) != real_root(root).as_posix():
-        out.append(os.path.realpath(active))
+    active = os.path.realpath(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None
+    if active and is_inside(root, active) and active != os.fspath(real_root(root)):
+        out.append(active)
     return list(dict.fromkeys(out))
 
 
