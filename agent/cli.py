@@ -309,12 +309,8 @@ def _main(args, started) -> int:
         _err(f"error: --cwd {root} is not a directory")
         return 2
     if args.best_of > 1:
-        from tools.checks import Refused, gate
-        try:
-            gate("--best-of", args.unsandboxed)
-        except Refused as e:
-            _err(f"error: {e}")
-            return 2
+        from tools.checks import gate_or_exit
+        gate_or_exit("--best-of", args.unsandboxed)
     root = root.resolve()
     if not args.trust and not trusted(root, headless=args.prompt is not None):
         _err(f"not starting: {root} is not trusted (run nanocode in a project folder, or pass --trust)")

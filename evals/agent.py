@@ -313,12 +313,9 @@ def main(args) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-    from tools.checks import Refused, gate
-    try:  # every policy's check runs the project as it was left (a server's edits with --base-url)
-        unsandboxed = gate("evals agent", args.unsandboxed)
-    except Refused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from tools.checks import gate_or_exit
+    # every policy's check runs the project as it was left (a server's edits with --base-url)
+    unsandboxed = gate_or_exit("evals agent", args.unsandboxed)
     info: dict = {"policy": args.policy, "unsandboxed": unsandboxed}
     model = step = server = None
     sampling = SamplerSettings(temperature=args.temperature, max_tokens=args.max_tokens,

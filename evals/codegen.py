@@ -186,12 +186,9 @@ def main(args) -> int:
         print(f"error: --n {args.n} at temperature 0 gives {args.n} identical greedy samples "
               "(pass@k would equal pass@1); pass --temperature 0.8 or so", file=sys.stderr)
         return 2
-    from tools.checks import Refused, gate
-    try:  # the programs are a model's code (the references too run in the same harness)
-        unsandboxed = gate(f"evals {args.task}", args.unsandboxed, _missing)
-    except Refused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from tools.checks import gate_or_exit
+    # the programs are a model's code (the references too run in the same harness)
+    unsandboxed = gate_or_exit(f"evals {args.task}", args.unsandboxed, _missing)
     try:
         problems = tasks.load_task(args.task, args.data, args.limit)
         limits = sandbox.Limits(timeout=args.timeout, memory_mb=args.memory_mb)

@@ -8,6 +8,9 @@ prefers within that module.
                      a committed git project (a.py, big.py) with its own NANOCODE_HOME
   tokenizer          the fine-tuning stages' 512-token BPE (tests/train_helpers.corpus_texts)
   ckpt               a tiny random checkpoint with its tokenizer, as `train` saves one
+  no_sandbox         this machine as one where no OS sandbox starts (NANOCODE_SANDBOX=off), and
+                     without the user's --unsandboxed choice
+  unsandboxed        the same machine with that choice made (tools/checks.py)
 """
 import atexit
 import os
@@ -30,6 +33,30 @@ atexit.register(lambda home=os.environ["NANOCODE_HOME"]: os.getpid() == _OWNER a
 from tools import checks  # noqa: E402
 if checks.missing() is not None:
     os.environ.setdefault(checks.UNSANDBOXED_ENV, "1")
+
+
+def _sandbox_off(monkeypatch, chosen: str):
+    """The probe answers "no sandbox" (NANOCODE_SANDBOX=off) and checks.UNSANDBOXED_ENV is
+    `chosen` until the test ends; the probe is asked again afterwards."""
+    from tools import sandbox as sbx
+    monkeypatch.setenv(sbx.ENV_SWITCH, "off")
+    monkeypatch.setenv(checks.UNSANDBOXED_ENV, chosen)
+    assert not sbx.bash_sandbox(refresh=True)["available"]
+    yield
+    monkeypatch.delenv(sbx.ENV_SWITCH)
+    sbx.bash_sandbox(refresh=True)
+
+
+@pytest.fixture
+def no_sandbox(monkeypatch):
+    """No OS sandbox here and no user's choice: what runs model code must refuse."""
+    yield from _sandbox_off(monkeypatch, "0")
+
+
+@pytest.fixture
+def unsandboxed(monkeypatch):
+    """No OS sandbox here, and the user's choice to run checks anyway (--unsandboxed)."""
+    yield from _sandbox_off(monkeypatch, "1")
 
 
 @pytest.fixture(scope="module")

@@ -248,18 +248,6 @@ def test_cancel_applies_nothing_and_a_hung_test_run_fails(user):
     assert run_tests("sleep 30", str(user), timeout=0.5) == (False, "timed out after 0.5 s")
 
 
-@pytest.fixture
-def unsandboxed(monkeypatch):
-    """No OS sandbox here (NANOCODE_SANDBOX=off), and the user's choice to run checks anyway."""
-    from tools import checks, sandbox
-    monkeypatch.setenv(sandbox.ENV_SWITCH, "off")
-    monkeypatch.setenv(checks.UNSANDBOXED_ENV, "1")
-    sandbox.bash_sandbox(refresh=True)
-    yield
-    monkeypatch.delenv(sandbox.ENV_SWITCH)
-    sandbox.bash_sandbox(refresh=True)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 @pytest.mark.parametrize("route", ["sandbox", "unsandboxed"])
 @pytest.mark.parametrize("leftover", ["sleep {} &", "sleep {} > /dev/null 2>&1 &",

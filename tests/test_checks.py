@@ -23,17 +23,6 @@ needs_sandbox = pytest.mark.skipif(not SANDBOX, reason="no OS sandbox here")
 ASK = "pass --unsandboxed on a throwaway machine"
 
 
-@pytest.fixture
-def no_sandbox(monkeypatch):
-    """This process as a machine without user namespaces, and without the user's choice."""
-    monkeypatch.setenv(sbx.ENV_SWITCH, "off")
-    monkeypatch.setenv(checks.UNSANDBOXED_ENV, "0")
-    assert not sbx.bash_sandbox(refresh=True)["available"]
-    yield
-    monkeypatch.delenv(sbx.ENV_SWITCH)
-    sbx.bash_sandbox(refresh=True)
-
-
 def cli(*argv, sandbox=False, cwd=ROOT) -> subprocess.CompletedProcess:
     """`python -m ...` from the worktree, on a machine with no sandbox unless `sandbox`; no
     choice to go on without one inherited."""

@@ -186,26 +186,13 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
     assert [m["role"] for m in conv["messages"]] == [m["role"] for m in oracle["messages"]]
 
 
-@pytest.fixture
-def no_sandbox(monkeypatch):
-    """The machine as a container without user namespaces looks to the agent, its checks run
-    by choice (tools/checks.py; tests/test_checks.py has the refusal)."""
-    from tools import checks, sandbox
-    monkeypatch.setenv(sandbox.ENV_SWITCH, "off")
-    monkeypatch.setenv(checks.UNSANDBOXED_ENV, "1")
-    assert not sandbox.bash_sandbox(refresh=True)["available"]
-    yield
-    monkeypatch.delenv(sandbox.ENV_SWITCH)
-    sandbox.bash_sandbox(refresh=True)
-
-
-def test_without_a_sandbox_the_oracles_command_is_refused(engine, tok, tmp_path, monkeypatch, no_sandbox):
+def test_without_a_sandbox_the_oracles_command_is_refused(engine, tok, tmp_path, monkeypatch, unsandboxed):
     """Why the eval warns: with no sandbox every Bash call asks, nobody answers, the task fails."""
     rec, _ = replay_oracle(engine, tok, tmp_path, monkeypatch, "run_command")
     assert not rec["resolved"] and rec["stop_reasons"][0] == "rejected", rec
 
 
-def test_a_run_without_a_sandbox_says_so_and_records_it(tiny_run, tmp_path, capsys, no_sandbox):
+def test_a_run_without_a_sandbox_says_so_and_records_it(tiny_run, tmp_path, capsys, unsandboxed):
     from evals import cli
     assert cli.main(["agent", "--quiet", "--model", str(tiny_run), "--limit", "1", "--max-steps", "1",
                      "--max-tokens", "8", "--workers", "1", "--out", str(tmp_path), "--unsandboxed"]) == 0

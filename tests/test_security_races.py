@@ -13,6 +13,7 @@ from agent.driver import Agent
 from agent.settings import TurnSettings
 from race_helpers import ScriptedModel, flipper, race_target  # noqa: F401 - flipper is a fixture
 from tools.dispatch import run_tool
+from tools.files import CHANGED
 from tools.permissions import Policy
 from tools.workspace import resolve
 
@@ -156,3 +157,26 @@ def test_a_path_changing_under_the_check_is_an_error_result(repo):
     missing = Policy(root=repo, mode="auto").check("Read", {"file_path": "new.txt"})
     (repo / "new.txt").write_text("late\n")
     assert use({"file_path": "new.txt"}, missing).startswith("error: the path changed")
+
+
+@pytest.mark.parametrize("what", ["dir", "file"])
+@pytest.mark.parametrize("tool", ["Grep", "Read"])
+def test_a_swap_under_the_tool_is_said_in_words(repo, flipper, what, tool):
+    """Grep and Read of a path a process keeps swapping for a link to the outside (renameat2):
+    every result is the file's text, `path outside the project`, `file not found`, `no matches
+    found` or the one-line CHANGED error, never a raw `OSError: [Errno 22]` (Python's realpath meets a link
+    that is gone by the time it reads it) and never the secret. The race is shown to hit."""
+    name, target, path = race_target(repo, what)
+    flipper(name, target)
+    grep_path = path.split("/")[0] if what == "dir" else path
+    words = ("safe", "error: path outside the project", "error: file not found", "no matches found",
+             "error: " + CHANGED)
+    results = []
+    for i in range(TRIES):
+        args = ({"pattern": f"safe|{SECRET}|n{i}", "path": (grep_path, ".")[i % 2]} if tool == "Grep"
+                else {"file_path": path, "limit": 1 + i % 7})
+        results.append(run_tool(repo, tool, args))
+    odd = [r for r in results if SECRET in r or not any(w in r for w in words)]
+    assert not odd, odd[:3]
+    assert not [r for r in results if "Errno" in r or "OSError" in r]
+    assert any(CHANGED in r for r in results), "the swap never met a resolve: this proves nothing"

@@ -18,8 +18,8 @@ runs only when the user chose that: ``--unsandboxed`` on the command that runs c
 agent and the code evals, train synth and rollouts, nanocode --best-of), which puts
 ``UNSANDBOXED_ENV=1`` in the environment, so worker processes inherit the choice (an exported
 variable is the same choice, e.g. train/v5e.sh on the chip's throwaway host). Without it `run`
-raises Refused, and `gate`, called by those commands before any work, refuses in one line that
-names the way on. With it the checks keep the environment rules and the group kill, but files
+raises Refused, and `gate` (through `gate_or_exit`, called by those commands before any work)
+refuses in one line that names the way on, exit status 2. With it the checks keep the environment rules and the group kill, but files
 outside the project, the network and processes that leave the group are not contained; `gate`
 says so on stderr and the command records ``"unsandboxed": true`` in its result.
 
@@ -86,6 +86,17 @@ def gate(what: str, flag: bool, probe=missing) -> bool:
           "one: files outside its folder, the network and processes that leave its group are not "
           "contained", file=sys.stderr)
     return True
+
+
+def gate_or_exit(what: str, flag: bool, probe=missing) -> bool:
+    """`gate` for a command's entry point: on Refused its line goes to stderr as `error: ...` and
+    the process exits with status 2 (SystemExit), the status of any refused argument, so every
+    command refuses alike. Returns whether the checks will run unsandboxed."""
+    try:
+        return gate(what, flag, probe)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def run(argv: list[str], cwd: str, timeout: float, *, env: dict | None = None,

@@ -42,7 +42,7 @@ import stat
 
 from nanocode.protocol import MEMORY_CHARS, MEMORY_FILES
 from tools.closest import lines_hint, path_hint
-from tools.workspace import (PathOutside, display, is_regular, open_dir, open_inside, open_resolved,
+from tools.workspace import (PathOutside, PathSwapped, display, is_regular, open_dir, open_inside, open_resolved,
                              real_root, resolve)
 
 DEFAULT_LIMIT = 100
@@ -150,6 +150,8 @@ def _read(root, args, allow_outside, same_as):
     try:
         p = resolve(root, path, write=False, allow_outside=allow_outside)
         fd = open_resolved(root, p)
+    except PathSwapped:
+        return _err(CHANGED)
     except PathOutside:
         return _err("path outside the project")
     except ValueError:

@@ -21,8 +21,9 @@ a last line in parentheses names the big ones (and how to search one) and counts
 (tools.workspace.open_resolved) and searched through that descriptor, by either engine.
 `same_as` is the (st_dev, st_ino) of the path the permission check judged
 (tools/permissions.Decision): a search path that is now another file or folder is refused
-(files.CHANGED), and an approved search outside the project reads only files whose real path is
-below that folder (a subfolder swapped for a link elsewhere is left out).
+(files.CHANGED, also when it or a listed file is swapped for a link while being resolved), and
+an approved search outside the project reads only files whose real path is below that folder
+(a subfolder swapped for a link elsewhere is left out).
 
 Engines: the file list, the binary/size filters and the output formatting are ours either way; the
 line matching runs in ripgrep when `rg` is on PATH (linear-time regex, parallel, no catastrophic
@@ -48,7 +49,8 @@ import warnings
 
 from tools.closest import SKIP_DIRS, git_files, names_hint, path_hint
 from tools.files import CHANGED, SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
-from tools.workspace import PathOutside, display, identity, is_inside, open_resolved, real_root, resolve
+from tools.workspace import (PathOutside, PathSwapped, display, identity, is_inside, open_resolved, real_root,
+                             realpath, resolve)
 
 MAX_MATCHES = 200
 MAX_CONTEXT = 50               # -A / -B larger than this are cut to it
@@ -155,6 +157,8 @@ def _grep(root, args, allow_outside, use_rg, same_as):
         return _err(f"invalid regex: {e}")
     try:
         base = resolve(root, path or ".", write=False, allow_outside=allow_outside)
+    except PathSwapped:
+        return _err(CHANGED)
     except PathOutside:
         return _err("path outside the project")
     except ValueError:
@@ -175,7 +179,10 @@ def _grep(root, args, allow_outside, use_rg, same_as):
     for fp in files:
         if os.sep + ".git" + os.sep in fp + os.sep and not os.sep + ".git" + os.sep in os.fspath(base) + os.sep:
             continue
-        real = os.path.realpath(fp)
+        try:
+            real = realpath(fp)
+        except PathSwapped:  # a listed file or folder swapped for a link (or back) meanwhile
+            return _err(CHANGED)
         if real == within or real.startswith(within.rstrip(os.sep) + os.sep):  # `within` as judged, not re-resolved
             try:
                 os.fsencode(fp).decode("utf-8")

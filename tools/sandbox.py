@@ -55,7 +55,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tools.sandbox_paths import guard, loosen_undo_refs, mountable, pins, project_protected
+from tools.sandbox_paths import guard, loosen_undo_refs, mountable, pin_reftable_undo, pins, project_protected
 
 NOBODY = 65534
 SETUP_FAILED = 97  # exit status of the bootstrap when the namespace set-up itself failed
@@ -254,20 +254,25 @@ def prepare(root, argv: list[str], cfg: Sandbox, linger: float = 0.0):
     """For tools.bash: (wrapped argv, guarded paths for `restore`, cgroups for `remove_cgroup`).
     Writable: the project root, its .git and the `pins` of the protected paths (bound onto
     themselves: they cannot be renamed or replaced while what they hold is protected),
-    cfg.writable; /tmp private. Loosens packed undo refs first (`loosen_undo_refs`). Raises
-    OSError."""
+    cfg.writable; /tmp private. Loosens packed undo refs first (`loosen_undo_refs`); in a
+    reftable repository pins them (`pin_reftable_undo`: its kept packs read-only, the refs put
+    back by `restore`). Raises OSError."""
     root = os.path.realpath(root)
     if not os.path.isdir(root):
         raise OSError(f"not a directory: {root}")
     git = os.path.join(root, ".git")
     writable = [root] + ([git] if os.path.isdir(git) and not os.path.islink(git) else [])
+    undo = None
     if os.path.isdir(git) and not os.path.islink(git):
         loosen_undo_refs(git)
-    paths = project_protected(root)
+        undo = pin_reftable_undo(root, git)
+    paths = project_protected(root) + list(undo.files if undo else ())
     writable += [p for p in pins(paths, root) if p not in writable]
     writable += [os.path.realpath(w) for w in cfg.writable]
     paths += [os.path.realpath(p) for p in cfg.protected]
     guarded = guard(paths)
+    if undo:
+        guarded[os.path.join(git, "reftable")] = undo
     groups = make_cgroups(cfg.nproc, cfg.memory_mb)
     limits = {"RLIMIT_AS": cfg.memory_mb << 20, "RLIMIT_NPROC": cfg.nproc, "RLIMIT_CORE": 0,
               "RLIMIT_FSIZE": cfg.fsize_mb << 20}

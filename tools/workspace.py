@@ -15,8 +15,10 @@ cleans up with `dir_fd`), so a later swap of a parent cannot redirect them eithe
 
 Protected places (`protected`) are where an Edit changes what runs or what is allowed: any path
 component named `.git` (nested repositories included) or `.nanocode`, hook directories (`.husky`,
-`.githooks` and the `core.hooksPath` of `.git/config`) and the user settings folder
-(`user_settings_dir`). Both the literal and the resolved path are judged, case-insensitively, and
+`.githooks` and the `core.hooksPath` of `.git/config`), every virtualenv inside the project
+(`project_venvs`: its bin/activate and python wrappers, *.pth and sitecustomize files in
+site-packages, the packages themselves all run when the user later uses it) and the user
+settings folder (`user_settings_dir`). Both the literal and the resolved path are judged, case-insensitively, and
 each place is taken both as named and as resolved, so `conf -> .nanocode` and a shipped
 `.nanocode -> conf` are both caught. `trust_problem` says why a root must not be trusted silently.
 
@@ -58,12 +60,32 @@ PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "package.j
                    "Makefile", "CMakeLists.txt", "pom.xml", "build.gradle", "Gemfile", "composer.json",
                    "NANOCODE.md", "AGENTS.md", ".nanocode")
 HOOK_DIRS = (".husky", ".githooks")
+VENV_MARKER = "pyvenv.cfg"  # what makes a folder a virtualenv (PEP 405)
+VENV_DEPTH = 2  # how far below the root a virtualenv is looked for (.venv, backend/.venv)
+VENV_SKIP = (".git", "node_modules")  # never virtualenvs, possibly huge
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class PathOutside(Exception):
     """The path resolves (after following symlinks) to a place outside the project root, or a
     component of it was swapped for a symlink while it was being opened."""
+
+
+class PathSwapped(PathOutside):
+    """A component of the path turned into a symlink or back while it was being resolved
+    (os.path.realpath saw a link, then readlink met something else: EINVAL). Raised instead of
+    that bare OSError so a tool can say what happened (tools.files.CHANGED)."""
+
+
+def realpath(path) -> str:
+    """os.path.realpath that raises PathSwapped, not `OSError: [Errno 22]`, when a component is
+    swapped under it (Python 3.11's realpath does not catch that EINVAL)."""
+    try:
+        return os.path.realpath(path)
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            raise PathSwapped(os.fspath(path)) from e
+        raise
 
 
 def real_root(root) -> Path:
@@ -80,7 +102,8 @@ def is_inside(root, path) -> bool:
 def resolve(root, path, *, write: bool, allow_outside: bool = False) -> Path:
     """Absolute, symlink-free path of `path` (relative paths are taken from `root`).
 
-    Raises PathOutside when it lies outside the root, unless `allow_outside` and not `write`.
+    Raises PathOutside when it lies outside the root, unless `allow_outside` and not `write`
+    (PathSwapped, a PathOutside, when a component is swapped for a link meanwhile).
     Raises ValueError for paths the OS cannot represent (e.g. containing NUL)."""
     p = os.fspath(path)
     if "\x00" in p:
@@ -88,7 +111,7 @@ def resolve(root, path, *, write: bool, allow_outside: bool = False) -> Path:
     p = os.path.expanduser(p) if p.startswith("~") else p
     rroot = real_root(root)
     full = p if os.path.isabs(p) else os.path.join(os.fspath(rroot), p)
-    resolved = Path(os.path.realpath(full))
+    resolved = Path(realpath(full))
     if not is_inside(rroot, resolved) and (write or not allow_outside):
         raise PathOutside(p)
     return resolved
@@ -261,12 +284,40 @@ def hooks_paths(root) -> list[str]:
     return [os.path.normpath(os.path.join(top, os.path.expanduser(v))) for v in dict.fromkeys(values) if v]
 
 
+def project_venvs(root) -> list[str]:
+    """Every virtualenv inside the project, absolute and as named: a folder holding VENV_MARKER
+    at most VENV_DEPTH levels below the root (symlinks not followed, VENV_SKIP not entered),
+    plus $VIRTUAL_ENV when it lies inside. Everything in one is code the user runs later
+    (activate, the python wrappers, *.pth and sitecustomize at start-up, the installed
+    packages), so all of it is protected, not only those files. Trade-off: a sandboxed command
+    cannot install into a project venv (pip fails on the read-only folder; the user runs it) and
+    a venv deeper than VENV_DEPTH is not found; costs a scandir of the root and of each folder
+    below it."""
+    root = os.path.abspath(os.fspath(root))
+    out, level = [], [root]
+    for _ in range(VENV_DEPTH):
+        below = []
+        for d in level:
+            try:
+                with os.scandir(d) as it:
+                    below += [e.path for e in it if e.name not in VENV_SKIP and e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+        out += [d for d in below if os.path.isfile(os.path.join(d, VENV_MARKER))]
+        level = [d for d in below if d not in out]
+    active = os.path.realpath(os.environ["VIRTUAL_ENV"]) if os.environ.get("VIRTUAL_ENV") else None
+    if active and is_inside(root, active) and active != os.fspath(real_root(root)):
+        out.append(active)
+    return list(dict.fromkeys(out))
+
+
 def _places(root, home, hooks: list[str]) -> list[tuple[str, str]]:
     """(absolute folder, why) of every protected place, each as named and as resolved."""
     root = os.fspath(root)
     named = [(os.path.join(root, ".nanocode"), "nanocode settings"), (os.path.join(root, ".git"), "git internals")]
     named += [(os.path.join(root, d), "git hooks") for d in HOOK_DIRS]
     named += [(h, "git hooks (core.hooksPath)") for h in hooks]
+    named += [(v, "a virtualenv (code that runs when it is used)") for v in project_venvs(root)]
     named.append((os.fspath(user_settings_dir(home)), "nanocode user settings"))
     out = []
     for place, why in named:

@@ -289,12 +289,9 @@ def main(args) -> int:
     if args.context is not None and (args.base_url is None or args.context < 64):
         print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
         return 2
-    from tools.checks import Refused, gate
-    try:  # the hidden checks run the project as the model (or a server) left it
-        unsandboxed = gate("train rollouts", args.unsandboxed)
-    except Refused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from tools.checks import gate_or_exit
+    # the hidden checks run the project as the model (or a server) left it
+    unsandboxed = gate_or_exit("train rollouts", args.unsandboxed)
     from agent.model import AgentOptions, ModelError, load_sampler
     server = None
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line

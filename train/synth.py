@@ -129,12 +129,9 @@ def main(args) -> int:
     if not 0 <= args.real_ratio <= 1:
         print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}")
         return 2
-    from tools.checks import Refused, gate
-    try:  # our oracle's edits, but the same checks as a model's: one rule
-        unsandboxed = gate("train synth", args.unsandboxed)
-    except Refused as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    from tools.checks import gate_or_exit
+    # our oracle's edits, but the same checks as a model's: one rule
+    unsandboxed = gate_or_exit("train synth", args.unsandboxed)
     jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir, args.real_ratio)
             for i in range(args.n)]
     t0 = time.time()
