@@ -486,7 +486,7 @@ class Policy:
         raises."""
         try:
             return self._always(name, args, store)
-        except (OSError, ValueError):  # a path changing meanwhile: no rule, the call runs once
+        except (OSError, ValueError, PathOutside):  # a path changing meanwhile (PathSwapped): no rule
             return ""
 
     def _always(self, name, args, store: bool) -> str:
