@@ -1,10 +1,12 @@
 """The README reads top to bottom: no paragraph of it runs over MAX_WORDS words (fenced code,
-tables and headings are not paragraphs; each item of a list is one)."""
+tables and headings are not paragraphs; each item of a list is one). docs/BENCHMARKS.md holds
+current figures only, under MAX_BENCHMARK_LINES lines (history goes to docs/LOG.md)."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_WORDS = 130  # the README aims at ~120; this is the line a change may not cross
+MAX_BENCHMARK_LINES = 300
 
 
 def paragraphs(text: str) -> list[str]:
@@ -37,3 +39,9 @@ def test_no_readme_paragraph_is_a_wall():
     long = [(len(p.split()), p[:60]) for p in paragraphs((ROOT / "README.md").read_text())
             if len(p.split()) > MAX_WORDS]
     assert not long, f"README paragraphs over {MAX_WORDS} words (split them): {long}"
+
+
+def test_benchmarks_hold_current_figures_only():
+    lines = len((ROOT / "docs" / "BENCHMARKS.md").read_text().splitlines())
+    assert lines < MAX_BENCHMARK_LINES, (f"docs/BENCHMARKS.md has {lines} lines: move superseded "
+                                         "figures to docs/LOG.md (newest first)")
