@@ -2,9 +2,9 @@
 
 PATH: a checkpoint directory (step folders inside, as `train` writes them). TAG: a run name under
 $NANOCODE_HOME/runs/<tag>/checkpoints (`train base --run TAG` etc.). No --model: the package's
-`nanocode/default_model/`: the cpu speedrun's final model (checkpoints/<step>: bf16 params +
-tokenizer, ~15 MB; MODEL_CARD.md; evals/), shipped inside the package.
-Resolving a model imports nothing heavy; loading it (build_agent) imports jax. `--base-url URL`
+`nanocode/default_model/`: the v5e speedrun's model (checkpoints/<step>: bf16 params +
+tokenizer, ~41 MB; MODEL_CARD.md; evals/), shipped inside the package.
+Resolving a model imports nothing heavy; loading it (build_agent, nanocode/load.py) imports jax. `--base-url URL`
 runs a model behind any OpenAI-compatible server instead (agent/remote.py); --model then names
 the server's model.
 Every failure is a nanocode.common.ModelError (the evals' too) whose message is one line; the CLI
@@ -16,20 +16,7 @@ from dataclasses import dataclass
 
 from agent.settings import SamplerSettings, TurnSettings
 from nanocode.common import ModelError, resolve_model  # noqa: F401 - the agent's names for them
-
-
-def load_engine(path, dtype=None, max_len: int | None = None):
-    """Engine.from_checkpoint with every failure as a one-line ModelError."""
-    from nanocode.engine import Engine
-    try:
-        engine = Engine.from_checkpoint(path, dtype=dtype, max_len=max_len)
-    except Exception as e:  # noqa: BLE001 - orbax and friends raise many kinds
-        text = " ".join(str(e).split()) or type(e).__name__
-        raise ModelError(f"cannot load the model at {path}: {text}") from e
-    if engine.tokenizer is None:
-        raise ModelError(f"the checkpoint at {path} has no tokenizer; save it with one "
-                         "(nanocode.checkpoint.save(..., tokenizer=...))")
-    return engine
+from nanocode.load import load_engine
 
 
 @dataclass(frozen=True)
@@ -68,14 +55,42 @@ def load_sampler(o: AgentOptions, root, model_dir):
     return EngineSampler(load_engine(model_dir), root, o.sampling), str(model_dir)
 
 
-def remote_for_worker(server: AgentOptions):
-    """A pool worker's RemoteSampler on `server` (its base_url and model): (sampler, None), or
-    (None, the ModelError) for the task runner to raise: a pool initializer that raises would
-    have the pool start workers forever."""
-    try:
-        return load_sampler(server, None, None)[0], None
-    except ModelError as e:
-        return None, e
+@dataclass
+class PoolModel:
+    """A pool worker's model (evals agent, train rollouts), loaded once per process by the pool's
+    initializer: our engine on a checkpoint, a RemoteSampler on a server (forked per run), or
+    neither (an oracle policy). `error` keeps the ModelError that stopped the load for the task
+    runner to raise (`check`), so the parent says it: an initializer that raises would have the
+    pool start workers forever."""
+    engine: object = None
+    remote: object = None
+    error: ModelError | None = None
+
+    @classmethod
+    def load(cls, model: str | None, step: int | None = None, server: AgentOptions | None = None):
+        """With `server` (AgentOptions naming base_url and the model) its RemoteSampler, else with
+        `model` our engine on that checkpoint at `step`, else nothing."""
+        try:
+            if server is not None:
+                return cls(remote=load_sampler(server, None, None)[0])
+            if model is None:
+                return cls()
+            from nanocode.common import enable_compilation_cache
+            enable_compilation_cache()
+            return cls(engine=load_engine(model, step))
+        except ModelError as e:
+            return cls(error=e)
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def sampler(self, root, sampling: SamplerSettings):
+        """The model for one run in `root` at these settings."""
+        if self.remote is not None:
+            return self.remote.fork(root, sampling)
+        from agent.engine_sampler import EngineSampler  # jax: only where our engine runs
+        return EngineSampler(self.engine, root, sampling)
 
 
 def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, store=None):

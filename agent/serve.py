@@ -402,7 +402,8 @@ def server_token(args) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    from agent.model import ModelError, load_engine, resolve_model
+    from nanocode.common import ModelError, resolve_model
+    from nanocode.load import load_engine
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.max_connections < 1 or not args.read_timeout > 0:

@@ -98,8 +98,8 @@ def time_tui(ckpt: Path, work: Path, home: Path) -> dict:
 
 
 def ten_turns(ckpt: Path, work: Path) -> list[dict]:
-    from nanocode.engine import Engine
-    engine = Engine.from_checkpoint(ckpt)
+    from nanocode.load import load_engine
+    engine = load_engine(ckpt)
     tok = engine.tokenizer
     end = [tok.encode_special("<|assistant_end|>")]
     replies = []

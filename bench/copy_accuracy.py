@@ -280,12 +280,12 @@ def model_part(args) -> dict:
     from evals.agent import task_jobs
     from evals.copying import channels, copy_report, project_symbols, summarize
     from nanocode.common import enable_compilation_cache
-    from nanocode.engine import Engine
+    from nanocode.load import load_engine
     from tasks import SPLITS, WORLD_FAMILIES, build_task, setup_env
     setup_env()
     enable_compilation_cache()
     t0 = time.time()
-    engine = Engine.from_checkpoint(args.checkpoint)
+    engine = load_engine(args.checkpoint)
     heldout, world = not args.trained_names, args.world or "generated"
     split = next(name for name, key in SPLITS.items() if key == (world, heldout))
     families = args.families.split(",") if args.families else WORLD_FAMILIES[world]

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evals.agent_score import same_target  # noqa: E402
-from nanocode.engine import Engine  # noqa: E402
+from nanocode.load import load_engine  # noqa: E402
 from nanocode.protocol import check_call  # noqa: E402
 from tasks import TRAIN_FAMILIES, make_task, oracle_first_call  # noqa: E402
 
@@ -24,7 +24,7 @@ def main():
     ap.add_argument("--per", type=int, default=3, help="prompts per trained family")
     ap.add_argument("--workdir", default="/tmp/nanocode_first_calls", help="where task projects go")
     args = ap.parse_args()
-    engine = Engine.from_checkpoint(args.checkpoint)
+    engine = load_engine(args.checkpoint)
     tok, t0 = engine.tokenizer, time.time()
     totals = {"prompts": 0, "valid": 0, "right tool": 0, "right target": 0}
     for family in TRAIN_FAMILIES:

@@ -119,7 +119,7 @@ def main() -> int:
     from agent.grammar import Grammar
     from nanocode.common import DEFAULT_MODEL, enable_compilation_cache
     from nanocode.engine import Engine
-    from evals.codegen import load_model
+    from nanocode.load import load_model
     from nanocode.tokenizer import train_tokenizer
     from tasks import setup_env
     enable_compilation_cache()

@@ -81,6 +81,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from agent.model import PoolModel
 from agent.settings import SamplerSettings, TurnSettings
 from evals.agent_score import audit, oracle_calls, print_table, score, summarize
 from evals.copying import copy_report, project_symbols
@@ -93,9 +94,7 @@ POLICIES = ("model", "oracle", "nothing")
 # --base-url run's summary
 ENGINE_ONLY = ("top_k", "constrain", "ground", "names", "loop_guard", "copy_bias")
 
-_engine = None  # the worker's engine, loaded once per process by _init
-_remote = None  # or, with --base-url, its RemoteSampler (forked per run)
-_load_error = None  # or why neither could be made: raised by run_task, so the parent says it
+_worker = PoolModel()  # the worker's model, loaded once per process by _init
 
 
 # ---- tasks ------------------------------------------------------------------------------------
@@ -112,39 +111,19 @@ def task_jobs(families: list[str], per_family: int, seed: int = 0, limit: int | 
 # ---- running one task ------------------------------------------------------------------------------
 
 def _init(model: str | None, step: int | None, server=None) -> None:
-    """Per worker: the environment the tools expect, and the model (policy model only): the
-    engine of checkpoint `model` at `step`, or with `server` (agent/model.AgentOptions naming
-    base_url and the model) a RemoteSampler on that server (agent/model.load_sampler)."""
-    global _engine, _remote, _load_error
+    """Per worker: the environment the tools expect, and the model (agent/model.PoolModel): the
+    engine of checkpoint `model` at `step` (policy model), or with `server` (AgentOptions naming
+    base_url and the model) a RemoteSampler on that server, or none (oracle policies)."""
+    global _worker
     setup_env()
-    _engine = _remote = _load_error = None
-    if server is not None:
-        from agent.model import remote_for_worker
-        _remote, _load_error = remote_for_worker(server)
-        return
-    if model is not None:
-        from nanocode.common import enable_compilation_cache
-        enable_compilation_cache()
-        from evals.codegen import ModelError, load_model
-        from nanocode.engine import Engine
-        try:
-            params, cfg, tok, _, _, _, _ = load_model(model, step)
-        except ModelError as e:
-            _load_error = e
-            return
-        _engine = Engine(params, cfg, tok)
+    _worker = PoolModel.load(model, step, server)
 
 
 def make_agent(task, opts: dict, root: str, temperature: float, seed: int):
     """The headless Agent of one run of `task` in `root` (the task's project or a copy of it):
     opts' settings at this temperature and seed, on the worker's server (--base-url) or engine."""
     sampling = replace(opts["sampling"], temperature=temperature, seed=seed)
-    if _remote is not None:
-        sampler = _remote.fork(root, sampling)
-    else:
-        from agent.engine_sampler import EngineSampler
-        sampler = EngineSampler(_engine, root, sampling)
-    return task_agent(sampler, task, root, opts["turn"])
+    return task_agent(_worker.sampler(root, sampling), task, root, opts["turn"])
 
 
 @dataclass
@@ -191,8 +170,7 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str) -> Run:
 
 def run_task(job: tuple) -> dict:
     """One task end to end in a fresh temp dir: build, run the policy, score, save the transcript."""
-    if _load_error is not None:
-        raise _load_error
+    _worker.check()
     family, seed, policy, opts, transcripts = job
     split = opts.get("split", "eval")
     world, heldout = SPLITS[split]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 def main(args) -> int:
     from nanocode.common import enable_compilation_cache, nanocode_home
-    from evals.codegen import ModelError, load_model, out_dir
+    from evals.codegen import ModelError, out_dir
+    from nanocode.load import load_model
     enable_compilation_cache()
     from train.base import make_evaluator
     from train.loader import data_sources

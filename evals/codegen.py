@@ -28,20 +28,6 @@ from evals.passk import mean_pass_at_k
 from nanocode.common import ModelError, resolve_model  # noqa: F401 - shared with the agent
 
 
-def load_model(model: str, step: int | None = None):
-    """(params, cfg, tokenizer, metadata, checkpoint dir, run tag, step) of --model/--step."""
-    from nanocode.checkpoint import latest_step, load_params
-    from nanocode.tokenizer import Tokenizer
-    ckpt, tag = resolve_model(model)
-    step = step if step is not None else latest_step(ckpt)
-    if step is None:
-        raise ModelError(f"no complete checkpoint in {ckpt}; train one with `train base`")
-    params, cfg, tok_dict, meta = load_params(ckpt, step)
-    if not tok_dict:
-        raise ModelError(f"checkpoint {ckpt}/{step} has no tokenizer saved with it")
-    return params, cfg, Tokenizer.from_dict(tok_dict), meta, ckpt, tag, step
-
-
 def out_dir(out: str | None, tag: str) -> Path:
     """--out, else $NANOCODE_HOME/evals/<tag>."""
     from nanocode.common import nanocode_home
@@ -109,6 +95,7 @@ def run_model(problems: list[tasks.Problem], model: str, limits: sandbox.Limits,
     from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
     from nanocode.engine import Engine
+    from nanocode.load import load_model
 
     params, cfg, tok, meta, ckpt, tag, step = load_model(model, step)
     engine = Engine(params, cfg, tok)

@@ -334,7 +334,8 @@ def summarize(tasks: list[IclTask], examples: list[Example], losses, matches):
 # ---- the command ------------------------------------------------------------------------------
 def main(args) -> int:
     from nanocode.common import enable_compilation_cache
-    from evals.codegen import ModelError, load_model, out_dir, write_results
+    from evals.codegen import ModelError, out_dir, write_results
+    from nanocode.load import load_model
     t0 = time.perf_counter()
     if args.limit is not None and args.limit < 1:
         print("error: --limit must be >= 1", file=sys.stderr)

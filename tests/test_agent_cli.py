@@ -82,7 +82,8 @@ def test_missing_default_model_says_how_to_train(proj, tmp_path, monkeypatch, ca
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_bad_checkpoint_is_one_line(proj, tmp_path, capsys):
+def test_bad_checkpoint_is_one_line(proj, ckpt, tmp_path, capsys):
+    import shutil
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cli.main(["-p", "hi", "--model", str(empty), "--cwd", str(proj)]) == 2
@@ -91,6 +92,13 @@ def test_bad_checkpoint_is_one_line(proj, tmp_path, capsys):
     bad = tmp_path / "bad" / "checkpoints" / "5"  # a step folder with nothing loadable in it
     bad.mkdir(parents=True)
     assert cli.main(["-p", "hi", "--model", str(bad.parent), "--cwd", str(proj)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no complete checkpoint in") and len(err.strip().splitlines()) == 1
+    broken = tmp_path / "broken"  # complete, but its params' data files are junk
+    shutil.copytree(ckpt, broken)
+    for f in broken.rglob("params/**/d/*"):
+        f.write_bytes(b"junk")
+    assert cli.main(["-p", "hi", "--model", str(broken), "--cwd", str(proj)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot load the model") and len(err.strip().splitlines()) == 1
     assert cli.main(["-p", "hi", "--model", "no-such-tag", "--cwd", str(proj)]) == 2

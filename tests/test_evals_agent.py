@@ -9,6 +9,7 @@ import pytest
 
 import evals.agent as ea
 import evals.agent_score as es
+from agent.model import PoolModel
 from agent.settings import SamplerSettings, TurnSettings
 from nanocode.protocol import system_prompt
 from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, WORLD_FAMILIES, make_task
@@ -165,7 +166,7 @@ def replay_oracle(engine, tok, tmp_path, monkeypatch, family):
             super().__init__(sampler, *a, **kw)
             script.agent = self
     monkeypatch.setattr(agent.driver, "Agent", Scripted)
-    monkeypatch.setattr(ea, "_engine", engine)
+    monkeypatch.setattr(ea, "_worker", PoolModel(engine=engine))
     (tmp_path / "t").mkdir()
     opts = {"sampling": SamplerSettings(max_tokens=1024), "turn": TurnSettings(max_steps=15)}
     rec = ea.run_task((family, seed, "model", opts, str(tmp_path / "t")))
@@ -284,7 +285,7 @@ def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeyp
             super().__init__(sampler, *a, **kw)
             script.agent = self
     monkeypatch.setattr(agent.driver, "Agent", Scripted)
-    monkeypatch.setattr(ea, "_engine", engine)
+    monkeypatch.setattr(ea, "_worker", PoolModel(engine=engine))
     (tmp_path / "t").mkdir()
     opts = {"sampling": SamplerSettings(max_tokens=1024), "turn": TurnSettings(max_steps=15), "best_of": 2,
             "best_of_temperature": 0.7}

@@ -8,9 +8,17 @@ import json
 
 import pytest
 
+from agent.model import PoolModel
 from agent.settings import SamplerSettings, TurnSettings
 from tasks import make_task
 from train import rollouts
+
+
+class NoModel:
+    """A stand-in server whose samplers are never used (a Fake agent answers)."""
+
+    def fork(self, root, sampling):
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +169,7 @@ def test_a_tampered_rollout_that_passes_the_check_is_no_sft_row(tmp_path, monkey
     def honest(agent, task):
         agent.messages = task.rollout()["messages"]
         return [TurnResult(answer=agent.messages[-1]["content"], stop_reason="done")]
-    monkeypatch.setattr(rollouts, "make_sampler", lambda *a, **k: None)  # no model: Fake answers
+    monkeypatch.setattr(rollouts, "_worker", PoolModel(remote=NoModel()))  # no model: Fake answers
     monkeypatch.setattr(rollouts, "task_agent", lambda sampler, task, *a, **k: Fake(task))
     opts = {"samples": 1, "temperature": 0.0, "workdir": str(tmp_path),
             "sampling": SamplerSettings(max_tokens=64), "turn": TurnSettings(max_steps=6, retries=0)}

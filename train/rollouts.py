@@ -61,14 +61,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from agent.model import PoolModel
 from agent.settings import SamplerSettings, TurnSettings
 from tasks import (
     EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
     pattern_symbol, resolved, setup_env, task_agent, world_of)
 
-_engine = None  # per worker process
-_remote = None  # or, with --base-url, the teacher's RemoteSampler (forked per rollout)
-_load_error = None  # or why the server could not be reached: raised by run_task, so the parent says it
+_worker = PoolModel()  # the worker's model (our engine or the teacher's server), set by _init
 
 
 # ---- pairs -------------------------------------------------------------------------------------------
@@ -177,40 +176,18 @@ def clean(messages: list[dict]) -> list[dict]:
 # ---- one task -----------------------------------------------------------------------------------------
 
 def _init(model: str | None, server=None) -> None:
-    """Per worker: the environment the tools expect, and the model: our engine on checkpoint
-    `model`, or with `server` (agent/model.AgentOptions naming base_url and the model) a
-    RemoteSampler on that server (agent/model.remote_for_worker)."""
-    global _engine, _remote, _load_error
+    """Per worker: the environment the tools expect, and the model (agent/model.PoolModel): our
+    engine on checkpoint `model`, or with `server` (AgentOptions naming base_url and the model) a
+    RemoteSampler on that server."""
+    global _worker
     setup_env()
-    _engine = _remote = _load_error = None
-    if server is not None:
-        from agent.model import remote_for_worker
-        _remote, _load_error = remote_for_worker(server)
-        return
-    from nanocode.common import enable_compilation_cache
-    enable_compilation_cache()
-    from nanocode.checkpoint import latest_step, load_params
-    from nanocode.common import find_checkpoints
-    from nanocode.engine import Engine
-    from nanocode.tokenizer import Tokenizer
-    ckpt, _ = find_checkpoints(model)
-    params, cfg, tok, _ = load_params(ckpt, latest_step(ckpt))
-    _engine = Engine(params, cfg, Tokenizer.from_dict(tok))
-
-
-def make_sampler(root: str, sampling: SamplerSettings):
-    """The worker's model for one rollout in `root`: the teacher server, else our engine."""
-    if _remote is not None:
-        return _remote.fork(root, sampling)
-    from agent.engine_sampler import EngineSampler  # jax: only where our engine runs
-    return EngineSampler(_engine, root, sampling)
+    _worker = PoolModel.load(model, None, server)
 
 
 def run_task(job: tuple) -> dict:
     """Every sample of one task; returns its record (with the rows and pair it produced)."""
     from nanocode.protocol import DROPPED
-    if _load_error is not None:
-        raise _load_error
+    _worker.check()
     family, seed, world, opts = job
     tid = f"rollout-{family}-{seed}"
     t0 = time.perf_counter()
@@ -223,7 +200,7 @@ def run_task(job: tuple) -> dict:
             task = build_task(family, seed, False, base, world)
             temperature = 0.0 if k == 0 else opts["temperature"]
             sampling = replace(opts["sampling"], temperature=temperature, seed=seed + k)
-            agent = task_agent(make_sampler(task.root, sampling), task, task.root, opts["turn"])
+            agent = task_agent(_worker.sampler(task.root, sampling), task, task.root, opts["turn"])
             turns = drive(agent, task)
             calls = [c for t in turns for c in t.tool_calls]
             verdict = resolved(task, turns[-1].answer, calls)
