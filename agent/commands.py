@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from agent.custom_commands import custom_commands
+
 
 @dataclass(frozen=True)
 class Note:
@@ -228,12 +230,17 @@ def resume_hint(session_id: str) -> str:
     return f"resume this session with: nanocode --resume {session_id}"
 
 
+def custom(root) -> dict:
+    """The custom commands of `root`'s project and the user's (agent/custom_commands.py) whose
+    names no built-in command or alias takes."""
+    return custom_commands(root, BY_NAME.keys() | ALIASES.keys())
+
+
 def help_text(root=None) -> str:
     """The table, then the custom commands of `root`'s project and the user's, then the keys."""
     rows = [(f"{c.name} {c.args}".strip(), c.help) for c in COMMANDS]
     if root is not None:
-        from agent.custom_commands import custom_commands
-        rows += [(f"{c.name} [ARGS]", f"{c.description} ({c.source})") for c in custom_commands(root).values()]
+        rows += [(f"{c.name} [ARGS]", f"{c.description} ({c.source})") for c in custom(root).values()]
     width = max(len(r[0]) for r in rows) + 2
     return "\n".join(f"{name:<{width}}{text}" for name, text in rows) + "\n" + KEYS
 
@@ -248,10 +255,9 @@ def run(text: str, agent, root, running: bool = False) -> Out:
     """Run one slash command line as a face would (not `slow` ones on a UI thread)."""
     cmd, rest = find(text)
     if cmd is None:
-        from agent.custom_commands import custom_commands
         name = text.split()[0] if text.split() else text
-        if (custom := custom_commands(root).get(name)) is not None:
-            return Prompt(custom.prompt(rest))
+        if (command := custom(root).get(name)) is not None:
+            return Prompt(command.prompt(rest))
         return Note(f"unknown command {name}; /help lists them")
     if cmd.needs_agent and agent is None:
         return Note("the model is still loading; try again in a moment")

@@ -80,11 +80,11 @@ def _read_folder(folder: Path, root) -> dict[str, CustomCommand]:
     return found
 
 
-def custom_commands(root) -> dict[str, CustomCommand]:
-    """The user's commands, then the project's over them; never a built-in name."""
-    from agent.commands import ALIASES, BY_NAME
+def custom_commands(root, reserved) -> dict[str, CustomCommand]:
+    """The user's commands, then the project's over them; never one of the `reserved` names (the
+    built-in commands and their aliases: agent/commands.custom)."""
     from tools.workspace import user_settings_dir
     user = user_settings_dir()
     found = {**_read_folder(user / "commands", user),
              **_read_folder(Path(root) / ".nanocode" / "commands", root)}
-    return {k: v for k, v in sorted(found.items()) if k not in BY_NAME and k not in ALIASES}
+    return {k: v for k, v in sorted(found.items()) if k not in reserved}

@@ -36,42 +36,13 @@ import numpy as np
 
 from agent.grounding import NAME_CHARS
 from agent.spans import IDENT, IDENT_BYTES
-from agent.vocab_trie import BYTE, SortedStrings, VocabTrie
+from agent.prose import Prose
+from agent.vocab_trie import BYTE, MEMO_MASKS, SortedStrings, Value, VocabTrie
 from nanocode.protocol import INT_ARGS, TOOLS
 
 PATTERN_BYTES = 256
-MEMO_MASKS = 128
 VALUES_KEPT = 16
 CONTENT, NAME, KEY, VALUE, DONE = range(5)
-
-
-class Value:
-    """One argument value's automaton walked with the vocabulary: start() -> state,
-    step(state, piece) -> state, key(state) (equal keys: equal futures), fill(state, m) sets
-    the admissible ordinary tokens in m and says whether the value may stop here."""
-
-    def __init__(self, g: "Grammar", automaton=None):
-        self.g, self.auto, self.memo = g, automaton, {}  # automaton: what grounding gave
-
-    def mask(self, state, stops: tuple) -> np.ndarray:
-        k = (self.key(state), stops)
-        m = self.memo.get(k)
-        if m is None:
-            m = np.zeros(self.g.n_vocab, bool)
-            if self.fill(state, m):
-                m[list(stops)] = True
-            if not m.any():  # a dead state, reached only by a forced token: let the value end
-                if stops:
-                    m[list(stops)] = True
-                else:
-                    m |= self.g.text
-            if len(self.memo) >= MEMO_MASKS:
-                del self.memo[next(iter(self.memo))]
-            self.memo[k] = m
-        return m
-
-    def key(self, state):
-        return state
 
 
 class TextValue(Value):
@@ -354,7 +325,6 @@ class Grammar:
         text = ground.spans(self.trie.max_len + 1) if ground is not None else None
         if text is None:
             return None
-        from agent.prose import Prose  # prose.py builds on this module's Value
         return self._grounded(Prose, text)
 
     def pattern_lexicon(self):

@@ -33,8 +33,7 @@ import re
 
 import numpy as np
 
-from agent.grammar import Value
-from agent.vocab_trie import BYTE
+from agent.vocab_trie import BYTE, Value
 
 OUT, SPAN, TICKS, FENCE, LOST = range(5)
 BAD = "bad"   # a citation that cannot be: a path-like run that is no listed file, then ':'

@@ -79,9 +79,7 @@ class SlashCommands:
     def items(self, word: str) -> list[tuple[str, str]]:
         """The commands whose name starts with `word`, an exact name first."""
         if word == "/" and self.root is not None:
-            from agent.custom_commands import custom_commands
-            self.custom = [(c.name, f"[ARGS]  {c.description}") for c in
-                           custom_commands(self.root).values()]
+            self.custom = [(c.name, f"[ARGS]  {c.description}") for c in commands.custom(self.root).values()]
         found = [(c.name, f"{c.args}  {c.help}".strip()) for c in commands.COMMANDS] + self.custom
         return sorted([item for item in found if item[0].startswith(word)],
                       key=lambda item: item[0] != word)

@@ -5,7 +5,8 @@ current state. Walking the trie depth first alongside the automaton visits only 
 automaton can read, so a mask costs about the size of that intersection, not V times a token's
 length; sorted-string sets (SortedStrings: paths, words, program names) are walked by bisecting
 spans, occurrence sets (an Edit's old_string, the context of a backticked span) by vectorised edge
-lookups. Used by agent/grammar.py and agent/prose.py.
+lookups. `Value`, the automaton of one argument (or of prose) that masks are made from, is the
+base of agent/grammar.py's values and agent/prose.py's Prose.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 FEW_STRINGS = 4        # a span this small is walked string by string
 FEW_CHILDREN = 8       # a trie node with this few children probes each
 FEW_OCCURRENCES = 32   # an occurrence set this small is walked in Python
+MEMO_MASKS = 128       # masks a Value keeps (and grammar options a Grammar keeps)
 BYTE = [bytes((c,)) for c in range(256)]
 ANY = [True] * 256
 
@@ -162,3 +164,34 @@ class SortedStrings:
     def holds(self, s: bytes) -> bool:
         i = bisect_left(self.items, s)
         return i < len(self.items) and self.items[i] == s
+
+
+class Value:
+    """One argument value's automaton walked with the vocabulary: start() -> state,
+    step(state, piece) -> state, key(state) (equal keys: equal futures), fill(state, m) sets
+    the admissible ordinary tokens in m and says whether the value may stop here. `g` is the
+    agent/grammar.Grammar it serves (its vocabulary size and ordinary-token mask); masks are
+    memoised per (key, stop tokens), at most MEMO_MASKS per value."""
+
+    def __init__(self, g, automaton=None):
+        self.g, self.auto, self.memo = g, automaton, {}  # automaton: what grounding gave
+
+    def mask(self, state, stops: tuple) -> np.ndarray:
+        k = (self.key(state), stops)
+        m = self.memo.get(k)
+        if m is None:
+            m = np.zeros(self.g.n_vocab, bool)
+            if self.fill(state, m):
+                m[list(stops)] = True
+            if not m.any():  # a dead state, reached only by a forced token: let the value end
+                if stops:
+                    m[list(stops)] = True
+                else:
+                    m |= self.g.text
+            if len(self.memo) >= MEMO_MASKS:
+                del self.memo[next(iter(self.memo))]
+            self.memo[k] = m
+        return m
+
+    def key(self, state):
+        return state

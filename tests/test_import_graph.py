@@ -10,7 +10,9 @@ imports them.
 
 Every import counts, wherever it sits (module level, inside a function, under TYPE_CHECKING):
 a function-local import is as much a dependency as one at the top. Imports are read with `ast`,
-so the check needs no optional dependency and runs no module code.
+so the check needs no optional dependency and runs no module code. Within the layers, no two
+modules import each other, directly or round a longer loop (a function-local import hides such a
+cycle from Python, not from this check).
 """
 
 import ast
@@ -59,6 +61,63 @@ def upward_imports(root: Path, packages=CHECKED) -> list[str]:
                 if LAYER[top] >= LAYER[package]:
                     wrong.append(f"{path.relative_to(root)} -> {target}")
     return wrong
+
+
+def module_graph(root: Path, packages=CHECKED) -> dict[str, set[str]]:
+    """Module -> the repository modules it imports (any depth): `from a import b` names a.b where
+    that is a module, else a."""
+    paths = {module_name(root, p): p for package in packages for p in sorted((root / package).rglob("*.py"))}
+    graph = {}
+    for name, path in paths.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name in paths)
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join((package[:len(package) - node.level + 1] if node.level else [])
+                                + ([node.module] if node.module else []))
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names)
+        graph[name] = {m for m in found if m in paths and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan), each sorted."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(part) > 1:
+                found.append(sorted(part))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_two_modules_import_each_other():
+    found = cycles(module_graph(ROOT))
+    assert not found, ("modules that import each other (directly or round a loop): move what both "
+                       "need into one of them or a module below both:\n  " + "\n  ".join(map(" <-> ".join, found)))
+
+
+def test_the_cycle_check_sees_a_function_local_import(tmp_path):
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "a.py").write_text("from agent.b import x\n")
+    (tmp_path / "agent" / "b.py").write_text("def x():\n    from agent import a\n")
+    (tmp_path / "agent" / "c.py").write_text("import agent.a\n")
+    assert cycles(module_graph(tmp_path, ("agent",))) == [["agent.a", "agent.b"]]
 
 
 def test_no_module_imports_a_package_above_its_own():

@@ -41,6 +41,11 @@ REASONS = ("bad_archive", "unreadable", "huge", "binary", "empty", "licence", "g
 # whole with a one-line warning naming it (the build goes on); the others: classify, unique
 BYTES_PER_TOKEN = 3.8  # for the report's token ESTIMATE: the tokenizer is trained after the data
 
+
+class DataError(ValueError):
+    """A problem with the data the user can fix; the CLI prints it as one line and exits 2."""
+
+
 GENERATED_LINES = 10
 GENERATED = re.compile(  # a generator's note at the start of a (comment) line, or unmistakable anywhere
     r"(?im)^[\s#/*\"'!:.-]*(?:this (?:file|module|code) (?:is|was|has been) (?:automatically |auto-?)?generated|"
@@ -125,8 +130,6 @@ def find_inputs(sources: list[Path], kind: str, exclude: tuple[str, ...] = ()
     `exclude` matches below a tree's root, inside a wheel (below `<name>.data/purelib/` where
     present), inside an sdist below its leading `name-version/` folder (and below `src/` as well).
     """
-    from train.shards import DataError
-
     files, archives, seen, excluded = [], [], set(), 0
     for si, root in enumerate(map(Path, sources)):
         if root.is_file() and is_archive(root.name):

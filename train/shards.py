@@ -40,7 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from train import corpus
-from train.corpus import BYTES_PER_TOKEN, EXTENSIONS, MAX_DOC_BYTES, REASONS, key_hash  # noqa: F401
+from train.corpus import (BYTES_PER_TOKEN, EXTENSIONS, MAX_DOC_BYTES, REASONS, DataError,  # noqa: F401
+                          key_hash)
 
 TEXT_COLUMNS = ("text",)  # our shards, FineWeb-Edu and the Stack v2 Python shards all use `text`
 SHARD_GLOB = "shard_*.parquet"
@@ -64,10 +65,6 @@ FINEWEB_LAST = 1822
 STACK_URL = "https://huggingface.co/datasets/smohammadi/the-stack-v2-python-shuffle/resolve/main/shard_{index:05d}.parquet"
 STACK_LAST = 79
 HUB = {"fineweb": ("text", FINEWEB_URL, FINEWEB_LAST), "stack": ("code", STACK_URL, STACK_LAST)}
-
-
-class DataError(ValueError):
-    """A problem with the data the user can fix; the CLI prints it as one line and exits 2."""
 
 
 class NoFilesError(DataError):
