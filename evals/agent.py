@@ -82,7 +82,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from agent.model import PoolModel
-from agent.settings import SamplerSettings, TurnSettings
+from agent.run_options import settings
 from evals.agent_score import audit, oracle_calls, print_table, score, summarize
 from evals.copying import copy_report, project_symbols
 from tasks import (
@@ -277,8 +277,8 @@ def main(args) -> int:
     if args.base_url is not None:
         from agent.remote import base_url_error
         engine_flags = [flag for flag, given in (
-            ("--step", args.step is not None), ("--no-ground", args.no_ground),
-            ("--no-whole-names", args.no_whole_names), ("--no-loop-guard", args.no_loop_guard),
+            ("--step", args.step is not None), ("--no-ground", not args.ground),
+            ("--no-whole-names", not args.names), ("--no-loop-guard", not args.loop_guard),
             ("--copy-bias", args.copy_bias != 0.0)) if given]
         if args.policy != "model":
             problem = f"--base-url goes with --policy model, not {args.policy}"
@@ -296,11 +296,7 @@ def main(args) -> int:
     unsandboxed = gate_or_exit("evals agent", args.unsandboxed)
     info: dict = {"policy": args.policy, "unsandboxed": unsandboxed}
     model = step = server = None
-    sampling = SamplerSettings(temperature=args.temperature, max_tokens=args.max_tokens,
-                               ground=not args.no_ground, copy_bias=args.copy_bias,
-                               names=not args.no_whole_names, loop_guard=not args.no_loop_guard)
-    turn = TurnSettings(max_steps=args.max_steps, retries=args.retries,
-                        question_guard=not args.no_question_guard)
+    sampling, turn = settings(args, "evals agent")
     settings = {**asdict(sampling), **asdict(turn)}
     del settings["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
