@@ -49,10 +49,11 @@ def test_every_field_has_a_flag_or_a_reason():
 
 
 def test_every_flag_names_its_field():
+    defaults = {**asdict(SamplerSettings()), **asdict(TurnSettings())}
     for field, flag in FLAGS.items():
-        default = next(f.default for cls in (SamplerSettings, TurnSettings) for f in fields(cls) if f.name == field)
-        if isinstance(default, bool):
-            assert flag.name.startswith("--no-") == default, f"{flag.name}: turns {field} the wrong way"
+        if isinstance(defaults[field], bool):
+            assert flag.name.startswith("--no-") == defaults[field], f"{flag.name}: turns {field} the wrong way"
+        # the one flag not named like its field: --no-whole-names (names), named for what it lifts
         assert flag.name.lstrip("-").removeprefix("no-").replace("-", "_") in (field, "whole_names"), flag.name
 
 
@@ -101,8 +102,8 @@ def test_todays_defaults():
               "evals agent": {"temperature": 0.0, "max_tokens": 1024, "ground": True, "names": True,
                               "loop_guard": True, "copy_bias": 0.0, "max_steps": 15, "retries": 2,
                               "question_guard": True},
-              "train rollouts": {"max_tokens": 1024, "max_steps": 10, "retries": 2, "temperature": 0.8,
-                                 "seed": 0},
+              "train rollouts": {"max_tokens": 1024, "max_steps": 10, "retries": 2,
+                                 "temperature": 0.8, "seed": 0},
               "bench copy_accuracy": {"max_tokens": 512, "max_steps": 10, "ground": True, "seed": 0}}
     for command, want in expect.items():
         parser, argv = _parser(command)
@@ -112,13 +113,14 @@ def test_todays_defaults():
 
 def test_a_flag_reaches_its_setting():
     parser, _ = _parser("evals agent")
-    args = parser.parse_args(["--no-ground", "--no-whole-names", "--no-loop-guard", "--no-question-guard",
-                              "--copy-bias", "0.5", "--retries", "0", "--max-steps", "3", "--temperature", "0.2"])
+    args = parser.parse_args(["--no-ground", "--no-whole-names", "--no-loop-guard",
+                              "--no-question-guard", "--copy-bias", "0.5", "--retries", "0",
+                              "--max-steps", "3", "--temperature", "0.2"])
     sampling, turn = settings(args, "evals agent")
-    assert (sampling.ground, sampling.names, sampling.loop_guard, sampling.copy_bias, sampling.temperature) == \
-        (False, False, False, 0.5, 0.2)
+    assert (sampling.ground, sampling.names, sampling.loop_guard, sampling.copy_bias,
+            sampling.temperature) == (False, False, False, 0.5, 0.2)
     assert (turn.question_guard, turn.retries, turn.max_steps) == (False, 0, 3)
     parser, _ = _parser("nanocode")
-    sampling, turn = settings(parser.parse_args(["--no-sandbox", "--network", "--top-k", "5", "--seed", "7"]),
-                              "nanocode")
+    args = parser.parse_args(["--no-sandbox", "--network", "--top-k", "5", "--seed", "7"])
+    sampling, turn = settings(args, "nanocode")
     assert (turn.sandbox, turn.network, sampling.top_k, sampling.seed) == (False, True, 5, 7)
