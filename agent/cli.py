@@ -81,14 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-y", "--yes", dest="mode", action="store_const", const="auto",
         help="same as --mode auto",
     )
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="sampling temperature, 0 = greedy (default 0)")
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest tokens (0: off)")
-    p.add_argument("--max-tokens", type=int, default=1024,
-                   help="most tokens per model reply (default 1024)")
-    p.add_argument("--max-steps", type=int, default=25,
-                   help="most tool calls per request before control returns to you (default 25)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    from agent.run_options import add_options  # light: stdlib and agent.settings
+    add_options(p, "nanocode")  # --temperature --top-k --max-tokens --seed --max-steps --network --no-sandbox
     p.add_argument("--output-format", choices=OUTPUT_FORMATS,
                    help="with -p: the answer as text (the default); JSON with answer, tool_calls, "
                    "files_changed, steps, stop_reason, usage; or stream-json, one JSON event per "
@@ -104,11 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "python -m pytest -q when the project has tests)")
     from tools.checks import add_flag  # light: stdlib only
     add_flag(p)  # --best-of's verifier runs the rollouts' changes (tests)
-    p.add_argument("--network", action="store_true",
-                   help="let commands reach the network (the sandbox blocks it by default)")
-    p.add_argument("--no-sandbox", dest="sandbox", action="store_false",
-                   help="run commands outside the OS sandbox (then every command asks, auto mode "
-                   "included)")
     p.add_argument("--trust-settings", action="store_true",
                    help="use the project's .nanocode settings without asking (by default they "
                    "apply only once you have accepted them in an interactive start)")
@@ -156,16 +145,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def agent_options(args):
-    """The parsed flags as the library's AgentOptions (agent/model.py): each settings value gets
-    the flags named like its fields."""
-    from dataclasses import fields
-
+    """The parsed flags as the library's AgentOptions (agent/model.py); the settings come from
+    agent/run_options.py, which names each flag's field."""
     from agent.model import AgentOptions
-    from agent.settings import SamplerSettings, TurnSettings
-
-    def named(cls, **more):
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}, **more)
-    return named(AgentOptions, sampling=named(SamplerSettings), turn=named(TurnSettings))
+    from agent.run_options import settings
+    sampling, turn = settings(args, "nanocode")
+    return AgentOptions(model=args.model, base_url=args.base_url, context=args.context, mode=args.mode,
+                        trust_settings=args.trust_settings, sampling=sampling, turn=turn)
 
 
 def _err(text: str) -> None:

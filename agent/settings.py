@@ -2,7 +2,8 @@
 (SamplerSettings, agent/sampler.py) and how it runs a turn (TurnSettings, agent/driver.py). A
 copy for a rollout or a fork is a `dataclasses.replace`, so a setting added here reaches every
 copy without being threaded through constructors. Imports nothing heavy: the CLI builds these
-before it loads a model.
+before it loads a model. A field's default here is its flag's default (agent/run_options.py, where
+every command's flags for these fields are declared).
 """
 from __future__ import annotations
 

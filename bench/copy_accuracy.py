@@ -276,7 +276,9 @@ def print_copy_table(s: dict) -> None:
 
 
 def model_part(args) -> dict:
-    from agent.settings import SamplerSettings, TurnSettings
+    from dataclasses import replace
+
+    from agent.run_options import settings
     from evals.agent import task_jobs
     from evals.copying import channels, copy_report, project_symbols, summarize
     from nanocode.common import enable_compilation_cache
@@ -289,8 +291,8 @@ def model_part(args) -> dict:
     heldout, world = not args.trained_names, args.world or "generated"
     split = next(name for name, key in SPLITS.items() if key == (world, heldout))
     families = args.families.split(",") if args.families else WORLD_FAMILIES[world]
-    sampling = SamplerSettings(max_tokens=args.max_tokens, ground=not args.no_ground)
-    turn = TurnSettings(max_steps=args.max_steps if args.turns else 1)
+    sampling, turn = settings(args, "bench copy_accuracy")
+    turn = turn if args.turns else replace(turn, max_steps=1)  # the first step only
     world_kw = {"world": args.world} if args.world else {}
     base = tempfile.mkdtemp(prefix="nanocode-copy-")
     reports, garbles, skipped = [], [], []
@@ -315,7 +317,7 @@ def model_part(args) -> dict:
     s = summarize(reports)
     mode = f"whole turns (<= {args.max_steps} calls)" if args.turns else "first step"
     print(f"model: {len(reports)} tasks ({world} world, {'held-out' if heldout else 'training'} names), "
-          f"{mode}, grounding {'off' if args.no_ground else 'on'}; {s['names']} requested names, "
+          f"{mode}, grounding {'on' if args.ground else 'off'}; {s['names']} requested names, "
           f"{s['attempted']} written or attempted")
     print_copy_table(s)
     for line in skipped:
@@ -326,7 +328,7 @@ def model_part(args) -> dict:
     return {**s, "garbles": dict(zip(GARBLE_KINDS, map(where.count, GARBLE_KINDS)))}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=("tokenizer", "model", "both"), default="both")
     ap.add_argument("--checkpoint", default=DEFAULT_MODEL, help="checkpoints directory (newest step)")
@@ -341,11 +343,14 @@ def main() -> None:
     ap.add_argument("--world", default=None,
                     help="tasks.build_task's world (generated, real), passed only when given")
     ap.add_argument("--turns", action="store_true", help="whole turns instead of the first step")
-    ap.add_argument("--max-steps", type=int, default=10, help="tool calls per turn with --turns")
-    ap.add_argument("--max-tokens", type=int, default=512, help="tokens per reply")
-    ap.add_argument("--no-ground", action="store_true", help="sample without grounding (raw copying)")
+    from agent.run_options import add_options  # --max-tokens --max-steps (with --turns) --no-ground
+    add_options(ap, "bench copy_accuracy")
     ap.add_argument("--show", type=int, default=10, help="garbled attempts to print")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.part in ("tokenizer", "both"):
         tokenizer_part(args)
     if args.part in ("model", "both"):

@@ -82,7 +82,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from agent.model import PoolModel
-from agent.settings import SamplerSettings, TurnSettings
+from agent.run_options import COMMANDS, FLAGS, default, settings
 from evals.agent_score import audit, oracle_calls, print_table, score, summarize
 from evals.copying import copy_report, project_symbols
 from tasks import (
@@ -276,10 +276,9 @@ def main(args) -> int:
         return 2
     if args.base_url is not None:
         from agent.remote import base_url_error
-        engine_flags = [flag for flag, given in (
-            ("--step", args.step is not None), ("--no-ground", args.no_ground),
-            ("--no-whole-names", args.no_whole_names), ("--no-loop-guard", args.no_loop_guard),
-            ("--copy-bias", args.copy_bias != 0.0)) if given]
+        engine_flags = ["--step"] * (args.step is not None) + [
+            FLAGS[f].name for f in ENGINE_ONLY if f in COMMANDS["evals agent"]
+            and getattr(args, f) != default("evals agent", f)]
         if args.policy != "model":
             problem = f"--base-url goes with --policy model, not {args.policy}"
         elif engine_flags:
@@ -296,13 +295,9 @@ def main(args) -> int:
     unsandboxed = gate_or_exit("evals agent", args.unsandboxed)
     info: dict = {"policy": args.policy, "unsandboxed": unsandboxed}
     model = step = server = None
-    sampling = SamplerSettings(temperature=args.temperature, max_tokens=args.max_tokens,
-                               ground=not args.no_ground, copy_bias=args.copy_bias,
-                               names=not args.no_whole_names, loop_guard=not args.no_loop_guard)
-    turn = TurnSettings(max_steps=args.max_steps, retries=args.retries,
-                        question_guard=not args.no_question_guard)
-    settings = {**asdict(sampling), **asdict(turn)}
-    del settings["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
+    sampling, turn = settings(args, "evals agent")
+    chosen = {**asdict(sampling), **asdict(turn)}
+    del chosen["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
         from agent.model import AgentOptions, load_sampler
         try:
@@ -313,7 +308,7 @@ def main(args) -> int:
             return e.code  # 6: the model server failed
         server = AgentOptions(model=remote.model, base_url=args.base_url, context=args.context)
         info.update(model=label, base_url=args.base_url, checkpoint=None, step=None,
-                    **{**settings, **dict.fromkeys(ENGINE_ONLY)})
+                    **{**chosen, **dict.fromkeys(ENGINE_ONLY)})
         tag = re.sub(r"[^A-Za-z0-9._-]+", "_", remote.model).strip("._") or "server"
         dest, name = out_dir(args.out, tag), f"agent{split_suffix(args.split)}_server"
     elif args.policy == "model":  # no --model: the default model, as `nanocode` runs it
@@ -329,7 +324,7 @@ def main(args) -> int:
                   "`train sft`", file=sys.stderr)
             return 2
         model = str(ckpt)
-        info.update(model=tag, base_url=None, checkpoint=model, step=int(step), **settings)
+        info.update(model=tag, base_url=None, checkpoint=model, step=int(step), **chosen)
         dest, name = out_dir(args.out, tag), f"agent{split_suffix(args.split)}_step{step}"
     else:
         info["model"] = args.policy

@@ -102,9 +102,8 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     a("--families", help="comma-separated task families (default: every trained and eval-only one)")
     a("--per-family", type=int, default=10, help="tasks per family (default 10)")
     a("--limit", type=int, help="only the first N tasks (families interleaved)")
-    a("--max-steps", type=int, default=15, help="tool calls per user turn (default 15)")
-    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
-    a("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling seed = task seed")
+    from agent.run_options import add_options  # light: stdlib and agent.settings
+    add_options(p, "evals agent")  # the agent's settings; sampling seed = task seed
     a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
     a("--split", choices=tuple(SPLITS), default="eval", help="eval (default): held-out generated "
       "tasks; real: held-out tasks on real standard-library code (source modules training never "
@@ -116,17 +115,6 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
       "gives pass@1 (rollout 0) beside best-of-N (default 1: off)")
     a("--best-of-temperature", type=float, default=0.7, metavar="T",
       help="sampling temperature of rollouts 2..N (default 0.7); rollout 1 uses --temperature")
-    a("--no-ground", action="store_true", help="the grammar does not ground paths, anchors and "
-      "names in the project (SamplerSettings.ground=False)")
-    a("--no-whole-names", action="store_true", help="Grep names and backticked spans in prose need "
-      "not be whole names of the project or the conversation (SamplerSettings.names=False)")
-    a("--no-loop-guard", action="store_true", help="replies may repeat themselves: no mask or cut "
-      "of a loop (SamplerSettings.loop_guard=False)")
-    a("--no-question-guard", action="store_true", help="a question's Edit runs in auto mode like a "
-      "change request's (TurnSettings.question_guard=False)")
-    a("--retries", type=int, default=2, help="resamples of a failed or repeated call per step (default 2)")
-    a("--copy-bias", type=float, default=0.0, metavar="BETA",
-      help="copy bias toward tokens seen in the context (default 0.0: off)")
     a("--workers", type=int, default=0, help="task processes, each loading the model once "
       "(default min(2, cpus); 1 = in this process)")
     from tools.checks import add_flag  # light: stdlib only

@@ -255,9 +255,8 @@ def add_rollouts_args(p: argparse.ArgumentParser) -> None:
     a("--samples", type=int, default=1, help="rollouts per task: the first greedy, the others at "
       "--temperature (default 1)")
     a("--temperature", type=float, default=0.8, help="temperature of rollouts 2.. (default 0.8)")
-    a("--max-steps", type=int, default=10, help="tool calls per user turn (default 10)")
-    a("--max-tokens", type=int, default=1024, help="tokens per model reply (default 1024)")
-    a("--retries", type=int, default=2, help="resamples of a failed or repeated call (default 2)")
+    from agent.run_options import add_options  # light: stdlib and agent.settings
+    add_options(p, "train rollouts")  # --max-tokens --max-steps --retries
     a("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default min(2, cpus))")
     a("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
     a("--real-ratio", type=float, default=0.0, help="share of tasks on real standard-library code (the real "

@@ -62,7 +62,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from agent.model import PoolModel
-from agent.settings import SamplerSettings, TurnSettings
+from agent.run_options import settings
 from tasks import (
     EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
     pattern_symbol, resolved, setup_env, task_agent, world_of)
@@ -295,9 +295,9 @@ def main(args) -> int:
     assert seed0 + args.n < EVAL_SEED0
     out, tasks_dir = Path(args.out), Path(args.out) / "tasks"
     tasks_dir.mkdir(parents=True, exist_ok=True)
+    sampling, turn = settings(args, "train rollouts")
     opts = {"samples": args.samples, "temperature": args.temperature, "workdir": args.workdir,
-            "model": label, "sampling": SamplerSettings(max_tokens=args.max_tokens),
-            "turn": TurnSettings(max_steps=args.max_steps, retries=args.retries)}
+            "model": label, "sampling": sampling, "turn": turn}
     jobs = [(family, seed0 + i, task_world(family, seed0 + i, args.real_ratio), opts)
             for i in range(args.n) for family in [TRAIN_FAMILIES[i % len(TRAIN_FAMILIES)]]]
     others = {json.loads(p.read_text()).get("model") for p in tasks_dir.glob("*.json")}
