@@ -148,7 +148,10 @@ def path_hint(root, path, *, dirs: bool = False) -> str:
 
     def valid(rel):
         real = os.path.join(rroot, rel)
-        return os.path.exists(real) and is_inside(rroot, os.path.realpath(real))
+        try:
+            return os.path.exists(real) and is_inside(rroot, os.path.realpath(real))
+        except OSError:  # swapped for a link meanwhile (realpath's EINVAL): no hint
+            return False
 
     top = _top(project_paths(rroot, dirs), bound, score, valid)
     out = [display(rroot, os.path.join(rroot, rel)) for rel in top]
