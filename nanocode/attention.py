@@ -109,13 +109,21 @@ SPLASH_BLOCKS = dict(block_q=512, block_kv=512, block_kv_compute=512, block_q_dk
                      block_kv_dkv_compute=512)
 
 
-def _splash_kernel(seq_len: int, window: int, n_group: int, interpret: bool):
-    """A splash-attention MQA kernel for one (kv head, batch row), with SPLASH_BLOCKS."""
-    return _splash_kernel_cached(seq_len, window, n_group, interpret, tuple(sorted(SPLASH_BLOCKS.items())))
+# Without GQA (as many kv heads as heads): one multi-head kernel per batch row (True) or the MQA
+# kernel per (kv head, batch row) with a group of one (False). A lever of bench/accelerator_check.py.
+SPLASH_MHA = False
+
+
+def _splash_kernel(seq_len: int, window: int, n_group: int, interpret: bool, mha: bool = False):
+    """A splash-attention kernel with SPLASH_BLOCKS: MQA for one (kv head, batch row) with
+    `n_group` query heads, or (`mha`) MHA for one batch row with `n_group` heads."""
+    return _splash_kernel_cached(seq_len, window, n_group, interpret, mha,
+                                 tuple(sorted(SPLASH_BLOCKS.items())))
 
 
 @functools.lru_cache(maxsize=64)
-def _splash_kernel_cached(seq_len: int, window: int, n_group: int, interpret: bool, blocks: tuple):
+def _splash_kernel_cached(seq_len: int, window: int, n_group: int, interpret: bool, mha: bool,
+                          blocks: tuple):
     """Built once per shape, window and blocks; the fused backward kernel."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
@@ -125,8 +133,8 @@ def _splash_kernel_cached(seq_len: int, window: int, n_group: int, interpret: bo
     mask = sm.MultiHeadMask([one] * n_group)
     sizes = sk.BlockSizes(**{k: min(b, seq_len) for k, b in blocks}, use_fused_bwd_kernel=True)
     with jax.ensure_compile_time_eval():  # the mask tables are constants, not traced values
-        return sk.make_splash_mqa(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                  interpret=interpret)
+        make = sk.make_splash_mha if mha else sk.make_splash_mqa
+        return make(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
 def batch_axes(batch: int) -> tuple[str, ...]:
@@ -161,6 +169,12 @@ def _attend_splash(q, k, v, window):
     interpreter elsewhere. q (b, T, H, D); k, v (b, T, K, D): one device's rows."""
     b, T, H, D = q.shape
     K = k.shape[2]
+    if SPLASH_MHA and K == H:
+        q, k, v = (q / math.sqrt(D)).transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        out = jax.lax.platform_dependent(  # (b, H, T, D)
+            q, k, v, tpu=jax.vmap(_splash_kernel(T, window, H, False, mha=True)),
+            default=jax.vmap(_splash_kernel(T, window, H, True, mha=True)))
+        return out.transpose(0, 2, 1, 3)
     q = (q / math.sqrt(D)).reshape(b, T, K, H // K, D).transpose(0, 2, 3, 1, 4)  # (b, K, G, T, D)
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (b, K, T, D)
     out = jax.lax.platform_dependent(  # (b, K, G, T, D)

@@ -101,11 +101,20 @@ def init_cache(cfg: GPTConfig, batch: int, max_len: int, dtype=None) -> KVCache:
 
 
 # ---- building blocks -------------------------------------------------------------------------------
+# Whether rmsnorm scales x in fp32 (True) or only takes its statistics in fp32 and scales in x's
+# dtype (False: no fp32 copy of a bf16 activation; faster on the TPU, BENCHMARKS). The same in
+# fp32 and within bf16 rounding; a lever of bench/accelerator_check.py.
+NORM_SCALE_F32 = False
+
+
 def rmsnorm(x: jax.Array) -> jax.Array:
-    """Parameter-free RMSNorm over the last axis, computed in fp32 (eps as torch's rms_norm)."""
+    """Parameter-free RMSNorm over the last axis, statistics in fp32 (eps as torch's rms_norm)."""
     x32 = x.astype(jnp.float32)
     eps = jnp.finfo(x.dtype).eps
-    return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+    inv_rms = jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)  # (..., 1)
+    if NORM_SCALE_F32:
+        return (x32 * inv_rms).astype(x.dtype)
+    return x * inv_rms.astype(x.dtype)
 
 
 def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:

@@ -119,3 +119,21 @@ def test_padded_chunks_with_n_valid_match_full_forward():
         start += size
     assert int(cache.pos) == 60
     np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_rmsnorm_scale_lever_agrees_within_bf16_rounding(monkeypatch):
+    """gpt.NORM_SCALE_F32 = False (statistics in fp32, the product in bf16; a chip lever) gives
+    rmsnorm's fp32-product result within bf16 rounding, values and gradients; in fp32 the same."""
+    import nanocode.gpt as gpt
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 8, 128)) * 3.0
+
+    def run(scale_f32, dtype):
+        monkeypatch.setattr(gpt, "NORM_SCALE_F32", scale_f32)
+        f = lambda x: gpt.rmsnorm(x.astype(dtype))  # noqa: E731
+        y, vjp = jax.vjp(f, x)
+        return y.astype(jnp.float32), vjp(jnp.cos(y).astype(dtype))[0]
+    for dtype, tol in ((jnp.float32, 1e-6), (jnp.bfloat16, 2e-2)):
+        (y1, g1), (y2, g2) = run(True, dtype), run(False, dtype)
+        np.testing.assert_allclose(y2, y1, atol=tol, rtol=tol)
+        np.testing.assert_allclose(g2, g1, atol=tol * 4, rtol=tol * 4)
+        assert float(jnp.max(jnp.abs(y1))) > 1.0  # normalised values, not zeros
