@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agent.custom_commands import custom_commands
+from tools.project_env import choose
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def _memory(agent, root, rest) -> Out:
 def _settings(agent, root, rest) -> Out:
     p = agent.policy
     lines = [f"mode: {p.mode}", f"commands: {agent.sandbox_status}",
+             f"python for commands: {choose(root).label}",
              "settings files: " + (", ".join(p.sources) or "none (the defaults)")]
     for kind in ("allow", "ask", "deny", "session"):
         rules = getattr(p, kind)

@@ -8,9 +8,10 @@ warning and the call goes on. matcher: a regex the whole tool name must match (a
 "*": every tool). stdin: one JSON object {"event", "session_id", "cwd", ...what EVENTS adds}.
 
 A hook runs with `bash -c` in the project root, in the same OS sandbox and scrubbed environment as
-a Bash call (plus NANOCODE_HOOK=<event>), with a timeout (default 30 s). Hooks come only from the
-user settings file and project settings the user accepted; an event's hooks run in settings
-order, and the first PreToolUse hook that blocks ends the list.
+a Bash call (the project's Python environment included; plus NANOCODE_HOOK=<event>), with a
+timeout (default 30 s). Hooks come only from the user settings file and project settings the
+user accepted; an event's hooks run in settings order, and the first PreToolUse hook that blocks
+ends the list.
 
 Trade-offs: PreToolUse runs before the approval, because a hook is a policy the user wrote, like
 a deny rule, and a call it blocks is never put to the user; so it also sees calls the user then
@@ -74,7 +75,7 @@ def _run_hook(root: str, hook: Hook, payload: dict, sandbox, env_names, cancel) 
             json.dump(payload, f)
         inside = "/tmp" if sandbox is not None else tmp  # the sandbox mounts `tmp` as its /tmp
         argv = ["bash", "-c", f"exec 0<{shlex.quote(os.path.join(inside, INPUT))}\n{hook.command}"]
-        env = {**command_env(env_names), "NANOCODE": "1", "NANOCODE_HOOK": hook.event, "TERM": "dumb",
+        env = {**command_env(env_names, root=root), "NANOCODE": "1", "NANOCODE_HOOK": hook.event, "TERM": "dumb",
                "PAGER": "cat", "GIT_PAGER": "cat"}
         guarded, groups = {}, []
         try:

@@ -1,15 +1,17 @@
-"""The status line of the Textual face (agent/tui.py): model, permission mode, sandbox, context
-used of the model's, tokens/s of the last reply, and the state (loading, ready, working, waiting
-for your approval).
+"""The status line of the Textual face (agent/tui.py): model, permission mode, the Python
+environment of the model's commands (tools/project_env.py), sandbox, context used of the
+model's, tokens/s of the last reply, and the state (loading, ready, working, waiting for your
+approval).
 
 It fits its width: the state always shows; when the line is too long the lesser fields go
-first (tokens/s, then "sandbox", the model's name, the context; the mode and a missing sandbox,
-a warning, go last), and the order of those left stays the same. `next_mode` is the mode that
-Shift+Tab switches to.
+first (tokens/s, then the Python environment, "sandbox", the model's name, the context; the mode
+and a missing sandbox, a warning, go last), and the order of those left stays the same.
+`next_mode` is the mode that Shift+Tab switches to.
 """
 from __future__ import annotations
 
 from nanocode.protocol import MODES
+from tools.project_env import choose
 
 SEP = " │ "
 
@@ -21,12 +23,12 @@ def next_mode(mode: str) -> str:
 
 def status_fields(agent, model_name: str, tps: float | None) -> list[tuple[int, str]]:
     """(rank, text) for each field, in display order; the lowest rank is dropped first."""
-    fields = [(2, model_name or "nanocode")]
+    fields = [(3, model_name or "nanocode")]
     if agent is not None:
         m = agent.sampler
-        sandbox = (1, "sandbox") if agent.sandbox is not None else (5, "NO SANDBOX")
-        fields += [(6, f"mode {agent.mode}"), sandbox,
-                   (3, f"context {m.context_used(agent.messages):,}/{m.max_len:,}"),
+        sandbox = (2, "sandbox") if agent.sandbox is not None else (5, "NO SANDBOX")
+        fields += [(6, f"mode {agent.mode}"), (1, choose(agent.root).short), sandbox,
+                   (4, f"context {m.context_used(agent.messages):,}/{m.max_len:,}"),
                    (0, f"{tps:.1f} tok/s" if tps else "– tok/s")]
     return fields
 

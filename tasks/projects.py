@@ -22,7 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from tools import checks
+from tools import checks, project_env
 from tasks.names import (
     CLASS_SUFFIXES, HELDOUT_PROJECT_WORDS, MODULE_WORDS, PROJECT_WORDS, SUFFIXES, pick_names, pick_word)
 
@@ -30,12 +30,14 @@ BASE = "/tmp/nanocode-synth"  # default parent of task projects: BASE/<seed>/<na
 
 
 def setup_env() -> None:
-    """Tools see this interpreter's `python` (with pytest), no bytecode, no user git config.
+    """Tools see this interpreter's `python` (with pytest; chosen outright as the commands'
+    Python environment, tools/project_env.OVERRIDE), no bytecode, no user git config.
     Mutates os.environ of this process (idempotent); call it once per process that runs tools."""
     bindir = os.path.dirname(sys.executable)
     if not os.environ.get("PATH", "").startswith(bindir + os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     os.environ.update(PYTHONDONTWRITEBYTECODE="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    os.environ[project_env.OVERRIDE] = sys.prefix
 
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "Sam Rivera", "GIT_AUTHOR_EMAIL": "sam@example.com",

@@ -15,6 +15,7 @@ prefers within that module.
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 
@@ -28,6 +29,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["NANOCODE_HOME"] = tempfile.mkdtemp(prefix="nanocode-tests-")
 _OWNER = os.getpid()  # a forked child that exits must not remove it under the test run
 atexit.register(lambda home=os.environ["NANOCODE_HOME"]: os.getpid() == _OWNER and shutil.rmtree(home, True))
+# The tools' commands in a test's throwaway project run this interpreter (with pytest), as the task
+# harness's do (tasks/projects.setup_env); tests/test_project_env.py clears it to test the choice.
+os.environ["NANOCODE_PYTHON_ENV"] = sys.prefix
 # A test machine where no OS sandbox starts (a container without user namespaces) is a throwaway
 # one: the task checks run there without it (tools/checks.py); the refusal's tests clear this.
 from tools import checks  # noqa: E402

@@ -19,7 +19,8 @@ Result format (what the model reads; train synth writes the same):
   printed (e.g. a test runner's progress before it hung).
 
 Environment: built from an allow-list (``ENV_ALLOW``, the same with and without the sandbox), not
-inherited: the model reads whatever a command prints (``env``, ``/proc/self/environ``) and that
+inherited, with the project's Python environment (tools/project_env.py: PATH and VIRTUAL_ENV
+name the project's venv or the user's, never nanocode's own): the model reads whatever a command prints (``env``, ``/proc/self/environ``) and that
 text goes to the model server and into saved sessions, so API keys and tokens the user exported
 (NANOCODE_API_KEY, OPENAI_API_KEY, GITHUB_TOKEN, AWS_*, ...) must never reach a command. What
 passes: the caller's values of ``ENV_ALLOW`` (search path, home, user, shell, locale, time zone,
@@ -50,7 +51,7 @@ from __future__ import annotations
 import os
 import threading
 
-from tools import process
+from tools import process, project_env
 from tools import sandbox as sbx
 from tools.sandbox_paths import restore
 
@@ -68,9 +69,11 @@ def _matches(name: str, patterns) -> bool:
     return any(name == p or p.endswith("*") and name.startswith(p[:-1]) for p in patterns)
 
 
-def command_env(env_names=()) -> dict:
-    """The environment a command starts with (module docstring, "Environment"), without the
-    per-call additions. Raises ValueError naming a bad `env_names` entry and the fix."""
+def command_env(env_names=(), *, root) -> dict:
+    """The environment a command run in project `root` starts with (module docstring,
+    "Environment"), without the per-call additions; PATH and VIRTUAL_ENV as
+    tools/project_env.choose(root) decides. Raises ValueError naming a bad `env_names` entry and
+    the fix."""
     if isinstance(env_names, str):
         raise ValueError(f"env_names: {env_names!r} is one string; pass a list of names such as [\"PYTHONPATH\"]")
     for name in env_names:
@@ -79,8 +82,9 @@ def command_env(env_names=()) -> dict:
         if _matches(name, ENV_NEVER):
             raise ValueError(f"env_names: {name} cannot be passed to Bash (it points git at another "
                              f"repository or config); remove it from the list")
-    return {k: v for k, v in os.environ.items()
-            if (_matches(k, ENV_ALLOW) or k in env_names) and not _matches(k, ENV_NEVER) or _no_config(k, v)}
+    env = {k: v for k, v in os.environ.items()
+           if (_matches(k, ENV_ALLOW) or k in env_names) and not _matches(k, ENV_NEVER) or _no_config(k, v)}
+    return project_env.choose(root).apply(env)
 
 
 def _no_config(name: str, value: str) -> bool:
@@ -118,7 +122,7 @@ def bash(root, args: dict, *, timeout: float | None = 30.0, cancel: threading.Ev
     try:
         timeout = None if timeout is None else max(float(timeout), 0.0)
         budget = int(budget)
-        env = command_env(env_names)
+        env = command_env(env_names, root=root)
     except (TypeError, ValueError) as e:
         return f"error: bad tool settings: {e}".replace("\n", " ")
     env.update(PAGER="cat", GIT_PAGER="cat", NANOCODE="1", TERM="dumb")

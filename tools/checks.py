@@ -5,8 +5,9 @@ runs, tools/test_guard.run_tests, for best-of's verifier) executes the project a
 it: with `evals agent --base-url` or `train rollouts --base-url` that is whatever a server sent.
 `run` starts such a command the way the Bash tool starts the model's own (tools/bash.py):
 
-* environment: the allow-list (tools.bash.command_env: no API keys or tokens of the caller),
-  plus ``PYTHONDONTWRITEBYTECODE=1`` and what the caller adds (a pytest switch);
+* environment: the allow-list (tools.bash.command_env: no API keys or tokens of the caller; the
+  project's Python environment, tools/project_env.py), plus ``PYTHONDONTWRITEBYTECODE=1`` and
+  what the caller adds (a pytest switch);
 * the OS sandbox (tools/sandbox.py, `prepare`: the project root writable, its git hooks and
   config read-only, a private /tmp, no network unless the given Sandbox allows it, nothing
   outlives the call) whenever its probe (`tools.sandbox.bash_sandbox`) says it works here;
@@ -105,7 +106,7 @@ def run(argv: list[str], cwd: str, timeout: float, *, env: dict | None = None,
     default Sandbox, network off) wherever the probe finds one, else only with the user's
     choice; output kept to process.BUDGET bytes. `env`: variables added to the allow-listed
     environment. Raises Refused (no sandbox, no choice) and OSError (the command cannot start)."""
-    env = {**command_env(), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    env = {**command_env(root=cwd), "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
     guarded, groups = {}, []
     if (why := missing()) is None:
         argv, guarded, groups = sbx.prepare(cwd, argv, sandbox or sbx.Sandbox())

@@ -55,6 +55,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from tools import project_env
 from tools.sandbox_paths import guard, loosen_undo_refs, mountable, pin_reftable_undo, pins, project_protected
 
 NOBODY = 65534
@@ -211,11 +212,12 @@ def interpreter_dirs() -> list[str]:
     return sorted(os.path.realpath(d) for d in dirs)
 
 
-def _path_dirs(writable: list[str]) -> list[str]:
-    """$PATH dirs below a covered dir (a venv under /tmp), to be carried over read-only; never a
-    covered dir itself nor one holding a writable dir (that would hide it read-only)."""
+def _path_dirs(writable: list[str], env: project_env.ProjectEnv) -> list[str]:
+    """The dirs of the commands' PATH and Python environment (`env`: a venv under /tmp, its base
+    interpreter) that lie below a covered dir, to be carried over read-only; never a covered dir
+    itself nor one holding a writable dir (that would hide it read-only)."""
     out = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
+    for d in env.path.split(os.pathsep) + list(env.dirs):
         d = os.path.realpath(d) if d and os.path.isdir(d) else ""
         below = [c for c in COVERED if d.startswith(c + "/")]
         if below and not any(w == d or w.startswith(d + "/") for w in writable):
@@ -254,9 +256,11 @@ def prepare(root, argv: list[str], cfg: Sandbox, linger: float = 0.0):
     """For tools.bash: (wrapped argv, guarded paths for `restore`, cgroups for `remove_cgroup`).
     Writable: the project root, its .git and the `pins` of the protected paths (bound onto
     themselves: they cannot be renamed or replaced while what they hold is protected),
-    cfg.writable; /tmp private. Loosens packed undo refs first (`loosen_undo_refs`); in a
-    reftable repository pins them (`pin_reftable_undo`: its kept packs read-only, the refs put
-    back by `restore`). Raises OSError."""
+    cfg.writable; /tmp private; the folders of the commands' PATH and Python environment
+    (tools/project_env.choose(root)) that lie under a covered dir carried over read-only.
+    Loosens packed undo refs first (`loosen_undo_refs`); in a reftable repository pins them
+    (`pin_reftable_undo`: its kept packs read-only, the refs put back by `restore`). Raises
+    OSError."""
     root = os.path.realpath(root)
     if not os.path.isdir(root):
         raise OSError(f"not a directory: {root}")
@@ -276,7 +280,7 @@ def prepare(root, argv: list[str], cfg: Sandbox, linger: float = 0.0):
     groups = make_cgroups(cfg.nproc, cfg.memory_mb)
     limits = {"RLIMIT_AS": cfg.memory_mb << 20, "RLIMIT_NPROC": cfg.nproc, "RLIMIT_CORE": 0,
               "RLIMIT_FSIZE": cfg.fsize_mb << 20}
-    keep = interpreter_dirs() + _path_dirs(writable)
+    keep = interpreter_dirs() + _path_dirs(writable, project_env.choose(root))
     if cfg.network and os.path.isdir("/run/systemd/resolve"):
         keep.append("/run/systemd/resolve")  # where /etc/resolv.conf often points
     try:
