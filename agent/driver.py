@@ -70,7 +70,7 @@ class Agent:
         self.undo_log = TurnUndo(self.root, settings.snapshots)  # agent/turn_undo.py
         self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
         self._said_no_snapshot = False  # the "could not snapshot" note is said once
-        self.totals = dict(TurnResult().usage, turns=0)  # every turn's usage added up (/usage)
+        self.totals = dict(TurnResult().usage, turns=0)  # the turns' usage added up, and load_context's
         self.started = time.monotonic()
 
     # ---- public helpers ------------------------------------------------------------------------
@@ -194,11 +194,20 @@ class Agent:
     def load_context(self) -> None:
         """A continued session: fit its transcript to the context and bring the model up to it
         now (one prefill), so the status line says how full the context is before the first
-        request and that request starts at once. Nothing said: the first turn's fit speaks."""
+        request and that request starts at once. Nothing said: the first turn's fit speaks. The
+        prefill counts in /usage's totals."""
+        usage = TurnResult().usage
         try:
-            self.sampler.sync(self.conv, lambda event: None, TurnResult().usage)
+            self.sampler.sync(self.conv, lambda event: None, usage)
         except (ContextFull, SamplerError):  # the first turn says so, where it can be acted on
             pass
+        self._count(usage)
+
+    def _count(self, usage: dict, turns: int = 0) -> None:
+        """Add `usage` (a TurnResult's) to the totals /usage shows."""
+        for key, value in usage.items():
+            self.totals[key] = self.totals.get(key, 0) + value
+        self.totals["turns"] += turns
 
     def compact(self, keep: int = 1) -> int:
         """/compact (agent/context.compact): old outputs become one-line digests; tokens freed."""
@@ -350,9 +359,7 @@ class Agent:
                             f"{' and more' if len(ended.skipped) > 5 else ''}: too big to snapshot"))
         self.conv.record_turn(res.steps, res.stop_reason, res.files_changed, turn_id)
         res.usage["seconds"] = time.perf_counter() - started
-        for key, value in res.usage.items():
-            self.totals[key] = self.totals.get(key, 0) + value
-        self.totals["turns"] += 1
+        self._count(res.usage, turns=1)
         self.conv.save(emit)
 
     # ---- one call ----------------------------------------------------------------------------------

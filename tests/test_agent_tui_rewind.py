@@ -2,13 +2,15 @@
 (agent/tui_approval.py), driven by Textual's pilot on the real tiny engine of tests/tui_pilot.py
 in a real git project: Esc twice on an idle prompt lists the requests, newest selected; picking
 one puts the files and the transcript back to before it and its text in the prompt (the draft
-that was there goes to the history); /rewind opens the same list and Esc closes it with nothing
-changed; /usage shows the counted tokens. Keys typed while an approval waits go to the draft,
+that was there goes to the history) and the session resumed later shows the rewound
+conversation; /rewind opens the same list and Esc closes it with nothing changed; /usage shows
+the counted tokens. Keys typed while an approval waits go to the draft,
 except the approval's own (y / n answer it; Enter does nothing)."""
 from agent import tui_approval
 from agent.tui import NanocodeApp
 from agent.tui_approval import ApprovalPanel
 from agent.tui_input import HistoryInput
+from agent.sessions import SessionStore, load_session
 from agent.tui_rewind import RewindScreen
 from scripted_agent import call, reply
 from tui_pilot import drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
@@ -54,8 +56,18 @@ def test_esc_twice_rewinds_files_transcript_and_draft(engine, tok, repo):
         await until(pilot, lambda: "usage since nanocode started" in app.transcript_text())
         u = agent.totals
         assert f"{u['completion_tokens']:,} in {u['generate_s']:.1f} s" in app.transcript_text()
+    agent.conv.store = SessionStore(repo, agent.meta["id"])
     drive(app, body)
     assert [t["request"] for t in agent.meta["turns"]] == ["set x to 2"]
+    messages, meta = load_session(agent.conv.store.path)  # resumed: the rewound conversation
+    again, _ = make(engine, repo, [reply(tok, "ok.")], messages=messages, meta=meta)
+    resumed = NanocodeApp(agent=again)
+
+    async def shown(pilot):
+        await until(pilot, lambda: "continuing session" in resumed.transcript_text())
+        text = resumed.transcript_text()
+        assert "> set x to 2" in text and "set x to 3" not in text
+    drive(resumed, shown)
 
 
 def test_keys_typed_at_an_approval_go_to_the_draft(engine, tok, repo, monkeypatch):

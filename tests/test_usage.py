@@ -1,6 +1,6 @@
 """/usage and its alias /cost (agent/commands.py, totals kept by agent/driver.Agent): the tokens
 the model read and wrote, tok/s and the time, added up over every turn since nanocode started,
-equal to the sum of the turns' own counts; with --base-url, what the server reported in
+equal to the sum of the turns' own counts (and a continued session's first prefill); with --base-url, what the server reported in
 `usage`, and a plain word when it reported none. The plain face through a real pipe; the remote
 model is a scripted server on loopback (tests/test_remote.py's)."""
 import io
@@ -42,6 +42,11 @@ def test_usage_adds_up_the_turns_and_cost_is_its_alias(engine, tok, repo, monkey
     seconds = sum(res.usage["seconds"] for res in results)
     assert f"wall time: {seconds:.1f} s in turns (approvals and tools included)" in said
     assert commands.find("/cost")[0] is commands.find("/usage")[0]
+    resumed, _ = make(engine, repo, [reply(tok, "ok.")], messages=agent.messages, meta=agent.meta)
+    resumed.load_context()  # a continued session's prefill, before any request, counts too
+    read = len(resumed.sampler.cache.ids)
+    text = commands.run("/usage", resumed, resumed.root).text
+    assert read > 0 and "(0 turns;" in text and f"tokens in (read by the model): {read:,} in " in text
 
 
 def test_usage_with_a_server_is_what_it_reported(scripted, tmp_path):
