@@ -1,16 +1,19 @@
 """The slash commands: one table (name, arguments, help, handler) that both faces use, the
 Textual TUI (agent/tui.py) and the --plain REPL (agent/repl.py); `help_text` is generated from it.
 
-A handler takes (agent, root, rest) and returns an `Out`, one of five classes a face `match`es
+A handler takes (agent, root, rest) and returns an `Out`, one of seven classes a face `match`es
 on: Note (plain text), Diff (a unified diff, highlighted by the TUI), Cleared (a new conversation:
 the TUI also empties its transcript), Prompt (a request to send as if typed: the user's own
-commands from markdown files, agent/custom_commands.py), Quit. `agent` is None while
+commands from markdown files, agent/custom_commands.py), Requests (the requests /rewind can go
+back to: the TUI offers them to pick, --plain lists them numbered), Rewound (the conversation
+went back: shown anew, the request back in the prompt), Quit. `agent` is None while
 the TUI's model loads; a command with `needs_agent` then says so instead of running. `slow`
 commands (a KV-cache rebuild) run off the TUI's UI thread; `idle_only` ones wait for no turn to
 be running. Keys (Enter, Ctrl-C, Tab ...) are the faces' own and listed under the table.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -43,11 +46,27 @@ class Prompt:
 
 
 @dataclass(frozen=True)
+class Requests:
+    """The requests a rewind can go back to: `items` ((n, the request as typed, the paths its
+    turn changed), oldest first) and `text`, the same as a numbered list."""
+    text: str
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Rewound:
+    """The conversation went back to before a request: `text` says what was restored and what
+    could not be; `draft` is that request, for the prompt."""
+    text: str
+    draft: str
+
+
+@dataclass(frozen=True)
 class Quit:
     """Leave the face."""
 
 
-Out = Note | Diff | Cleared | Prompt | Quit
+Out = Note | Diff | Cleared | Prompt | Requests | Rewound | Quit
 
 
 @dataclass(frozen=True)
@@ -181,6 +200,65 @@ def _mark(verdict: str):
     return run
 
 
+def _rewind(agent, root, rest) -> Out:
+    if not rest:
+        items = tuple((n, request, _paths(record.get("files_changed")))
+                      for n, request, record in agent.conv.requests())
+        if not items:
+            return Note("nothing to rewind: this conversation has no request yet")
+        return Requests("requests of this conversation; /rewind N goes back to just before request N "
+                        "(its files as they were, its text back in the prompt):\n" +
+                        "\n".join(request_line(*item) for item in items), items)
+    if not rest.isdigit():
+        return Note(f"/rewind takes a request's number, not {rest!r}; /rewind alone lists them")
+    try:
+        text, draft = agent.rewind(int(rest))
+    except ValueError as e:
+        return Note(str(e))
+    return Rewound(text, draft)
+
+
+def _paths(found) -> tuple:
+    """A turn record's files_changed as a tuple of paths (a saved session is untrusted)."""
+    return tuple(p for p in found if isinstance(p, str)) if isinstance(found, list) else ()
+
+
+def request_line(n: int, request: str, paths, width: int = 70) -> str:
+    """Request n on one line for a list (both faces): its first line cut at `width`, and the
+    first paths its turn changed."""
+    lines = request.strip().splitlines() or ["(empty)"]
+    first = lines[0][:width] + ("…" if len(lines[0]) > width or len(lines) > 1 else "")
+    changed = f"  [changed {', '.join(paths[:3])}{' …' if len(paths) > 3 else ''}]" if paths else ""
+    return f"{n:>3}. {first}{changed}"
+
+
+def _rate(tokens: int, seconds: float) -> str:
+    return f", {tokens / seconds:,.1f} tok/s" if seconds > 0 else ""
+
+
+def _usage(agent, root, rest) -> Out:
+    from agent.remote import RemoteSampler
+    u = agent.totals
+    turns = f"{u['turns']} turn{'s' * (u['turns'] != 1)}"
+    lines = [f"usage since nanocode started ({turns}; session {agent.meta.get('id')}):"]
+    if isinstance(agent.sampler, RemoteSampler):
+        lines.append(f"  as {agent.sampler.base_url} reported it (`usage` of each reply): "
+                     f"{u['prompt_tokens']:,} tokens in, {u['completion_tokens']:,} out")
+        if u["turns"] and not (u["prompt_tokens"] or u["completion_tokens"]):
+            lines.append("  (the server sent no `usage` with its replies, though nanocode asks for it: "
+                         "the counts are unknown, not zero)")
+        lines.append(f"  waiting on the server: {u['generate_s']:.1f} s"
+                     f"{_rate(u['completion_tokens'], u['generate_s'])} (whole requests: its reading included)")
+    else:
+        lines += [f"  tokens in (read by the model): {u['prompt_tokens']:,} in {u['prefill_s']:.1f} s"
+                  f"{_rate(u['prompt_tokens'], u['prefill_s'])}",
+                  f"  tokens out (written by the model, resampled ones included): "
+                  f"{u['completion_tokens']:,} in {u['generate_s']:.1f} s{_rate(u['completion_tokens'], u['generate_s'])}"]
+    lines.append(f"  wall time: {u['seconds']:.1f} s in turns (approvals and tools included), "
+                 f"{time.monotonic() - agent.started:.0f} s since start")
+    return Note("\n".join(lines))
+
+
 def _init(agent, root, rest) -> Out:
     from agent.project_notes import write_starter_notes
     return Note(write_starter_notes(root))
@@ -215,16 +293,22 @@ COMMANDS = [
     Command("/bad", "", "mark the last turn bad: exported as the rejected side of a pair",
             _mark("bad"), idle_only=True),
     Command("/session", "", "this session's id and file", _session),
+    Command("/rewind", "[N]", "list this conversation's requests; N: go back to just before request "
+            "N (files as they were, its text in the prompt; also Esc twice in the TUI)", _rewind,
+            idle_only=True),
+    Command("/usage", "", "tokens in and out, tok/s and time since nanocode started (with "
+            "--base-url, as the server reported them); also /cost", _usage),
     Command("/resume", "[ID]", "list this project's saved sessions; ID: continue that one here",
             _resume, idle_only=True),
     Command("/quit", "", "leave (also /exit, Ctrl-D on an empty prompt, Ctrl-C twice in the TUI)", _quit,
             needs_agent=False),
 ]
-ALIASES = {"/exit": "/quit", "/q": "/quit"}
+ALIASES = {"/exit": "/quit", "/q": "/quit", "/cost": "/usage"}
 BY_NAME = {c.name: c for c in COMMANDS}
 KEYS = ("keys: Enter sends, up/down history, Ctrl-C stops the running turn; in the TUI Shift+Enter "
         "or Ctrl+J a new line, Tab completes / and @path (and goes to a waiting approval), Esc "
-        "stops the turn, Shift+Tab cycles the mode, Ctrl-D on an empty prompt quits")
+        "stops the turn (idle, Esc twice: /rewind), Shift+Tab cycles the mode, Ctrl-D on an empty "
+        "prompt quits")
 
 
 def resume_hint(session_id: str) -> str:

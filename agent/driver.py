@@ -70,6 +70,8 @@ class Agent:
         self.undo_log = TurnUndo(self.root, settings.snapshots)  # agent/turn_undo.py
         self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
         self._said_no_snapshot = False  # the "could not snapshot" note is said once
+        self.totals = dict(TurnResult().usage, turns=0)  # the turns' usage added up, and load_context's
+        self.started = time.monotonic()
 
     # ---- public helpers ------------------------------------------------------------------------
     @property
@@ -145,6 +147,34 @@ class Agent:
         self.conv.save()
         return paths
 
+    def rewind(self, n: int) -> tuple[str, str]:
+        """/rewind N: the conversation goes back to just before request n (Conversation.rewind)
+        and the files its turns and the later ones changed go back as they were (TurnUndo.rewind:
+        a file changed since is kept as it is, and said). Returns (the report, the request as
+        typed, for the prompt). ValueError for a request that does not exist; nothing changes."""
+        points = self.conv.requests()
+        entry = self.conv.rewind(n)
+        cut, turns = entry["messages"], entry["turns"]
+        ran = [m["tool_call"] for m, out in zip(cut, cut[1:] + [{}]) if isinstance(m.get("tool_call"), dict)
+               and not str(out.get("content", "error")).startswith(("error", REJECTED, CANCELLED))]
+        edited = [os.path.realpath(os.path.join(self.root, str(c["args"].get("file_path"))))
+                  for c in ran if c.get("name") == "Edit" and isinstance(c.get("args"), dict)]
+        answered = {t["checkpoint"]: i for i, t in enumerate(turns, n) if isinstance(t.get("checkpoint"), int)}
+        files = self.undo_log.rewind(list(answered)[::-1], self.meta["id"], edited,
+                                     commands=any(c.get("name") == "Bash" for c in ran))
+        self.undo_log.forget(answered)
+        carried = turns[0].get("notes")  # the cut request carried them: told again
+        notes = [note for note in carried if isinstance(note, str)] if isinstance(carried, list) else []
+        if files.unrestored:
+            notes.append("[the user went back to before a request of theirs; these files were not put back "
+                         f"and may differ from what you saw: {', '.join(files.unrestored)}]")
+        self.undo_log.notes = notes + [note for note in self.undo_log.notes if note not in notes]
+        self.sampler.invalidate()
+        self.conv.save()
+        said = (f"rewound to before request {n}: {len(turns)} request{'s' * (len(turns) != 1)} taken out "
+                "of the conversation (kept in the session file under \"rewinds\")")
+        return "\n".join([said] + files.describe(answered)), points[n - 1][1]
+
     def mark(self, verdict: str) -> tuple[int, str | None]:
         """/good, /bad on the last turn (Conversation.mark)."""
         return self.conv.mark(verdict)
@@ -164,11 +194,20 @@ class Agent:
     def load_context(self) -> None:
         """A continued session: fit its transcript to the context and bring the model up to it
         now (one prefill), so the status line says how full the context is before the first
-        request and that request starts at once. Nothing said: the first turn's fit speaks."""
+        request and that request starts at once. Nothing said: the first turn's fit speaks. The
+        prefill counts in /usage's totals."""
+        usage = TurnResult().usage
         try:
-            self.sampler.sync(self.conv, lambda event: None, TurnResult().usage)
+            self.sampler.sync(self.conv, lambda event: None, usage)
         except (ContextFull, SamplerError):  # the first turn says so, where it can be acted on
             pass
+        self._count(usage)
+
+    def _count(self, usage: dict, turns: int = 0) -> None:
+        """Add `usage` (a TurnResult's) to the totals /usage shows."""
+        for key, value in usage.items():
+            self.totals[key] = self.totals.get(key, 0) + value
+        self.totals["turns"] += turns
 
     def compact(self, keep: int = 1) -> int:
         """/compact (agent/context.compact): old outputs become one-line digests; tokens freed."""
@@ -235,15 +274,15 @@ class Agent:
         if not self.messages:
             self.meta["mode"] = self.mode
             self.messages.append({"role": "system", "content": self._system_prompt()})
-        elif MODE_TOOLS[self.meta.get("mode", "ask")] != MODE_TOOLS[self.mode]:
+        told = self.meta.get("mode", "ask")  # the mode the model knows of before this request
+        if MODE_TOOLS[told] != MODE_TOOLS[self.mode]:
             self.meta["mode"] = self.mode
             user_text = f"{mode_note(self.mode)}\n{user_text}"
-        if self.undo_log.notes:
-            user_text = "\n".join(self.undo_log.notes + [user_text])
-            self.undo_log.notes = []
+        notes, self.undo_log.notes = self.undo_log.notes, []
+        if notes:
+            user_text = "\n".join(notes + [user_text])
         self.policy.question = self.settings.question_guard and is_question(raw_text)
-        self.messages.append({"role": "user", "content": user_text})
-        self.conv.turn_start = len(self.messages) - 1
+        self.conv.open_turn(user_text, raw_text, notes, told)
 
     def _step(self, rules: CallRules, res: TurnResult, approve, emit, cancel):
         """One reply and, for a call, its result: the turn's stop reason, or None to go on."""
@@ -320,6 +359,7 @@ class Agent:
                             f"{' and more' if len(ended.skipped) > 5 else ''}: too big to snapshot"))
         self.conv.record_turn(res.steps, res.stop_reason, res.files_changed, turn_id)
         res.usage["seconds"] = time.perf_counter() - started
+        self._count(res.usage, turns=1)
         self.conv.save(emit)
 
     # ---- one call ----------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ plain input() otherwise, so it can be driven through a pipe).
 The reply streams as it is written; tool calls and a short summary of each result are shown
 dimmed, and after each turn its usage (tokens read and written, tok/s, seconds); a call that needs approval asks `[y]es / [n]o / [a]lways`. Ctrl-C during a turn stops
 generation or the running command (the conversation survives); at the prompt it clears the line;
-Ctrl-D or /quit leaves. Slash commands: agent/commands.py, the same table as the TUI's.
+Ctrl-D or /quit leaves. Slash commands: agent/commands.py, the same table as the TUI's; `/rewind`
+lists the requests numbered and `/rewind N` goes back to before one (its text is offered again).
 
 Safe output: Console.write and Console.dim pass every string through agent/display.printable,
 so nothing the model, a tool or a file produced can drive the terminal (its only escapes are its
@@ -30,7 +31,7 @@ class Console:
     def __init__(self, out=None, color: bool | None = None, root=None):
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
-        self.reader = None
+        self.reader, self.draft = None, ""
         if sys.stdin.isatty():
             try:
                 from prompt_toolkit import PromptSession
@@ -41,13 +42,21 @@ class Console:
 
     def ask(self, prompt: str) -> str:
         if self.reader is not None:
-            return self.reader.prompt(prompt)
+            draft, self.draft = self.draft, ""
+            return self.reader.prompt(prompt, default=draft)
         self.out.write(prompt)
         self.out.flush()
         line = sys.stdin.readline()
         if not line:
             raise EOFError
         return line.rstrip("\n")
+
+    def offer(self, draft: str) -> None:
+        """/rewind: `draft` goes into the next prompt's line to send again or change (a terminal),
+        or is shown (stdin cannot be prefilled)."""
+        if self.reader is None:
+            self.dim(f"the request, to send again or change: {draft}")
+        self.draft = draft
 
     def write(self, text: str) -> None:
         self.out.write(printable(text))
@@ -187,6 +196,10 @@ def slash(agent, text: str, con):
             return True
         case commands.Prompt(text=request):
             return request
-        case commands.Note(text=shown) | commands.Diff(text=shown) | commands.Cleared(text=shown):
+        case commands.Note(text=shown) | commands.Diff(text=shown) | commands.Cleared(text=shown) | \
+                commands.Requests(text=shown):
             con.write(shown + "\n")
+        case commands.Rewound(text=shown, draft=draft):
+            con.write(shown + "\n")
+            con.offer(draft)
     return None

@@ -5,7 +5,10 @@ after every turn. The line is the conversation schema (`{"messages": [...]}`, so
 `Tokenizer.render_conversation(json.loads(line))` works on it and the file is valid SFT-style
 JSONL) plus a "meta" key the renderer ignores: id, created/updated, cwd, model, mode, the
 approvals asked this session ({"turn", "name", "args", "reason", "answer": yes|no|always,
-"rule"?}) and one record per turn (steps, stop_reason, files_changed, checkpoint id for undo).
+"rule"?}), one record per turn (steps, stop_reason, files_changed, checkpoint id for undo, the
+request as typed) and, after a /rewind, "rewinds": one entry per rewind holding the messages,
+turn records and approvals it took out (agent/conversation.py), so "messages" is the rewound
+conversation (what a resumed session shows) and nothing said is lost.
 Rewriting (not appending a state per turn) keeps files small and a reader never has to pick
 which line is current; a crash mid-write leaves the previous version (atomic replace).
 The sessions folder gets a `.gitignore` of `*` so sessions never show up in `git status`.

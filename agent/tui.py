@@ -5,14 +5,16 @@ streamed as it is written, one card per tool call: a Collapsible titled like `Ed
 holding the result, and for Edit a highlighted diff of the change; status notes dimmed; a reply
 the driver takes back and resamples is removed again), an approval panel when the policy asks
 (agent/tui_approval.py: the whole call, y yes / n no / a always for this session; it takes the
-keys and the draft is kept), a status line that fits its width (agent/tui_status.py: model,
+keys, and the ones that do not answer it go on into the draft), a status line that fits its width (agent/tui_status.py: model,
 mode, context used/total, tokens/s of the last reply, and always the state), the prompt
 (agent/tui_input.py: multi-line, Enter sends, Shift+Enter or Ctrl+J a newline, up/down history)
 and under it the completions (agent/tui_complete.py: `/` commands, `@path` files; Tab cycles).
 
 Keys: Esc or Ctrl-C stops a running turn (its cancel Event: generation or a running command
-stops; at an approval it is a cancel, not a rejection); idle, Ctrl-C clears the prompt and
-twice within 2 s quits, as does Ctrl-D on an empty prompt, /quit or Ctrl-Q. Shift+Tab cycles the
+stops; at an approval it is a cancel, not a rejection); idle, Esc twice within ESC_TWICE_S opens
+the rewind picker (agent/tui_rewind.py, as /rewind does; the request picked comes back to the
+prompt, a draft there goes to the history), Ctrl-C clears the prompt and twice within 2 s quits,
+as does Ctrl-D on an empty prompt, /quit or Ctrl-Q. Shift+Tab cycles the
 permission mode (ask -> accept-edits -> auto -> plan -> ask), shown in the status line.
 
 Threads: the model loads on a loader thread (`run` takes a ready Agent or a zero-argument loader
@@ -46,11 +48,13 @@ from agent.display import edit_diff, usage_line
 from agent.tui_approval import ApprovalPanel, PendingApproval
 from agent.tui_complete import CompletionList
 from agent.tui_input import HistoryInput
+from agent.tui_rewind import RewindScreen
 from agent.tui_status import next_mode, status_line
 from agent.tui_transcript import LiveTurn, Transcript, code_view, plain
 from nanocode.protocol import Event, ToolCall
 
 PLACEHOLDER = "ask nanocode… (/ commands, @path pins a file, Shift+Enter newline)"
+ESC_TWICE_S = 1.0  # Esc, then Esc again this soon on an idle prompt: the rewind picker
 
 
 # ---- loading ----------------------------------------------------------------------------------
@@ -149,7 +153,7 @@ class NanocodeApp(App):
         self.exit_code = 0
         self.turns = 0  # finished turns (tests wait on it)
         self.live: LiveTurn | None = None  # the running turn's widgets
-        self._ctrl_c_at = 0.0
+        self._ctrl_c_at = self._esc_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield Transcript(id="transcript")
@@ -357,9 +361,15 @@ class NanocodeApp(App):
             self.note("press Ctrl-C again to quit")
 
     def action_stop(self) -> None:
-        """Esc: stop a running turn, as Ctrl-C does; idle, nothing."""
-        if self.running and not self.cancel.is_set():
-            self.action_interrupt()
+        """Esc: stop a running turn, as Ctrl-C does; idle, twice in a row: /rewind's picker."""
+        last, self._esc_at = self._esc_at, 0.0
+        if self.running:
+            if not self.cancel.is_set():
+                self.action_interrupt()
+        elif time.monotonic() - last < ESC_TWICE_S:
+            self.slash("/rewind")
+        else:
+            self._esc_at = time.monotonic()
 
     def action_cycle_mode(self) -> None:
         """Shift+Tab: the next permission mode (agent/tui_status.next_mode), in the status line."""
@@ -417,6 +427,23 @@ class NanocodeApp(App):
                 self.note(text, style="" if "\n" in text else "dim")
             case commands.Prompt(text=text):  # a custom command: its request, as if typed
                 self.request(text)
+            case commands.Requests(items=items):
+                self.push_screen(RewindScreen(items), self._rewind_picked)
+            case commands.Rewound(text=text, draft=draft):
+                transcript, prompt = self.query_one(Transcript), self.query_one(HistoryInput)
+                transcript.remove_children()
+                transcript.replay(self.agent.messages)
+                self.note(text, style="")
+                if prompt.value.strip() and prompt.value != draft:
+                    prompt.remember(prompt.value)  # the draft it replaces: up brings it back
+                    self.note("your draft went to the prompt's history (up brings it back)")
+                prompt.value = draft
+                prompt.focus()
+
+    def _rewind_picked(self, n: int | None) -> None:
+        """The rewind picker closed: with a request's number, go back to before it."""
+        if n is not None:
+            self.slash(f"/rewind {n}")
 
 
 def run(agent, args=None) -> int:

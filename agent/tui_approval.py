@@ -7,7 +7,10 @@ app's binding: a cancel, not a rejection), Tab goes to the draft in the prompt a
 draft is kept as it is, and gets the focus back, cursor in place, once the approval is
 answered). An approval that appears while the user is typing does not take a keystroke meant
 for the draft: until the typing has paused for GUARD_S seconds (`armed`), printable keys and
-Backspace go on into the draft and no key answers.
+Backspace go on into the draft and no key answers. Armed, only the panel's own keys act on it
+(y, n, a where "always" is offered, Tab, the scroll keys; Esc and Ctrl-C are the app's); every
+other printable key and Backspace goes into the draft (type-ahead is never lost), and Enter does
+nothing (it neither answers nor sends the draft).
 
 The choices are one wrapped line of text (each clickable), so every choice shows however narrow
 the terminal; the call above them scrolls inside the panel (up/down, page up/down, the wheel),
@@ -114,8 +117,12 @@ class ApprovalPanel(Vertical, can_focus=True):
         return time.monotonic() - self.app.query_one("#prompt").typed_at >= GUARD_S
 
     def on_key(self, event) -> None:
-        if not self.armed and (event.is_printable or event.key == "backspace"):
-            event.stop()  # typing goes on into the draft: no binding sees it
+        if not (event.is_printable or event.key == "backspace"):
+            return  # Tab, the scroll keys, Esc, Ctrl-C: the bindings'
+        box = self.app.asking
+        answers = {"y", "n"} | ({"a"} if box is not None and box.always else set())
+        if not self.armed or event.key not in answers:
+            event.stop()  # for the draft: no binding sees it
             event.prevent_default()
             self.app.query_one("#prompt").type_key(event.character if event.is_printable else None)
 

@@ -12,11 +12,63 @@ Contract:
   reaches any). undo() keeps a note of what it restored in `notes`, which the agent puts at the
   start of the next user message so the model knows its edits are gone. Every refusal is an
   UndoError whose message says why (tools/undo.py: moved on since, committed since).
+- rewind(turn ids) puts the files of several turns back (/rewind), newest first, each turn by
+  tools/undo.py's undo. The rule for a file changed since a turn (by the user, or by a later
+  turn that could not be undone): the user's version is kept and the turn is not undone, and
+  the report says so; undo refuses per turn, so that turn's other files stay as they are too.
+  Nothing is ever written over a change the snapshots do not hold; nothing committed since is
+  reverted. Ignored files, files too big to snapshot and what commands did outside the
+  project's files are never restored; the report names them (RewindFiles.describe).
 The Snapshots object is made on first use: a project that is never edited never runs git.
 The turn id is saved as meta["turns"][i]["checkpoint"] (agent/conversation.py): users' saved
 sessions and `train export-sessions` read that field name.
 """
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+UNDID = "[the user undid turn {turn} "  # how an undo note starts (`forget` finds notes by it)
+
+
+@dataclass
+class RewindFiles:
+    """What rewind() did to the files: paths `restored` and `removed` (the turns created them),
+    `kept` as they are (ignored or unsnapshotted paths undo never touches, too-big files), the
+    git state put back, and the turns it `refused` to undo ((turn id, why, their paths)).
+    `off`: why no file was touched at all (undo off or unavailable), else "". Paths are
+    relative to the work tree's top (the project root but in a subfolder of a repository)."""
+    restored: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    git: list[str] = field(default_factory=list)
+    refused: list[tuple[int, str, list[str]]] = field(default_factory=list)
+    off: str = ""
+    commands: bool = False  # the turns ran commands: what they did beyond the snapshot stays
+
+    @property
+    def unrestored(self) -> list[str]:
+        """Paths the rewound turns changed that are not back as they were."""
+        return sorted({p for _, _, paths in self.refused for p in paths} | set(self.kept))
+
+    def describe(self, requests: dict[int, int]) -> list[str]:
+        """The report's lines: what was put back, then what could not be and why. `requests`:
+        the request number each turn id answered (the user knows requests, /undo turn ids)."""
+        from tools.snapshot import names_list
+        lines = [f"{label} {names_list(sorted(set(paths)))}" for label, paths in (
+            ("files restored:", self.restored), ("removed (the rewound turns created them):", self.removed),
+            ("put back git's", self.git)) if paths]
+        if self.off:
+            lines.append(f"files left as they are: {self.off}")
+        lines += [f"request {requests.get(tid, '?')}'s changes left as they are now"
+                  f"{f' ({names_list(sorted(paths))})' if paths else ''}: {why}" for tid, why, paths in self.refused]
+        if self.kept:
+            lines.append(f"left as they are (no snapshot holds them: ignored, too big or outside the "
+                         f"project): {names_list(sorted(set(self.kept)))}")
+        if self.commands:
+            lines.append("commands ran in the rewound turns: what they did outside the project's "
+                         "files (other folders, .git, ignored files, processes, the network) is not undone")
+        return lines
 
 
 class TurnUndo:
@@ -73,9 +125,51 @@ class TurnUndo:
         plan = ck.plan(turn, session=session)
         paths = ck.undo(plan.turn, allow_committed=allow_committed)
         self.last_undone = plan.turn
-        self.notes.append(f"[the user undid turn {plan.turn} ({plan.describe()}): those files are "
-                          "back as they were before it]")
+        self.notes.append(UNDID.format(turn=plan.turn) + f"({plan.describe()}): those files are back "
+                          "as they were before it]")
         return paths
+
+    def rewind(self, turn_ids: list[int], session: str, edited: list[str], commands: bool) -> RewindFiles:
+        """Undo each of `turn_ids` (newest first) that `session` made and is not undone yet, as
+        the module docstring says; a refusal is reported, never raised. `edited`: the real paths
+        the turns' Edits wrote (one no snapshot holds is named as kept); `commands`: whether they
+        ran Bash."""
+        from tools.undo import UndoError
+        done = RewindFiles(commands=commands)
+        if not turn_ids and not (commands or edited):
+            return done
+        try:
+            ck = self.snapshots()
+            recorded = {t.id: t for t in ck.turns()}
+        except UndoError as e:
+            done.off = f"{e}; what the rewound turns changed cannot be put back"
+            return done
+        held = {os.path.join(ck.top, p) for t in turn_ids if t in recorded for p in recorded[t].changed}
+        done.kept += sorted({os.path.relpath(p, ck.top) for p in edited if p not in held})
+        for tid in turn_ids:
+            turn = recorded.get(tid)
+            if turn is not None and turn.undone:
+                continue  # undone already (/undo): its files are back
+            if turn is not None and turn.session not in (None, session):
+                done.refused.append((tid, f"turn {tid} was made by another session ({turn.session}), not "
+                                     "undone here; /undo all reaches it", list(turn.changed)))
+                continue
+            try:
+                plan = ck.plan(tid)
+                paths = ck.undo(tid)
+            except UndoError as e:
+                done.refused.append((tid, str(e), list(turn.changed) if turn else []))
+                continue
+            done.restored += [p for p in paths if p not in plan.remove]
+            done.removed += [p for p in paths if p in plan.remove]
+            done.kept += plan.keep + list(turn.skipped if turn else [])
+            done.git += [g for g in plan.git if g not in done.git]
+        return done
+
+    def forget(self, turn_ids) -> None:
+        """Drop the undo notes about these turns (a rewind cut them out of the conversation)."""
+        starts = tuple(UNDID.format(turn=t) for t in turn_ids)
+        self.notes = [n for n in self.notes if not n.startswith(starts)]
 
     def plan(self, session: str | None, turn=None):
         """What undo() would do, for a UI to confirm (tools.undo.UndoPlan; nothing changes)."""
