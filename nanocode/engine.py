@@ -202,13 +202,6 @@ class Engine:
         self.buckets = tuple(sorted(buckets)) if buckets else default_buckets(self.max_len)
         self.stop_ids = tuple(tokenizer.encode_special(s) for s in STOP_TOKENS) if tokenizer else ()
 
-    @classmethod
-    def from_checkpoint(cls, ckpt_dir, step: int | None = None, dtype=None, **kw) -> Engine:
-        from nanocode.checkpoint import load_params
-        from nanocode.tokenizer import Tokenizer
-        params, cfg, tok, _ = load_params(ckpt_dir, step, dtype=dtype)
-        return cls(params, cfg, Tokenizer.from_dict(tok) if tok else None, dtype=dtype, **kw)
-
     # -- building blocks ----------------------------------------------------------------------
     def new_cache(self, batch: int = 1) -> KVCache:
         return init_cache(self.cfg, batch, self.max_len)

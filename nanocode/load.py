@@ -45,9 +45,10 @@ def load_model(spec: str | Path | None, step: int | None = None, dtype=None) -> 
     return LoadedModel(params, cfg, tokenizer, meta, ckpt, tag, step)
 
 
-def load_engine(spec: str | Path | None, step: int | None = None, dtype=None, max_len: int | None = None):
+def load_engine(spec: str | Path | None, step: int | None = None, dtype=None, max_len: int | None = None,
+                buckets=None):
     """nanocode.engine.Engine on `load_model(spec, step, dtype)`; max_len: its context (None: the
-    config's sequence length)."""
+    config's sequence length); buckets: its prefill chunk sizes (None: the engine's default)."""
     from nanocode.engine import Engine
     m = load_model(spec, step, dtype)
-    return Engine(m.params, m.cfg, m.tokenizer, dtype=dtype, max_len=max_len)
+    return Engine(m.params, m.cfg, m.tokenizer, dtype=dtype, max_len=max_len, buckets=buckets)

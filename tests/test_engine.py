@@ -12,13 +12,15 @@ import pytest
 from nanocode.engine import (ContextOverflow, Engine, Sampling, decode_text, default_buckets,
                              plan_chunks, sample)
 from nanocode.gpt import forward
-from tiny_models import random_params, tiny
+from nanocode.load import load_engine
+from tiny_models import random_params, tiny, tiny_tokenizer
 
 BUCKETS = (16, 64)  # small buckets: prompts of 10-150 tokens go through several padded chunks
 
 CFG = tiny()
 PARAMS = random_params(CFG)
 ENGINE = Engine(PARAMS, CFG, buckets=BUCKETS)
+TOKENIZER = tiny_tokenizer(["def f(x):\n    return x + 1\n"] * 20, 280)  # saved with checkpoints
 
 
 def prompt_ids(n, seed=0, vocab=300):
@@ -271,13 +273,13 @@ def test_streamed_text_pieces_concatenate_to_decode():
 
 
 
-def test_engine_from_checkpoint_and_bf16(tmp_path):
+def test_load_engine_from_checkpoint_and_bf16(tmp_path):
     from nanocode.checkpoint import save
-    save(tmp_path, 1, PARAMS, config=CFG)
+    save(tmp_path, 1, PARAMS, config=CFG, tokenizer=TOKENIZER)
     p = prompt_ids(20, seed=9)
     want = ENGINE.generate(p, max_tokens=6, stop=())
-    assert Engine.from_checkpoint(tmp_path, buckets=BUCKETS).generate(p, max_tokens=6) == want
-    bf16 = Engine.from_checkpoint(tmp_path, dtype=jnp.bfloat16, buckets=BUCKETS)
+    assert load_engine(tmp_path, buckets=BUCKETS).generate(p, max_tokens=6, stop=()) == want
+    bf16 = load_engine(tmp_path, dtype=jnp.bfloat16, buckets=BUCKETS)
     s = bf16.decoder()
     s.append(p)
     assert s.cache.k.dtype == jnp.bfloat16 and s.logits.dtype == jnp.float32
@@ -285,12 +287,12 @@ def test_engine_from_checkpoint_and_bf16(tmp_path):
 
 
 def test_bf16_stored_params_run_in_float32(tmp_path):
-    """The shipped default model stores bf16 params; a float32 config upcasts them once at load and
-    decodes exactly like a float32 engine over the same (bf16-rounded) weights."""
+    """bf16-stored params with a float32 config are upcast once at load and decode exactly like a
+    float32 engine over the same (bf16-rounded) weights."""
     from nanocode.checkpoint import save
     rounded = jax.tree.map(lambda x: x.astype(jnp.bfloat16), PARAMS)
-    save(tmp_path, 1, rounded, config=CFG)
-    engine = Engine.from_checkpoint(tmp_path, buckets=BUCKETS)
+    save(tmp_path, 1, rounded, config=CFG, tokenizer=TOKENIZER)
+    engine = load_engine(tmp_path, buckets=BUCKETS)
     assert {x.dtype for x in jax.tree.leaves(engine.params)} == {jnp.dtype(jnp.float32)}
     up = jax.tree.map(lambda x: x.astype(jnp.float32), rounded)
     p = prompt_ids(20, seed=4)

@@ -55,8 +55,8 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(monkeypatch):
     import jax
 
     from nanocode import checkpoint
-    from nanocode.engine import Engine
     from nanocode.gpt import init_params
+    from nanocode.load import load_engine
     from nanocode.tokenizer import train_tokenizer
     from tiny_models import tiny
     from nanocode.protocol import check_call
@@ -87,7 +87,7 @@ def test_sft_tiny_model_emits_well_formed_tool_calls(monkeypatch):
                  str(STEPS), "--warmup-steps", str(WARMUP), "--log-every", "50", "--eval-every", "1000",
                  "--lr-scale", str(LR_SCALE), "--sample-tokens", "0", "--run-dir", str(run)]) == 0
 
-    engine = Engine.from_checkpoint(run / "checkpoints")
+    engine = load_engine(run)
     seen = {m["content"] for r in rows for m in r["messages"] if m["role"] == "user"}
 
     def well_formed_share(heldout: bool, base: Path) -> float:
