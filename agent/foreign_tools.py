@@ -69,7 +69,7 @@ def _schema_size(schema) -> int:
         raise Refused("its input schema is nested too deep or is not JSON") from None
 
 
-def _kind(arg: str, prop) -> str | tuple[str, ...]:
+def _kind(arg: str, prop, inner: bool = False) -> str | tuple[str, ...]:
     """One property's kind; Refused when the grammar cannot write it."""
     if not isinstance(prop, dict):
         raise Refused(f"argument {arg!r} has no schema object")
@@ -77,9 +77,9 @@ def _kind(arg: str, prop) -> str | tuple[str, ...]:
     if options is not None:  # T or null: an optional T
         kept = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")] \
             if isinstance(options, list) else []
-        if len(kept) != 1 or len(options) > 2:
+        if len(kept) != 1 or len(options) > 2 or inner:
             raise Refused(f"argument {arg!r} is one of several schemas (anyOf/oneOf)")
-        return _kind(arg, kept[0])
+        return _kind(arg, kept[0], inner=True)
     if "const" in prop:
         prop = {"enum": [prop["const"]]}
     if "enum" in prop:
@@ -112,7 +112,8 @@ def kinds_of(schema) -> tuple[tuple[tuple[str, object], ...], tuple[str, ...]]:
         if key in schema:
             raise Refused(f"its input schema uses {key}")
     props, required = schema.get("properties") or {}, schema.get("required") or []
-    if not isinstance(props, dict) or not isinstance(required, list):
+    if not isinstance(props, dict) or not isinstance(required, list) or not all(
+            isinstance(r, str) for r in required):
         raise Refused("its input schema's properties or required list is malformed")
     if len(props) > MAX_ARGS:
         raise Refused(f"it has {len(props)} arguments (at most {MAX_ARGS} are taken)")

@@ -17,7 +17,8 @@ the sandbox withholds (the network, credentials, the user's own tools). What con
 that approval; their environment (the SDK passes only HOME, LOGNAME, PATH, SHELL, TERM and USER,
 plus the config's `env`: API keys reach a server only when its config names them); and the
 permission policy, through which every call of their tools goes (asks unless a rule allows it;
-plan mode only read-only ones). They run with the project root as cwd.
+plan mode only read-only ones). They run with the project root as cwd, so `--best-of` rollouts,
+each in its own copy of the project, run without them.
 
 Robustness: a server that does not start and list its tools within `startup_timeout` (env
 MCP_TIMEOUT, ms, as Claude Code; 30 s) is failed; a call gets `call_timeout` (MCP_TOOL_TIMEOUT;
@@ -77,7 +78,8 @@ class Server:
     refused: list = field(default_factory=list)  # (name, why) of tools not offered
     session: object = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    task: concurrent.futures.Future | None = None
+    task: concurrent.futures.Future | None = None  # its life (_run), seen from other threads
+    runner: asyncio.Task | None = None  # the same, in the loop
     stderr: bytearray = field(default_factory=bytearray)
     stderr_done: threading.Event = field(default_factory=threading.Event)
 
@@ -207,18 +209,24 @@ class McpHub:
         if self._loop is None or self._closed:
             return
         self._closed = True
-        for s in self.servers.values():
-            if s.state == "starting" and s.task is not None:
-                s.task.cancel()
-            self._loop.call_soon_threadsafe(s.stop.set)
+        self._loop.call_soon_threadsafe(self._stop_all)
         concurrent.futures.wait([s.task for s in self.servers.values() if s.task], timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
 
     # ---- the loop's side ------------------------------------------------------------------------
+    def _stop_all(self) -> None:
+        """A running server's life ends at its stop; a starting one's is cancelled (the SDK's
+        shutdown still runs, shielded, so its process is ended before the task is done)."""
+        for s in self.servers.values():
+            s.stop.set()
+            if s.state == "starting" and s.runner is not None:
+                s.runner.cancel()
+
     async def _run(self, s: Server) -> None:
         """One server's life: connect, initialize, list its tools, wait for close."""
         import anyio  # the SDK's; deferred with it (importing `mcp` takes ~0.6 s)
         from mcp import ClientSession
+        s.runner = asyncio.current_task()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await self._open(s, stack)

@@ -215,7 +215,7 @@ def parse_call(tok, ids) -> dict | None:
     """Generated ids -> {"name", "args"} of the first call in them, None when there is none.
 
     Prose before <|tool_call_start|> is ignored. Name and keys are stripped, values kept exactly;
-    integer-looking INT_ARGS become ints. Raises ValueError on an unterminated or malformed call
+    integer-looking INT_ARGS of our tools become ints. Raises ValueError on an unterminated or malformed call
     (the agent turns it into an `error:` tool result)."""
     s = tok.special_ids
     start, end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
@@ -244,7 +244,8 @@ def parse_call(tok, ids) -> dict | None:
             raise ValueError("malformed tool call: an argument has an empty name")
         if key in args:
             raise ValueError(f"malformed tool call: argument {key!r} given twice")
-        args[key] = int(value) if key in INT_ARGS and re.fullmatch(r"\s*-?\d+\s*", value) else value
+        ours = name in TOOLS  # a tool from outside keeps its text (its kinds convert it: foreign_tools)
+        args[key] = int(value) if ours and key in INT_ARGS and re.fullmatch(r"\s*-?\d+\s*", value) else value
     return {"name": name, "args": args}
 
 

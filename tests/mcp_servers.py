@@ -12,6 +12,8 @@
   deep     one tool whose schema nests DEPTH levels (deeper than the SDK's parser reads)
   http     main's tools over streamable HTTP on 127.0.0.1:PORT (/mcp)
   mute     reads stdin and never answers (a server that hangs at start; no SDK import)
+  stubborn never answers, writes "PID PPID" to $PIDFILE, ignores SIGTERM and the end of its
+           stdin: only SIGKILL ends it
 
 `server_config(kind)` is the .mcp.json entry that starts one with this interpreter."""
 import os
@@ -112,6 +114,15 @@ def main(kind: str, port: str = "0") -> None:
     if kind == "mute":
         sys.stdin.read()
         return
+    if kind == "stubborn":
+        import signal
+        import time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(os.environ["PIDFILE"], "w") as f:
+            f.write(f"{os.getpid()} {os.getppid()}")
+        sys.stdin.read()
+        while True:
+            time.sleep(1)
     import anyio
     server = build(kind)
     if kind == "http":

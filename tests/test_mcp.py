@@ -230,3 +230,42 @@ def test_a_remote_model_gets_the_tools_as_function_schemas(hub, project):
         "a": {"type": "number"}, "b": {"type": "number"}, "negate": {"type": "boolean"},
         "unit": {"type": "string", "enum": ["m", "km"]}}}
     assert {"Read", "Edit", "Grep", "Bash", "mcp__main__echo"} <= set(schema)
+
+
+def test_the_grammar_writes_each_kind_and_nothing_else(tok):
+    """Our model's calls of tools from outside under the mask alone (no engine): each value as its
+    kind allows, a call with no argument ends after its name, and random walks finish only calls
+    that their tool takes (protocol.check_call, then foreign_tools.call_values)."""
+    import numpy as np
+
+    from agent.foreign_tools import call_values, from_schema
+    from agent.grammar import Grammar
+    from grammar_walks import admits, walk
+    from nanocode.protocol import TOOLS, check_call
+    add = from_schema("mcp__m__add", "", {"properties": {
+        "a": {"type": "number"}, "n": {"type": "integer"}, "neg": {"type": "boolean"},
+        "unit": {"enum": ["m", "km"]}, "note": {"type": "string"}}, "required": ["a"]})
+    ping = from_schema("mcp__m__ping", "", {"type": "object"})
+    g, rng, tools = Grammar(tok, 512), np.random.default_rng(0), (TOOLS["Read"], add, ping)
+    ok = lambda name, **args: admits(g, tok, None, rng, name, tools, **args)  # noqa: E731
+    assert ok("mcp__m__add", a="-2.5e3", n="-12", neg="true", unit="km", note="any text")
+    assert ok("mcp__m__add", a="7") and ok("mcp__m__ping") and ok("Read", file_path="a.py")
+    for bad in ({"a": "2."}, {"a": "x"}, {"a": "1", "n": "1.5"}, {"a": "1", "neg": "yes"},
+                {"a": "1", "unit": "mi"}, {"a": "1", "unit": "kmh"}, {"n": "1"}, {"a": "1", "zz": "1"}):
+        assert not ok("mcp__m__add", **bad), bad
+    assert not ok("mcp__m__ping", x="1") and not ok("mcp__m__pin")
+    table = {**TOOLS, add.name: add, ping.name: ping}
+    finished = 0
+    for _ in range(300):
+        ids = walk(g, tok, None, rng, tools=tools, max_len=60)
+        if ids[-1] == tok.encode_special("<|tool_call_end|>"):
+            c = tok.parse_tool_call(ids)
+            assert check_call(c["name"], c["args"], table) is None, c
+            if c["name"] in (add.name, ping.name):
+                assert call_values(table[c["name"]], c["args"])[1] is None, c
+                finished += 1
+    assert finished > 30
+    page = from_schema("mcp__m__page", "", {"properties": {"limit": {"type": "string"}}})
+    ids = tok.encode_tool_call({"name": page.name, "args": {"limit": "007"}})
+    assert admits(g, tok, None, rng, page.name, (page,), limit="007")
+    assert tok.parse_tool_call(ids)["args"] == {"limit": "007"}  # its kind, not our Read's int limit
