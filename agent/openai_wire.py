@@ -3,10 +3,9 @@
 Requests (`nanocode serve`): parse_request checks a request's parameters (a RequestError names
 the parameter; the server answers it in OpenAI's error shape, error_body: a 400, or a 404 for a
 model it does not serve); parse_json caps the nesting of JSON at MAX_DEPTH, checked without
-recursion. Tools are ours or the client's own (agent/foreign_tools.py: their calls are handed
-back). What the server cannot honour is refused, never ignored: n above 1, a tool whose
-parameters the grammar cannot write, a tool_choice that names one the request does not list, and
-the parameters of UNSUPPORTED away from their neutral value. StopText applies `stop` to prose.
+recursion. Tools are ours or the client's (foreign_tools; their calls are handed back). Refused,
+never ignored: n above 1, a tool the grammar cannot write, a tool_choice naming one not listed,
+and the parameters of UNSUPPORTED away from their neutral value. StopText applies `stop`.
 
 OpenAI -> ours. to_conversation: a request's messages in our conversation schema. An assistant
 message with several tool_calls becomes one of ours per call, each followed by the `tool` message
@@ -121,35 +120,31 @@ def _integer(req: dict, key: str, default: int, low: int, high: int) -> int:
 
 
 def _tools(tools) -> list[Tool]:
-    """The function tools a request lists: ours (protocol.TOOLS, by name) and the client's own
-    (agent/foreign_tools.client_tool; one the grammar cannot write is an error saying why). The
-    model may call either; the reply hands the call back to the client, which runs it."""
+    """The function tools a request lists: ours by name, the client's as foreign_tools.client_tool."""
     if tools is None:
         return []
     if not isinstance(tools, list):
         raise RequestError("tools must be a list of function tools", "tools")
-    out: dict[str, Tool] = {}
+    out = {}  # name -> protocol.Tool
     for k, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise RequestError(f"tools[{k}] must be {{\"type\": \"function\", \"function\": "
                                "{\"name\": ...}}", "tools")
-        name = fn["name"]
         try:
-            out[name] = TOOLS.get(name) or client_tool(name, fn.get("description"), fn.get("parameters"))
+            out[fn["name"]] = TOOLS.get(fn["name"]) or client_tool(fn["name"], fn.get("description"),
+                                                                    fn.get("parameters"))
         except Refused as e:
-            raise RequestError(f"tools[{k}] ({name[:40]!r}): this server cannot offer it: {e}; drop "
-                               "it or simplify its parameters", "tools") from None
+            raise RequestError(f"tools[{k}] ({fn['name'][:40]!r}): this server cannot offer it: {e}; "
+                               "drop it or simplify its parameters", "tools") from None
     return list(out.values())
 
 
 def _offered(tools: list[Tool], choice) -> tuple[tuple[Tool, ...], bool]:
     """tool_choice over the listed tools: (the tools the reply may call, ours in TOOLS order then
-    the client's as listed; whether it must be a call). "auto" (or absent): those listed, a call
-    or not; "none": no call; "required": a call to one listed; a named function: a call to that
-    one."""
-    names = [t.name for t in tools]
-    listed = tuple(TOOLS[n] for n in TOOLS if n in names) + tuple(t for t in tools if t.name not in TOOLS)
+    the client's; whether it must be a call). "auto" (or absent): those listed, a call or not;
+    "none": no call; "required": a call to one listed; a named function: a call to that one."""
+    listed = tuple(sorted(tools, key=lambda t: list(TOOLS).index(t.name) if t.name in TOOLS else len(TOOLS)))
     if choice is None or choice == "auto":
         return listed, False
     if choice == "none":
@@ -199,7 +194,7 @@ def _unsupported(req: dict) -> None:
 def parse_request(req: dict, model: str | None = None) -> dict:
     """A chat-completions request's parameters, checked: {"temperature", "top_p", "seed",
     "max_tokens" (before the context's room), "stop" (strings; empty: none), "tools" (those the
-    reply may call: protocol.Tools, ours in TOOLS order, then the client's), "must_call" (tool_choice "required" or a named function:
+    reply may call: protocol.Tools), "must_call" (tool_choice "required" or a named function:
     the reply is a call), "messages" (our conversation schema)}. `model`: the served model's
     name; a request naming another is a 404 (code model_not_found), one naming none is taken.
     Raises RequestError naming the parameter."""
@@ -338,23 +333,19 @@ class CallArgs(NamedTuple):
 
 def schema_args(name: str, text: str, tool: Tool | None = None) -> CallArgs:
     """A call's JSON arguments (`text`, as a server sends them) in the conversation schema:
-    digit strings become ints for INT_ARGS, numbers become strings elsewhere, keys in wire order;
-    for a tool from outside (`tool` with kinds: an MCP tool) as its kinds say
-    (agent/foreign_tools.wire_values). Arguments that are not a JSON object, of the wrong shape,
-    or with a value that holds a loop (agent/loop_guard.py) give an error instead."""
+    digit strings become ints for INT_ARGS, numbers become strings elsewhere (an MCP `tool`'s: as
+    its kinds say, foreign_tools.wire_values), keys in wire order. Arguments that are not a JSON
+    object, of the wrong shape, or with a value that holds a loop give an error instead."""
     try:  # bounded depth: a server's deeply nested arguments are an error, not a crash
         args = parse_json(text or "{}", f"the {name} call's argument text")
     except RequestError as e:
         return CallArgs(None, f"error: {e}; send a JSON object")
     if not isinstance(args, dict):
         return CallArgs(None, f"error: the {name} call's arguments must be a JSON object")
-    fixed = {}
-    if tool is not None and tool.kinds:
-        fixed, error = wire_values(tool, args)
-        if error:
-            return CallArgs(None, error)
-        args = {}
-    for key, value in args.items():
+    fixed, error = wire_values(tool, args) if tool is not None and tool.kinds else ({}, None)
+    if error:
+        return CallArgs(None, error)
+    for key, value in (args if not fixed else {}).items():
         if key in INT_ARGS and isinstance(value, str) and value.strip().isdigit():
             value = int(value)
         elif key not in INT_ARGS and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -372,13 +363,11 @@ def schema_args(name: str, text: str, tool: Tool | None = None) -> CallArgs:
 
 # ---- ours -> OpenAI ------------------------------------------------------------------------------
 def tool_schema(tool: Tool | str) -> dict:
-    """One of our tools (a protocol.Tool, or its name) or an MCP tool as an OpenAI function tool."""
+    """One of our tools (or its name) or an MCP tool as an OpenAI function tool."""
     t = TOOLS[tool] if isinstance(tool, str) else tool
     props = {a: {"type": "integer" if a in INT_ARGS else "string"} for a in t.args}
-    params = json_schema(t) if t.kinds else {"type": "object", "properties": props,
-                                              "required": list(t.required)}
-    return {"type": "function", "function": {"name": t.name, "description": t.prompt,
-                                             "parameters": params}}
+    params = json_schema(t) if t.kinds else {"type": "object", "properties": props, "required": list(t.required)}
+    return {"type": "function", "function": {"name": t.name, "description": t.prompt, "parameters": params}}
 
 
 def to_openai(messages: list[dict]) -> list[dict]:
