@@ -1,4 +1,5 @@
-"""Permission policy: decide allow / ask / deny for each tool call before it runs.
+"""Permission policy: decide allow / ask / deny for each tool call before it runs. The settings
+file format it reads (keys, rule syntax, hooks, mcpServers) is tools/settings_file.py's.
 
 Design trade-offs (read these first):
 
