@@ -11,7 +11,8 @@ tested alone.
   and the model reads why.
 - At most `retries` take-backs per step; then the call stands, and the same call three times in
   a row ends the turn (protocol.REPEATED).
-A call's identity is its name and arguments (`call_key`).
+A call's identity is its name and arguments (`call_key`). `tools` is the session's table (ours and
+the MCP tools offered: protocol.Tool says whether a call changes files, whether its error does).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class CallRules:
     """The state of one turn: take-backs spent on the current step, calls since the last change,
     the last three calls made."""
     retries: int
+    tools: dict = field(default_factory=lambda: dict(TOOLS))
     attempt: int = 0
     seen: set[str] = field(default_factory=set)
     recent: list[str] = field(default_factory=list)
@@ -49,7 +51,7 @@ class CallRules:
 
     def take_back_failure(self, name: str, result: str, cancelled: bool) -> str | None:
         """Why a call that ran should be taken back (its error changed nothing), or None."""
-        tool = TOOLS.get(name)
+        tool = self.tools.get(name)
         if (tool is None or not tool.error_changes_nothing or not result.startswith("error:")
                 or result.startswith(BLOCKED) or self.attempt >= self.retries or cancelled):
             return None
@@ -65,5 +67,5 @@ class CallRules:
         """A call's result goes into the conversation: the next step starts afresh, and after a
         change every earlier call may rightly recur."""
         self.attempt = 0
-        changed = name in TOOLS and TOOLS[name].changes_files and not result.startswith("error:")
+        changed = name in self.tools and self.tools[name].changes_files and not result.startswith("error:")
         self.seen = (set() if changed else self.seen) | {key}

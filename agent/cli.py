@@ -10,8 +10,9 @@ agent/remote.py).
 
 Before anything loads, two questions a repository cannot answer for the user: folder trust
 (`trusted`) and the project's settings (`review_settings`): `.nanocode/settings.json` and
-`settings.local.json` ship with the repository and could grant `auto` and `Read(/**)`, so they
-apply only once the user has accepted exactly their bytes. Interactive starts (the TUI, --plain)
+`settings.local.json` ship with the repository and could grant `auto` and `Read(/**)`, and
+`.mcp.json` names MCP servers, programs to run, so they apply only once the user has accepted
+exactly their bytes. Interactive starts (the TUI, --plain)
 show a new file, or the diff of a changed one against what was accepted (capped, escaped for the
 terminal), and ask `use these project settings? [y/N]`; yes records them
 (tools/workspace.accept_settings), no ignores them for this run. Headless (-p) and a stdin that
@@ -189,10 +190,12 @@ def settings_review(f) -> str:
 
     from agent.display import printable
     text = f.data.decode("utf-8", "replace")
+    what = ("project MCP servers" if f.path.name == ".mcp.json" else "project settings") + f" {f.path}"
     if f.accepted is None:
-        head, lines = f"project settings {f.path}:", text.splitlines()
+        runs = " (programs nanocode starts once you accept them)" if f.path.name == ".mcp.json" else ""
+        head, lines = f"{what}{runs}:", text.splitlines()
     else:
-        head = f"project settings {f.path} changed since you accepted them:"
+        head = f"{what} changed since you accepted them:"
         lines = list(difflib.unified_diff(f.accepted.splitlines(), text.splitlines(), "accepted", "now",
                                           lineterm=""))
     shown, size = [], 0

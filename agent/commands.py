@@ -153,6 +153,14 @@ def _settings(agent, root, rest) -> Out:
     return Note("\n".join(lines))
 
 
+def _mcp(agent, root, rest) -> Out:
+    from agent.display import printable
+    if agent.mcp is None:
+        return Note('no MCP servers: list them under "mcpServers" in your settings file or in a '
+                    ".mcp.json at the project root (Claude Code's format)")
+    return Note(printable(agent.mcp.describe()))
+
+
 def _session(agent, root, rest) -> Out:
     path = getattr(agent.conv.store, "path", None)
     return Note(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") +
@@ -292,6 +300,8 @@ COMMANDS = [
             _mark("good"), idle_only=True),
     Command("/bad", "", "mark the last turn bad: exported as the rejected side of a pair",
             _mark("bad"), idle_only=True),
+    Command("/mcp", "", "the MCP servers: running, failed or not approved, and their tools", _mcp,
+            slow=True),
     Command("/session", "", "this session's id and file", _session),
     Command("/rewind", "[N]", "list this conversation's requests; N: go back to just before request "
             "N (files as they were, its text in the prompt; also Esc twice in the TUI)", _rewind,

@@ -171,8 +171,8 @@ def fit_result(name: str, result: str, count, budget: int) -> str:
             m = re.match(r" *(\d+)→", lines[head - 1])
             go_on = f"Read it with offset={m.group(1)} to see more" if m else "Read on with offset"
             return "\n".join(lines[:head] + [f"[cut to fit the context: {rest} more lines; {go_on}]"])
-        return "\n".join(lines[:head] + [f"[... {rest} more lines cut to fit the context; narrow "
-                                          "the pattern or the path]"])
+        how = "narrow the pattern or the path" if name == "Grep" else "ask for less"
+        return "\n".join(lines[:head] + [f"[... {rest} more lines cut to fit the context; {how}]"])
 
     out = compose(head, tail)
     while count(out) > budget and head + tail > 0:  # the note's tokens: shrink to fit

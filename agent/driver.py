@@ -37,7 +37,7 @@ from agent.settings import TurnSettings
 from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
     CANCELLED, MODE_TOOLS, MODES, REJECTED, REPEATED, TOOLS, Approval, Status, ToolCall, ToolResult,
-    TurnEnd, TurnResult, check_call, mode_note, system_prompt)
+    TurnEnd, TurnResult, check_call, mode_note, mode_tools, system_prompt)
 from tools.dispatch import run_tool
 from tools.files import read_memory
 from tools.permissions import QUESTION_EDIT, Policy
@@ -53,12 +53,13 @@ class Agent:
     """One conversation with `sampler` in the project at `root` under `policy` (a
     tools.permissions.Policy: mode, rules, settings). messages / meta / store: a conversation to
     continue and where to save it (agent/conversation.py). `sandbox_status` says what contains
-    the commands."""
+    the commands. `mcp`: an agent/mcp_hub.McpHub whose servers' tools the model may call too
+    (None: ours only)."""
 
     def __init__(self, sampler: Sampler, root, policy: Policy, settings: TurnSettings = TurnSettings(),
-                 messages=None, meta=None, store=None):
+                 messages=None, meta=None, store=None, mcp=None):
         self.root = os.path.realpath(os.fspath(root))
-        self.sampler, self.policy, self.settings = sampler, policy, settings
+        self.sampler, self.policy, self.settings, self.mcp = sampler, policy, settings, mcp
         self.sandbox, self.sandbox_status = for_commands(settings.sandbox, settings.network)
         policy.sandboxed = self.sandbox is not None  # no sandbox: every Bash asks
         self.hooks = Hooks(self.root, policy, self.sandbox)  # the settings' "hooks" (agent/hooks.py)
@@ -93,6 +94,16 @@ class Agent:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         self.policy.mode = mode
+
+    def extra_tools(self) -> tuple:
+        """The MCP tools offered now (their servers running), as protocol.Tools; the policy
+        judges their calls by the same table (Policy.external)."""
+        self.policy.external = self.mcp.tools() if self.mcp is not None else {}
+        return tuple(self.policy.external.values())
+
+    def offered_tools(self) -> tuple:
+        """What a reply may call in this mode: ours, then the MCP tools (protocol.mode_tools)."""
+        return mode_tools(self.mode, self.extra_tools())
 
     def conversation(self) -> dict:
         return {"messages": self.messages, "meta": self.meta}
@@ -214,11 +225,14 @@ class Agent:
         return compact(self.conv, self.sampler, keep)
 
     def _system_prompt(self) -> str:
-        """The system message a new conversation starts with: the mode's tools, the folder and
-        the memory file cut to its share of the context."""
+        """The system message a new conversation starts with: the mode's tools (the MCP servers'
+        too, once each has started or failed), the folder and the memory file cut to its share of
+        the context."""
         memory = read_memory(self.root) if self.settings.memory else None
         memory = fit_memory(memory, self.sampler.count, memory_budget(self.sampler.max_len))
-        return system_prompt(self.root, memory, self.mode)
+        if self.mcp is not None:
+            self.mcp.wait()
+        return system_prompt(self.root, memory, self.mode, self.extra_tools())
 
     def refresh_system_prompt(self) -> bool:
         """A resumed conversation starts from today's system prompt (the memory file, the folder
@@ -286,8 +300,10 @@ class Agent:
 
     def _step(self, rules: CallRules, res: TurnResult, approve, emit, cancel):
         """One reply and, for a call, its result: the turn's stop reason, or None to go on."""
+        offered = self.offered_tools()
+        rules.tools = {**TOOLS, **self.policy.external}
         try:
-            reply = self.sampler.reply(self.conv, MODE_TOOLS[self.mode], emit, cancel, res.usage,
+            reply = self.sampler.reply(self.conv, offered, emit, cancel, res.usage,
                                        retry=rules.attempt > 0)
         except ContextFull as e:
             emit(Status(str(e)))
@@ -380,7 +396,8 @@ class Agent:
 
     def _run_call(self, name, args, approve, emit, cancel):
         """Check, ask, snapshot, run: (result, the stop reason it causes or None)."""
-        err = check_call(name, args)
+        table = {**TOOLS, **self.policy.external}
+        err = check_call(name, args, table)
         if err:
             return err, None
         d = self.policy.check(name, args)
@@ -401,7 +418,7 @@ class Agent:
                 return REJECTED, "rejected"
             if answer == "cancelled":  # not the user's verdict on the call: nothing ran
                 return CANCELLED, "cancelled"
-        changes = TOOLS[name].changes_files
+        changes = table[name].changes_files
         if changes:
             refused = self.undo_log.begin(self.messages[self.conv.turn_start]["content"], self.meta["id"])
             if refused:
@@ -414,9 +431,12 @@ class Agent:
         # check = use: a Read or Grep judged inside the project runs without allow_outside (its
         # descriptor-level open refuses what became outside), one judged outside reads only
         # there, and both refuse a file other than the one judged (tools/permissions.Decision)
-        result = run_tool(self.root, name, args, allow_outside=d.inside is False, same_as=d.identity,
-                          timeout=self.settings.tool_timeout, cancel=cancel, sandbox=self.sandbox,
-                          env_names=tuple(self.policy.env))
+        if name in self.policy.external:  # an MCP server's (agent/mcp_hub.py)
+            result = self.mcp.call(name, args, cancel)
+        else:
+            result = run_tool(self.root, name, args, allow_outside=d.inside is False, same_as=d.identity,
+                              timeout=self.settings.tool_timeout, cancel=cancel, sandbox=self.sandbox,
+                              env_names=tuple(self.policy.env))
         result = fit_result(name, result, self.sampler.count, self.result_budget)
         result = self.hooks.after(name, args, result, self.meta["id"], emit, cancel)  # PostToolUse
         if changes:

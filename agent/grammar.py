@@ -16,7 +16,10 @@ Phases, driven one generated token at a time:
   done     after `<|tool_call_end|>` or `<|assistant_end|>` (the engine draws one unused token)
 
 Values: INT_ARGS are digits (at least one; limit not all zeros), Bash.command free text with a
-non-blank byte, new_string free text. Without grounding the rest is free text too. With a
+non-blank byte, new_string free text. A tool from outside (protocol.Tool.kinds: an MCP server's,
+a serve client's) has its own: a string is free text, an integer `-?digits`, a number a JSON
+number, a boolean `true`/`false`, an enum one of its strings; with no argument at all its call may
+end right after the name. Without grounding the rest is free text too. With a
 Grounding (agent/grounding.py): Read.file_path, Grep.path and Edit.file_path are admissible
 paths, Edit.old_string a unique substring of the file's current bytes, Grep.pattern at most
 PATTERN_BYTES whose identifier runs are prefixes of known words while written and close (a
@@ -35,10 +38,11 @@ from __future__ import annotations
 import numpy as np
 
 from agent.grounding import NAME_CHARS
+from agent.kind_values import kind_value
 from agent.spans import IDENT, IDENT_BYTES
 from agent.prose import Prose
 from agent.vocab_trie import BYTE, MEMO_MASKS, SortedStrings, Value, VocabTrie
-from nanocode.protocol import INT_ARGS, TOOLS
+from nanocode.protocol import INT_ARGS, TOOLS, Tool
 
 PATTERN_BYTES = 256
 VALUES_KEPT = 16
@@ -268,26 +272,30 @@ class Grammar:
         return ids[ids >= 0]
 
     def state(self, tools=tuple(TOOLS), ground=None) -> "GrammarState":
-        """A fresh reply: only `tools` may be called; `ground` (a Grounding) or None."""
-        return GrammarState(self, tuple(tools), ground)
+        """A fresh reply: only `tools` (names of ours, or protocol.Tools) may be called; `ground`
+        (a Grounding) or None."""
+        return GrammarState(self, tuple(TOOLS[t] if isinstance(t, str) else t for t in tools), ground)
 
     # ---- names and keys ------------------------------------------------------------------------
-    def words_mask(self, kind: str, targets: tuple, prefix: bytes) -> np.ndarray:
-        """Tokens extending `prefix` towards one of `targets`; once whole, the special after."""
-        k = (kind, targets, prefix)
+    def words_mask(self, targets: tuple, prefix: bytes, after: tuple) -> np.ndarray:
+        """Tokens extending `prefix` towards one of `targets`; once whole, the specials `after`."""
+        k = (targets, prefix, after)
         m = self._memo.get(k)
         if m is None:
             m = np.zeros(self.n_vocab, bool)
             enc = [w.encode() for w in targets]
             m[self.ids_of(self.trie.walk_sorted(SortedStrings(enc), prefix))] = True
             if prefix in enc:
-                m[self.arg if kind == "name" else self.val] = True
+                m[list(after)] = True
             self._memo[k] = m
         return m
 
     # ---- values --------------------------------------------------------------------------------
-    def value(self, tool: str, arg: str, ground, file_path: bytes) -> Value:
+    def value(self, spec: Tool, arg: str, ground, file_path: bytes) -> Value:
         """The automaton of one argument's value (`file_path`: the Edit's, for old_string)."""
+        if spec.kinds:
+            return kind_value(self, dict(spec.kinds)[arg])
+        tool = spec.name
         if arg in INT_ARGS:
             return self.limit if arg == "limit" else self.count
         if arg == "command":
@@ -366,8 +374,9 @@ def _runs(b: bytes, escaped: bool) -> tuple[tuple, bool, bool]:
 class GrammarState:
     """Follows one reply; `allowed(out)` is the engine's mask hook (out = tokens so far)."""
 
-    def __init__(self, g: Grammar, tools: tuple, ground):
-        self.g, self.tools, self.ground = g, tools, ground
+    def __init__(self, g: Grammar, tools: tuple[Tool, ...], ground):
+        self.specs = {t.name: t for t in tools}
+        self.g, self.tools, self.ground = g, tuple(self.specs), ground
         self.seen, self.phase, self.buf = 0, CONTENT, b""
         self.tool, self.last, self.existing = "", -1, None  # last: index of the last argument given
         self.value, self.vstate, self.stops, self.file_path = None, None, (), b""
@@ -376,7 +385,7 @@ class GrammarState:
 
     def next_keys(self) -> tuple:
         """The arguments that may come next, in wire order, up to the first required one."""
-        tool = TOOLS[self.tool]
+        tool = self.specs[self.tool]
         if self.tool == "Edit" and self.last == 0 and self.existing is not None:
             return ("old_string",) if self.existing else ("new_string",)
         out = []
@@ -396,8 +405,8 @@ class GrammarState:
             elif t in g.pieces and self._prose() is not None:
                 self.pstate = self.prose.feed(self.pstate, g.pieces[t])
         elif phase == NAME:
-            if t == g.arg:
-                self.tool, self.phase, self.buf = self.buf.decode(), KEY, b""
+            if t == g.arg or t == g.call_end:
+                self.tool, self.phase, self.buf = self.buf.decode(), KEY if t == g.arg else DONE, b""
             else:
                 self.buf += g.pieces[t]
         elif phase == KEY:
@@ -417,12 +426,13 @@ class GrammarState:
 
     def _start_value(self, arg: str) -> None:
         g = self.g
-        self.last = TOOLS[self.tool].args.index(arg)
-        self.value = g.value(self.tool, arg, self.ground, self.file_path)
+        spec = self.specs[self.tool]
+        self.last = spec.args.index(arg)
+        self.value = g.value(spec, arg, self.ground, self.file_path)
         self.vstate, self.phase, self.in_path = self.value.start(), VALUE, arg == "file_path"
-        rest = TOOLS[self.tool].args[self.last + 1:]
+        rest = spec.args[self.last + 1:]
         self.stops = ((g.arg,) if rest else ()) + (
-            () if any(a in TOOLS[self.tool].required for a in rest) else (g.call_end,))
+            () if any(a in spec.required for a in rest) else (g.call_end,))
 
     def _prose(self):
         """The content phase's automaton, asked for at the first prose token (it syncs the context)."""
@@ -441,9 +451,12 @@ class GrammarState:
                 return self.prose.mask(self.pstate, (g.call_start, g.a_end) if self.tools else (g.a_end,))
             return g.content if self.tools else g.prose
         if phase == NAME:
-            return g.words_mask("name", self.tools, self.buf)
+            spec = self.specs.get(self.buf.decode("utf-8", "replace"))
+            after = () if spec is None else ((g.arg,) if spec.args else ()) + (
+                () if spec.required else (g.call_end,))
+            return g.words_mask(self.tools, self.buf, after)
         if phase == KEY:
-            return g.words_mask("key", self.next_keys(), self.buf)
+            return g.words_mask(self.next_keys(), self.buf, (g.val,))
         if phase == VALUE:
             return self.value.mask(self.vstate, self.stops)
         return g.content  # done: the engine still draws one token after a stop (unused)

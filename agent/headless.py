@@ -76,10 +76,13 @@ def stream_event(ev: Event) -> None:
 
 def stream_start(agent) -> None:
     """stream-json's first line, before anything runs: {"type": "init", session, model, cwd,
-    mode, tools (those the mode offers), sandbox}, so a reader knows what it is talking to."""
-    from nanocode.protocol import MODE_TOOLS
+    mode, tools (those the mode offers, the MCP servers' once started), sandbox}, so a reader
+    knows what it is talking to."""
+    if agent.mcp is not None:
+        agent.mcp.wait()
+    tools = [t.name for t in agent.offered_tools()]
     print(printable_json({"type": "init", "session": agent.meta.get("id"), "model": agent.meta.get("model"),
-                          "cwd": agent.root, "mode": agent.mode, "tools": list(MODE_TOOLS[agent.mode]),
+                          "cwd": agent.root, "mode": agent.mode, "tools": tools,
                           "sandbox": agent.sandbox_status}), flush=True)
 
 

@@ -94,17 +94,26 @@ class PoolModel:
 
 
 def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, store=None):
-    """The Agent for these options (load_sampler). Every failure is a one-line ModelError; the
-    TUI calls this on its loader thread."""
-    sampler, name = load_sampler(o, root, model_dir)
+    """The Agent for these options (load_sampler), with the MCP servers its settings name
+    (agent/mcp_hub.py). Every failure is a one-line ModelError; the TUI calls this on its loader
+    thread."""
     from agent.driver import Agent
+    from agent.mcp_hub import McpHub
     from agent.sessions import SessionStore
     from tools.permissions import Policy, SettingsError
     try:  # project settings apply once accepted (tools/workspace.project_settings) or trusted
         policy = Policy.load(root, mode=o.mode, trust_settings=o.trust_settings)
-        agent = Agent(sampler, root, policy, o.turn, messages, meta)
     except SettingsError as e:
         raise ModelError(str(e), 2) from None
+    mcp = McpHub(root, policy.mcp_servers, policy.mcp_ignored) if policy.mcp_servers or policy.mcp_ignored \
+        else None  # its servers start while the model loads
+    try:
+        sampler, name = load_sampler(o, root, model_dir)
+        agent = Agent(sampler, root, policy, o.turn, messages, meta, mcp=mcp)
+    except BaseException:
+        if mcp is not None:
+            mcp.close()
+        raise
     agent.refresh_system_prompt()  # a resumed session: today's AGENTS.md, folder and mode
     if messages:
         agent.load_context()

@@ -3,9 +3,9 @@
 Requests (`nanocode serve`): parse_request checks a request's parameters (a RequestError names
 the parameter; the server answers it in OpenAI's error shape, error_body: a 400, or a 404 for a
 model it does not serve); parse_json caps the nesting of JSON at MAX_DEPTH, checked without
-recursion. What the server cannot honour is refused, never ignored: n above 1, tools other than
-ours, a tool_choice that names one the request does not list, and the parameters of UNSUPPORTED
-away from their neutral value. StopText applies `stop` to a reply's prose as it streams.
+recursion. Tools are ours or the client's (foreign_tools; their calls are handed back). Refused,
+never ignored: n above 1, a tool the grammar cannot write, a tool_choice naming one not listed,
+and the parameters of UNSUPPORTED away from their neutral value. StopText applies `stop`.
 
 OpenAI -> ours. to_conversation: a request's messages in our conversation schema. An assistant
 message with several tool_calls becomes one of ours per call, each followed by the `tool` message
@@ -39,8 +39,9 @@ import time
 import uuid
 from typing import NamedTuple
 
+from agent.foreign_tools import Refused, client_tool, json_schema, wire_calls, wire_values
 from agent.loop_guard import first_loop
-from nanocode.protocol import INT_ARGS, TOOLS, canonical_args, check_shape
+from nanocode.protocol import INT_ARGS, TOOLS, Tool, canonical_args, check_shape
 
 MAX_DEPTH = 64  # nesting of its JSON (and of a tool call's arguments)
 MAX_TOKENS = 1 << 20  # the largest max_tokens taken (then cut to the context's room)
@@ -118,33 +119,32 @@ def _integer(req: dict, key: str, default: int, low: int, high: int) -> int:
     return v
 
 
-def _tool_names(tools) -> list[str]:
-    """The names of the function tools a request lists; one that is not ours is an error (the
-    server can call only nanocode's own tools, protocol.TOOLS)."""
+def _tools(tools) -> list[Tool]:
+    """The function tools a request lists: ours by name, the client's as foreign_tools.client_tool."""
     if tools is None:
         return []
     if not isinstance(tools, list):
         raise RequestError("tools must be a list of function tools", "tools")
-    names = []
+    out = {}  # name -> protocol.Tool
     for k, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise RequestError(f"tools[{k}] must be {{\"type\": \"function\", \"function\": "
                                "{\"name\": ...}}", "tools")
-        names.append(fn["name"])
-    unknown = [n for n in names if n not in TOOLS]
-    if unknown:
-        raise RequestError(f"tools lists {', '.join(repr(n[:40]) for n in unknown[:8])}: this "
-                           f"server can call only nanocode's own tools ({', '.join(TOOLS)}); "
-                           "drop the others from tools", "tools")
-    return names
+        try:
+            out[fn["name"]] = TOOLS.get(fn["name"]) or client_tool(fn["name"], fn.get("description"),
+                                                                    fn.get("parameters"))
+        except Refused as e:
+            raise RequestError(f"tools[{k}] ({fn['name'][:40]!r}): this server cannot offer it: {e}; "
+                               "drop it or simplify its parameters", "tools") from None
+    return list(out.values())
 
 
-def _offered(names: list[str], choice) -> tuple[tuple[str, ...], bool]:
-    """tool_choice over the listed tools: (the tools the reply may call, in TOOLS order; whether
-    it must be a call). "auto" (or absent): those listed, a call or not; "none": no call;
-    "required": a call to one listed; a named function: a call to that one."""
-    listed = tuple(n for n in TOOLS if n in names)
+def _offered(tools: list[Tool], choice) -> tuple[tuple[Tool, ...], bool]:
+    """tool_choice over the listed tools: (the tools the reply may call, ours in TOOLS order then
+    the client's; whether it must be a call). "auto" (or absent): those listed, a call or not;
+    "none": no call; "required": a call to one listed; a named function: a call to that one."""
+    listed = tuple(sorted(tools, key=lambda t: list(TOOLS).index(t.name) if t.name in TOOLS else len(TOOLS)))
     if choice is None or choice == "auto":
         return listed, False
     if choice == "none":
@@ -161,10 +161,11 @@ def _offered(names: list[str], choice) -> tuple[tuple[str, ...], bool]:
         raise RequestError(f"tool_choice must be {', '.join(map(json.dumps, TOOL_CHOICES))} or "
                            '{"type": "function", "function": {"name": ...}}, not '
                            f"{json.dumps(choice)[:60]}", "tool_choice")
-    if name not in listed:
+    chosen = [t for t in listed if t.name == name]
+    if not chosen:
         raise RequestError(f"tool_choice names {name[:40]!r}, which tools does not list; list it "
-                           f"in tools (this server's tools: {', '.join(TOOLS)})", "tool_choice")
-    return (name,), True
+                           f"in tools (nanocode's own: {', '.join(TOOLS)}, or your function)", "tool_choice")
+    return tuple(chosen), True
 
 
 def _stop_strings(stop) -> tuple[str, ...]:
@@ -193,7 +194,7 @@ def _unsupported(req: dict) -> None:
 def parse_request(req: dict, model: str | None = None) -> dict:
     """A chat-completions request's parameters, checked: {"temperature", "top_p", "seed",
     "max_tokens" (before the context's room), "stop" (strings; empty: none), "tools" (those the
-    reply may call, in TOOLS order), "must_call" (tool_choice "required" or a named function:
+    reply may call: protocol.Tools), "must_call" (tool_choice "required" or a named function:
     the reply is a call), "messages" (our conversation schema)}. `model`: the served model's
     name; a request naming another is a 404 (code model_not_found), one naming none is taken.
     Raises RequestError naming the parameter."""
@@ -208,14 +209,21 @@ def parse_request(req: dict, model: str | None = None) -> dict:
         raise RequestError("stream must be true or false", "stream")
     _unsupported(req)
     limit = _integer(req, "max_tokens", 1024, 1, MAX_TOKENS)
-    tools, must_call = _offered(_tool_names(req.get("tools")), req.get("tool_choice"))
+    tools, must_call = _offered(_tools(req.get("tools")), req.get("tool_choice"))
     return {"temperature": _number(req, "temperature", 0.0, 0, 2),
             "top_p": _number(req, "top_p", 1.0, 0, 1) or 1.0,
             "seed": _integer(req, "seed", 0, *SEED_RANGE),
             "max_tokens": _integer(req, "max_completion_tokens", limit, 1, MAX_TOKENS),
             "stop": _stop_strings(req.get("stop")),
             "tools": tools, "must_call": must_call,
-            "messages": to_conversation(req.get("messages"))}
+            "messages": _client_calls(to_conversation(req.get("messages")), tools)}
+
+
+def _client_calls(messages: list[dict], tools) -> list[dict]:
+    try:  # earlier calls of the client's tools: their JSON values as text (wire_calls)
+        return wire_calls(messages, [t for t in tools if t.name not in TOOLS])
+    except ValueError as e:
+        raise RequestError(str(e), "messages") from None
 
 
 class StopText:
@@ -323,19 +331,21 @@ class CallArgs(NamedTuple):
     error: str | None
 
 
-def schema_args(name: str, text: str) -> CallArgs:
+def schema_args(name: str, text: str, tool: Tool | None = None) -> CallArgs:
     """A call's JSON arguments (`text`, as a server sends them) in the conversation schema:
-    digit strings become ints for INT_ARGS, numbers become strings elsewhere, keys in wire order.
-    Arguments that are not a JSON object, of the wrong shape, or with a value that holds a loop
-    (agent/loop_guard.py) give an error instead."""
+    digit strings become ints for INT_ARGS, numbers become strings elsewhere (an MCP `tool`'s: as
+    its kinds say, foreign_tools.wire_values), keys in wire order. Arguments that are not a JSON
+    object, of the wrong shape, or with a value that holds a loop give an error instead."""
     try:  # bounded depth: a server's deeply nested arguments are an error, not a crash
         args = parse_json(text or "{}", f"the {name} call's argument text")
     except RequestError as e:
         return CallArgs(None, f"error: {e}; send a JSON object")
     if not isinstance(args, dict):
         return CallArgs(None, f"error: the {name} call's arguments must be a JSON object")
-    fixed = {}
-    for key, value in args.items():
+    fixed, error = wire_values(tool, args) if tool is not None and tool.kinds else ({}, None)
+    if error:
+        return CallArgs(None, error)
+    for key, value in (args if not fixed else {}).items():
         if key in INT_ARGS and isinstance(value, str) and value.strip().isdigit():
             value = int(value)
         elif key not in INT_ARGS and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -352,13 +362,12 @@ def schema_args(name: str, text: str) -> CallArgs:
 
 
 # ---- ours -> OpenAI ------------------------------------------------------------------------------
-def tool_schema(name: str) -> dict:
-    """One of our tools as an OpenAI function tool."""
-    t = TOOLS[name]
+def tool_schema(tool: Tool | str) -> dict:
+    """One of our tools (or its name) or an MCP tool as an OpenAI function tool."""
+    t = TOOLS[tool] if isinstance(tool, str) else tool
     props = {a: {"type": "integer" if a in INT_ARGS else "string"} for a in t.args}
-    return {"type": "function", "function": {
-        "name": name, "description": t.prompt,
-        "parameters": {"type": "object", "properties": props, "required": list(t.required)}}}
+    params = json_schema(t) if t.kinds else {"type": "object", "properties": props, "required": list(t.required)}
+    return {"type": "function", "function": {"name": t.name, "description": t.prompt, "parameters": params}}
 
 
 def to_openai(messages: list[dict]) -> list[dict]:

@@ -5,7 +5,8 @@ sandbox, undo and session format, so its sessions can be distilled (`train expor
 RemoteSampler keeps agent/sampler.Sampler. A reply is one streamed
 POST /chat/completions: the conversation as OpenAI messages (our assistant message with a
 tool_call -> `tool_calls` with an id, its tool_result -> a `tool` message answering that id), the
-mode's tools as function schemas (protocol.TOOLS: arguments, which are required, integers), one
+mode's tools as function schemas (protocol.TOOLS: arguments, which are required, integers; an MCP
+tool's kinds as its JSON schema: agent/foreign_tools.py), one
 call per reply (`parallel_tool_calls: false`; a server that sends more gets the first run and a
 status note). Content deltas stream as Text events; the call's JSON arguments are checked into
 the conversation schema (ints for offset/limit/-A/-B, strings otherwise, wire order) so the
@@ -225,12 +226,12 @@ class RemoteSampler:
                 "seed": (st.seed + self.n_replies) % SERVER_SEEDS,
                 "stream_options": {"include_usage": True}}
         if tools:
-            body.update(tools=[tool_schema(n) for n in tools], parallel_tool_calls=False)
+            body.update(tools=[tool_schema(t) for t in tools], parallel_tool_calls=False)
         self.n_replies += 1
         for _ in range(CONTEXT_RETRIES):
             try:
                 return self._stream({**body, "messages": to_openai(conv.messages)}, conv, emit,
-                                    cancel, usage)
+                                    cancel, usage, {t.name: t for t in tools if not isinstance(t, str)})
             except ContextFull:  # the server counted more than we estimated: drop one more
                 what = drop_oldest(conv, self.count)
                 if what is None:
@@ -310,9 +311,10 @@ class RemoteSampler:
                 raise SamplerError(f"{self.base_url}{path} did not answer JSON: is it an "
                                    "OpenAI-compatible API root (…/v1)?") from None
 
-    def _stream(self, body: dict, conv, emit, cancel, usage) -> Reply:
+    def _stream(self, body: dict, conv, emit, cancel, usage, tools: dict) -> Reply:
         """POST the request and read its server-sent events into one Reply; prose that completes
-        a loop ends it there (stop "loop")."""
+        a loop ends it there (stop "loop"). `tools`: name -> protocol.Tool of those offered (an
+        MCP tool's values are read by its kinds)."""
         t0 = time.perf_counter()
         text, stop, got = [], "stop", StreamedReply()
         tail = Tail()  # the prose so far, for loops
@@ -347,7 +349,7 @@ class RemoteSampler:
                             "per reply: the first"))
             first = calls[min(calls)]
             name = first["name"]
-            args, error = schema_args(name, first["arguments"])
+            args, error = schema_args(name, first["arguments"], tools.get(name))
             if error is None:
                 call = {"name": name, "args": args}
                 msg["tool_call"] = call

@@ -46,9 +46,9 @@ class Sampler(Protocol):
     reserve: int  # context slots kept free for a reply
     n_replies: int  # replies sampled in this conversation (the seed offset)
 
-    def reply(self, conv, tools: tuple[str, ...], emit, cancel, usage, retry: bool = False) -> Reply:
+    def reply(self, conv, tools: tuple, emit, cancel, usage, retry: bool = False) -> Reply:
         """Sample one assistant message (prose streamed as Text events) and append it to
-        conv.messages. Raises agent/context.ContextFull when no reply fits, SamplerError when
+        conv.messages; it may call one of `tools` (protocol.Tools: the mode's, then MCP tools). Raises agent/context.ContextFull when no reply fits, SamplerError when
         the model cannot be asked."""
 
     def sync(self, conv, emit, usage) -> None:

@@ -6,9 +6,12 @@
 
 GET /v1/models (with the model's context_length); POST /v1/chat/completions, plain or streamed.
 What a request may ask and how the reply looks on the wire is agent/openai_wire.py: parameters
-the server cannot honour are a 400, never ignored; the tools are nanocode's own, offered through
-the grammar mask (agent/grammar.py), with agent/loop_guard.py keeping a reply out of loops. A
-reply is prose and at most one tool call. Requests run one at a time (one engine, batch 1).
+the server cannot honour are a 400, never ignored; the tools are nanocode's own and the client's
+own function tools (listed in the system message, their parameters in the schema subset the
+grammar writes: agent/foreign_tools.py), offered through the grammar mask (agent/grammar.py),
+with agent/loop_guard.py keeping a reply out of loops. A reply is prose and at most one tool
+call, handed back as `tool_calls` (nothing is run here). Requests run one at a time (one engine,
+batch 1).
 
 Containment: the port is reachable by every local user and, through a browser, by every web
 page, so before any model work a request must name the server in its Host and Origin (a 403:
@@ -37,9 +40,11 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from agent.foreign_tools import call_values
 from agent.openai_wire import (DONE_EVENT, RequestError, StopText, call_chunk, completion,
                                error_body, first_chunk, last_chunk, parse_json, parse_request,
                                reply_head, text_chunk)
+from nanocode.protocol import TOOLS
 
 MAX_BODY = 4 << 20  # bytes of one request body
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -61,7 +66,8 @@ class Server:
         """Check a request and render it; a RequestError says what is wrong (a 400, or a 404 for
         another model; also for a streamed request: it is raised before the stream starts)."""
         job = parse_request(req, self.name)
-        ids = self.tok.render_conversation({"messages": job.pop("messages")})[0] + [self.a_start]
+        messages = client_tools_prompt(job.pop("messages"), job["tools"])
+        ids = self.tok.render_conversation({"messages": messages})[0] + [self.a_start]
         room = self.engine.max_len - len(ids) - 1
         if room < 1:
             raise RequestError(f"the conversation is {len(ids)} tokens: more than the model's "
@@ -111,9 +117,31 @@ class Server:
         finish = "tool_calls" if reply.call else "length" if reply.stop == "length" else "stop"
         prompt, completion = len(job["ids"]), len(reply.ids)
         content = "".join(sent) if stop.hit else reply.content
-        return {"content": content, "tool_call": reply.call, "finish_reason": finish,
+        return {"content": content, "tool_call": client_call(reply.call, job["tools"]), "finish_reason": finish,
                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                           "total_tokens": prompt + completion, "seconds": round(seconds, 3)}}
+
+
+def client_tools_prompt(messages: list[dict], tools) -> list[dict]:
+    """The request's messages with the client's own tools listed at the end of the system message
+    (a new one when there is none), as the system prompt lists ours: the model sees what it may call."""
+    theirs = [t for t in tools if t.name not in TOOLS]
+    if not theirs:
+        return messages
+    listed = "tools (one call per message):\n" + "\n".join(f"- {t.prompt}" for t in theirs)
+    if messages[0]["role"] == "system":
+        return [{**messages[0], "content": f"{messages[0]['content']}\n{listed}"}, *messages[1:]]
+    return [{"role": "system", "content": listed}, *messages]
+
+
+def client_call(call: dict | None, tools) -> dict | None:
+    """A call as the client gets it: for one of its own tools, the values as its JSON schema
+    types them (5, 2.5, true: agent/foreign_tools.call_values)."""
+    tool = next((t for t in tools if call and t.name == call["name"] and t.name not in TOOLS), None)
+    if tool is None:
+        return call
+    values, _ = call_values(tool, call["args"])
+    return {"name": call["name"], "args": values if values is not None else call["args"]}
 
 
 def host_name(value: str) -> str | None:

@@ -41,7 +41,12 @@ class Tool:
     facts the agent acts on: whether it changes files (undo snapshots before it, grounding lists
     the project again after it, a repeat after it is no repeat), whether an `error:` result means
     it changed nothing (then the agent may take the call back and resample), and which argument
-    names the path the permission policy judges."""
+    names the path the permission policy judges.
+
+    A tool from outside (an MCP server's, a `nanocode serve` client's: agent/foreign_tools.py)
+    also has `kinds`: per argument "string", "integer", "number", "boolean" or a tuple of the
+    strings it may be; the grammar writes each value as its kind allows. Ours have none (their
+    values are INT_ARGS digits or the grounded automata of agent/grammar.py)."""
     name: str
     args: tuple[str, ...]
     required: tuple[str, ...]
@@ -49,6 +54,7 @@ class Tool:
     changes_files: bool
     error_changes_nothing: bool
     path_arg: str | None
+    kinds: tuple[tuple[str, str | tuple[str, ...]], ...] = ()
 
     @property
     def optional(self) -> tuple[str, ...]:
@@ -89,6 +95,13 @@ MODES = ("ask", "accept-edits", "auto", "plan")
 MODE_TOOLS = {"ask": tuple(TOOLS), "accept-edits": tuple(TOOLS), "auto": tuple(TOOLS),
               "plan": ("Read", "Grep")}  # what the grammar offers (the policy still decides)
 
+
+def mode_tools(mode: str, extra: tuple[Tool, ...] = ()) -> tuple[Tool, ...]:
+    """The tools a reply may call in `mode`: ours (MODE_TOOLS), then the `extra` ones from outside
+    (in plan mode only those that change no files: an MCP tool its server marks read-only)."""
+    return tuple(TOOLS[n] for n in MODE_TOOLS[mode]) + tuple(
+        t for t in extra if mode != "plan" or not t.changes_files)
+
 # fixed tool results and notes: the data and the agent write exactly these
 REJECTED = "rejected by user"
 CANCELLED = "cancelled by user: the call was not run"
@@ -104,11 +117,11 @@ StopReason = Literal["done", "rejected", "repeat", "step_limit", "cancelled", "m
 STOP_REASONS: tuple[StopReason, ...] = get_args(StopReason)
 
 
-def tools_prompt(mode: str = "ask") -> str:
+def tools_prompt(mode: str = "ask", extra: tuple[Tool, ...] = ()) -> str:
     """The system prompt's tool list. Modes that offer every tool render the text the shipped
-    models were trained on; plan mode lists its tools and says that it is on."""
-    names = MODE_TOOLS[mode]
-    lines = ["tools (one call per message):"] + [f"- {TOOLS[n].prompt}" for n in names]
+    models were trained on (then a line per `extra` tool the mode offers); plan mode lists its
+    tools and says that it is on."""
+    lines = ["tools (one call per message):"] + [f"- {t.prompt}" for t in mode_tools(mode, extra)]
     if mode == "plan":
         lines.append(mode_note(mode))
     return "\n".join(lines)
@@ -134,24 +147,27 @@ changed and why. no flattery, never ask "anything else?".
 working directory: {cwd}"""
 
 
-def system_prompt(cwd, memory: tuple[str, str] | None = None, mode: str = "ask") -> str:
+def system_prompt(cwd, memory: tuple[str, str] | None = None, mode: str = "ask",
+                  extra: tuple[Tool, ...] = ()) -> str:
     """The system message for a project shown at `cwd` in `mode`, with its memory file appended.
     Short (~330 tokens at a 4k vocab): a small model's context is precious and every turn re-reads
-    it. `train synth` renders the same text, so the model sees at inference what it trained on."""
-    text = PROMPT.format(tools=tools_prompt(mode), cwd=os.fspath(cwd))
+    it. `train synth` renders the same text, so the model sees at inference what it trained on.
+    `extra`: tools from outside (MCP servers), listed after ours."""
+    text = PROMPT.format(tools=tools_prompt(mode, extra), cwd=os.fspath(cwd))
     if memory:
         name, body = memory
         text += f"\n\nproject notes ({name}):\n{body}"
     return text
 
 
-def check_call(name, args) -> str | None:
-    """The `error:` line for a call of the wrong shape, or None when its shape is right."""
-    if name not in TOOLS:
+def check_call(name, args, tools: dict[str, Tool] = TOOLS) -> str | None:
+    """The `error:` line for a call of the wrong shape, or None when its shape is right.
+    `tools`: the session's table (ours, and those from outside)."""
+    if not isinstance(name, str) or name not in tools:
         return "error: unknown tool"
     if not isinstance(args, dict):
         return "error: arguments must be a mapping of names to values"
-    tool = TOOLS[name]
+    tool = tools[name]
     for key in args:
         if key not in tool.args:
             return f"error: unknown argument {key} for {name} (valid: {', '.join(tool.args)})"
@@ -199,7 +215,7 @@ def parse_call(tok, ids) -> dict | None:
     """Generated ids -> {"name", "args"} of the first call in them, None when there is none.
 
     Prose before <|tool_call_start|> is ignored. Name and keys are stripped, values kept exactly;
-    integer-looking INT_ARGS become ints. Raises ValueError on an unterminated or malformed call
+    integer-looking INT_ARGS of our tools become ints. Raises ValueError on an unterminated or malformed call
     (the agent turns it into an `error:` tool result)."""
     s = tok.special_ids
     start, end = s["<|tool_call_start|>"], s["<|tool_call_end|>"]
@@ -228,7 +244,8 @@ def parse_call(tok, ids) -> dict | None:
             raise ValueError("malformed tool call: an argument has an empty name")
         if key in args:
             raise ValueError(f"malformed tool call: argument {key!r} given twice")
-        args[key] = int(value) if key in INT_ARGS and re.fullmatch(r"\s*-?\d+\s*", value) else value
+        ours = name in TOOLS  # a tool from outside keeps its text (its kinds convert it: foreign_tools)
+        args[key] = int(value) if ours and key in INT_ARGS and re.fullmatch(r"\s*-?\d+\s*", value) else value
     return {"name": name, "args": args}
 
 

@@ -131,11 +131,12 @@ def test_a_tool_choice_that_cannot_be_honoured_is_a_400(port):
             port, {**RUN_TESTS, "tool_choice": bad}, "tool_choice")
 
 
-def test_client_tools_are_a_400_naming_them(port):
-    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
-    message = refused(port, {**RUN_TESTS, "tools": [weather, tool_schema("Read")]}, "tools")
-    assert "'get_weather'" in message and "Read, Edit, Grep, Bash" in message
-    assert "Read" not in message.split("only")[0]  # ours is not among the unknown
+def test_client_tools_the_grammar_cannot_write_are_a_400_naming_them(port):
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"days": {"type": "array"}}}}}
+    message = refused(port, {**RUN_TESTS, "tools": [tool_schema("Read"), weather]}, "tools")
+    assert "tools[1] ('get_weather')" in message and "argument 'days' is array" in message
+    # tests/test_serve_client_tools.py: the client tools it can write, called and handed back
 
 
 def test_another_models_name_is_a_404_in_openais_shape(port):

@@ -52,7 +52,7 @@ _HOME_DOT = re.compile(r"^(?:~[\w.-]*|\$HOME|\$\{HOME\}|/home/[^/]+|/Users/[^/]+
 _SYSTEM = re.compile(r"^/(?:etc|boot|usr|bin|sbin|lib|lib32|lib64|sys|proc)(?:/|$)")
 _DISK = re.compile(r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-)")
 _GIT_DIR = re.compile(r"(?:^|/)\.git(?:/|$)", re.I)
-_SETTINGS = re.compile(r"\.nanocode(?:/|\b)|settings\.local\.json|\.config/nanocode|nanocode_home|refs/+nanocode", re.I)
+_SETTINGS = re.compile(r"\.nanocode(?:/|\b)|settings\.local\.json|\.mcp\.json|\.config/nanocode|nanocode_home|refs/+nanocode", re.I)
 _HOOKS = re.compile(r"\.git/+hooks|(?:^|[\s/'\"=])\.(?:husky|githooks)(?:/|\b)", re.I)
 _SHELL_NAMES = {"sh", "bash", "zsh", "dash", "ksh", "fish", "ash"}  # take their script with -c
 _SHELLS = re.compile(r"^(?:sh|bash|zsh|dash|ksh|fish|ash|source|\.|python[\d.]*|perl|ruby|node|php|deno|bun)$")

@@ -1,4 +1,5 @@
-"""Permission policy: decide allow / ask / deny for each tool call before it runs.
+"""Permission policy: decide allow / ask / deny for each tool call before it runs. The settings
+file format it reads (keys, rule syntax, hooks, mcpServers) is tools/settings_file.py's.
 
 Design trade-offs (read these first):
 
@@ -38,6 +39,12 @@ Design trade-offs (read these first):
   environment variables Bash may see beyond tools/bash.ENV_ALLOW (API keys never pass unlisted).
   `"hooks"` is parsed here into `Hook`s (`policy.hooks`, user file first) and run by agent/hooks.py,
   so a project's hooks, like the rest of its file, apply only once the user accepted it.
+* MCP tools (agent/mcp.py; `external`, set by the agent, holds the ones offered now) are named
+  `mcp__server__tool`; a rule names one, or `mcp__server` / `mcp__server__*` all of a server's
+  (`*` globs). With no rule matching one asks, in every mode: what it does is the server's. Plan
+  mode denies it unless its server marks it read-only (readOnlyHint). The servers themselves come
+  from the settings' `"mcpServers"` and the project's `.mcp.json` (`mcp_servers`), that file too
+  only once accepted; `mcp_ignored` names the servers of a file that does not apply, and why.
 * Path rules are gitignore-style globs on the project-relative path (`*.md` at any depth,
   `docs/**` = `docs/` = the folder, `src/*.py` anchored); `~/` and absolute patterns match the
   resolved absolute path. `Read(...)` rules also govern Grep; a Grep of a folder is judged by
@@ -57,7 +64,6 @@ Design trade-offs (read these first):
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -66,16 +72,20 @@ from pathlib import Path
 
 from nanocode.protocol import MODE_TOOLS, MODES, PLAN_REASON, TOOLS, call_path
 from tools.destructive import INTERPRETERS, destructive, dynamic, side_effects
+from tools.mcp_config import FIX as MCP_FIX
+from tools.mcp_config import merge, parse_mcp_json, server_names
+from tools.settings_file import (HOOK_EVENTS, KINDS, Hook, SettingsError, default_user_file,  # noqa: F401 - theirs
+                                 load_file, parse, parse_rule)
 from tools.shell import normalized, split_command
-from tools.workspace import (PathOutside, identity, is_inside, project_settings, protected, real_root, resolve,
-                             user_settings_dir)
+from tools.workspace import PathOutside, identity, is_inside, project_settings, protected, real_root, resolve
 
-_KINDS = ("allow", "ask", "deny")
 NO_SANDBOX = "no OS sandbox is in effect, so every command asks"
 QUESTION_EDIT = "the request is a question: an edit asks, whatever the mode (agent/request_kind.py)"
 _ALLOWED = {"allow": "allowed by rule", "session": "allowed for this session"}
 NOT_ACCEPTED = ("not accepted yet: run nanocode here once interactively to review them, "
                 "or pass --trust-settings")
+MCP_FILE = ".mcp.json"
+MCP_PLAN = "plan mode is read-only: this MCP tool's server does not mark it read-only (readOnlyHint)"
 
 
 @dataclass(frozen=True)
@@ -93,43 +103,14 @@ class Decision:
     identity: tuple[int, int] | None = field(default=None, compare=False)
 
 
-class SettingsError(ValueError):
-    """A malformed settings file; the message names the file, the problem and the fix."""
-
-
-HOOK_EVENTS = ("PreToolUse", "PostToolUse", "Stop")  # what each one does: agent/hooks.EVENTS
-
-
-@dataclass(frozen=True)
-class Hook:
-    """One hook of the settings file `source`: a shell command run at `event` (agent/hooks.py) for
-    the tools whose whole name the regex `matcher` matches (None: every tool; Stop has none)."""
-    event: str
-    command: str
-    matcher: str | None = None
-    timeout: float = 30.0
-    source: str = ""
-
-
 # ------------------------------------------------------------------------------ rules
 
-_RULE = re.compile(r"\s*([A-Za-z]+)\s*(?:\((.*)\))?\s*", re.S)
-
-
-def parse_rule(text):
-    """"Bash" -> ("Bash", None); "Bash(git status*)" -> ("Bash", "git status*"). ValueError on junk.
-    A Claude-style trailing ":*" (`Bash(npm run test:*)`) is read as "*"."""
-    m = _RULE.fullmatch(text) if isinstance(text, str) else None
-    if not m or m.group(1) not in TOOLS:
-        raise ValueError(f"not a rule: {text!r} (expected e.g. Bash, Bash(git status*), Edit(docs/**))")
-    pattern = m.group(2)
-    if pattern is not None:
-        pattern = pattern.strip()
-        if not pattern or "\x00" in pattern:
-            raise ValueError(f"empty pattern in rule {text!r} (write {m.group(1)} to match every call)")
-        if pattern.endswith(":*"):
-            pattern = pattern[:-2] + "*"
-    return m.group(1), pattern
+def _mcp_file(path: Path, raw: bytes) -> dict:
+    """An accepted `.mcp.json`: its servers, as a settings file's "mcp" (SettingsError if malformed)."""
+    try:
+        return {"mcp": parse_mcp_json(raw, str(path))}
+    except ValueError as e:
+        raise SettingsError(f"{path}: {e}; fix: {MCP_FIX}") from None
 
 
 def _glob_re(pat: str) -> str:
@@ -174,91 +155,6 @@ def _path_matches(pattern: str, abs_path: str, rel: str | None, home: Path) -> b
         pattern = pattern.removesuffix("/**").removesuffix("/")
     rx, bits = re.compile(_glob_re(pattern)), target.split("/")
     return not pattern or any(rx.fullmatch("/".join(bits[:n])) for n in range(1, len(bits) + 1))
-
-
-# ---------------------------------------------------------------------------- settings
-
-def _load_file(path: Path) -> dict:
-    """{"mode"?: str, "allow": [...], "ask": [...], "deny": [...]} from one settings file."""
-    try:
-        return _parse(path, path.read_bytes())
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise SettingsError(f"{path}: cannot read settings ({e}); fix: make it a readable UTF-8 JSON file") from e
-
-
-def _parse(path: Path, raw: bytes) -> dict:
-    """_load_file's result from the file's bytes."""
-    def fail(problem, fix='use {"mode": "ask", "permissions": {"allow": [], "ask": [], "deny": []}}'):
-        return SettingsError(f"{path}: {problem}; fix: {fix}")
-    try:
-        text = raw.decode("utf-8")
-        data = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as e:
-        raise fail(f"invalid JSON at line {e.lineno} column {e.colno} ({e.msg})",
-                   "correct the syntax (JSON has no comments or trailing commas)") from e
-    except UnicodeDecodeError as e:
-        raise fail(f"cannot read settings ({e})", "make it a readable UTF-8 JSON file") from e
-    if not isinstance(data, dict):
-        raise fail("settings must be a JSON object")
-    perms = data.get("permissions", {})
-    if not isinstance(perms, dict):
-        raise fail('"permissions" must be an object')
-    known = {"mode", "permissions", "env", "hooks", "$schema"}
-    for unknown in sorted(set(data) - known) + sorted(set(perms) - set(_KINDS)):
-        raise fail(f"unknown key {unknown!r}")
-    out = {key: perms.get(key, []) for key in _KINDS}
-    env = data.get("env", [])
-    if not isinstance(env, list) or not all(isinstance(n, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)
-                                            for n in env):
-        raise fail('"env" must be a list of environment variable names', 'e.g. "env": ["PYTHONPATH"]')
-    if "mode" in data:
-        if data["mode"] not in MODES:
-            raise fail(f"unknown mode {data['mode']!r}", f"use one of {', '.join(MODES)}")
-        out["mode"] = data["mode"]
-    for key, rules in out.items():
-        if key != "mode" and not isinstance(rules, list):
-            raise fail(f'"permissions.{key}" must be a list of rule strings')
-        for rule in rules if key != "mode" else ():
-            try:
-                parse_rule(rule)
-            except ValueError as e:
-                raise fail(f'bad rule in "permissions.{key}": {e}',
-                           'write Tool or Tool(pattern), e.g. "Bash(git status*)"') from e
-    return {**out, "env": env, "hooks": _parse_hooks(path, data.get("hooks", {}), fail)}
-
-
-def _parse_hooks(path: Path, section, fail) -> list[Hook]:
-    """The "hooks" object of one settings file as Hooks; a SettingsError names the bad key."""
-    fix = 'e.g. "hooks": {"PreToolUse": [{"matcher": "Bash|Edit", "command": "./check.sh", "timeout": 30}]}'
-    if not isinstance(section, dict):
-        raise fail('"hooks" must be an object: event name -> list of hooks', fix)
-    out = []
-    for event, entries in section.items():
-        if event not in HOOK_EVENTS or not isinstance(entries, list):
-            raise fail(f'"hooks.{event}": not an event name with a list of hooks', f"use {', '.join(HOOK_EVENTS)}")
-        keys = {"command", "timeout"} | ({"matcher"} if event != "Stop" else set())
-        for i, entry in enumerate(entries):
-            key = f'"hooks.{event}[{i}]"'
-            if not isinstance(entry, dict) or set(entry) - keys:
-                raise fail(f"{key} must be an object with only the keys {', '.join(sorted(keys))}", fix)
-            command, matcher, timeout = entry.get("command"), entry.get("matcher", "*"), entry.get("timeout", 30)
-            if not isinstance(command, str) or not command.strip() or "\x00" in command:
-                raise fail(f"{key}.command must be a non-empty shell command", fix)
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
-                raise fail(f"{key}.timeout must be seconds, more than 0 and at most 3600", fix)
-            try:
-                matcher = None if matcher in ("", "*") else re.compile(matcher).pattern
-            except (re.error, TypeError) as e:
-                raise fail(f"{key}.matcher is not a regular expression ({e})",
-                           'a regex on the tool name, e.g. "Bash|Edit", or "*" for every tool') from e
-            out.append(Hook(event, command, matcher, float(timeout), str(path)))
-    return out
-
-
-def default_user_file(home=None) -> Path:
-    return user_settings_dir(home) / "settings.json"
 
 
 # ------------------------------------------------------------------------------ policy
@@ -327,6 +223,9 @@ class Policy:
     question: bool = False  # this turn's request is a question: the mode alone allows no Edit
     env: list = field(default_factory=list)  # variable names Bash gets beyond tools/bash.ENV_ALLOW
     hooks: list = field(default_factory=list)  # Hook, in settings order (agent/hooks.py runs them)
+    mcp_servers: list = field(default_factory=list)  # tools/mcp_config.ServerConfig that apply
+    mcp_ignored: list = field(default_factory=list)  # (server name, why it does not start)
+    external: dict = field(default_factory=dict)  # name -> protocol.Tool: the MCP tools now offered
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -338,18 +237,20 @@ class Policy:
         trust_settings); a malformed file that applies is a SettingsError naming it."""
         home = Path.home() if home is None else Path(home)
         user_file = default_user_file(home) if user_file is None else Path(user_file)
-        files, sources = [_load_file(user_file)], [str(user_file)] if user_file.is_file() else []
+        files, sources, ignored = [load_file(user_file)], [str(user_file)] if user_file.is_file() else [], []
         for f in project_settings(root, home):
             why = f.problem or ("" if trust_settings or f.trusted else NOT_ACCEPTED)
             if why:
                 sources.append(f"{f.path} (ignored: {why})")
+                ignored += [(name, f"{f.path} {why}") for name in server_names(f.data or b"")]
                 continue
-            files.append(_parse(f.path, f.data))
+            files.append(_mcp_file(f.path, f.data) if f.path.name == MCP_FILE else parse(f.path, f.data))
             sources.append(str(f.path))
-        lists = {key: [r for data in files for r in data.get(key, [])] for key in (*_KINDS, "env", "hooks")}
+        lists = {key: [r for data in files for r in data.get(key, [])] for key in (*KINDS, "env", "hooks")}
         file_mode = next((data["mode"] for data in reversed(files) if "mode" in data), "ask")
         return cls(Path(root), file_mode if mode is None else mode, session=[], home=home,
-                   sources=sources, **lists)
+                   sources=sources, mcp_servers=merge([s for data in files for s in data.get("mcp", [])]),
+                   mcp_ignored=ignored, **lists)
 
     # -- matching
 
@@ -362,7 +263,8 @@ class Policy:
                     t, pat = parse_rule(text)
                 except ValueError:
                     continue
-                if t == tool or (t == "Read" and tool == "Grep"):
+                if t == tool or (t == "Read" and tool == "Grep") or (
+                        t.startswith("mcp__") and fnmatchcase(tool, t)):
                     yield source, text, pat
 
     def _match_path(self, kind, tool, abs_path, rel):
@@ -396,6 +298,8 @@ class Policy:
             return Decision("ask", f"could not check this call ({type(e).__name__}: {e})")
 
     def _check(self, name, args) -> Decision:
+        if name in self.external:
+            return self._check_mcp(name)
         if name not in TOOLS:
             return Decision("deny", "unknown tool")
         if not isinstance(args, dict):
@@ -442,6 +346,19 @@ class Policy:
         if self.mode in ("accept-edits", "auto"):
             return Decision("allow", f"{self.mode} mode allows edits")
         return Decision("ask", f"edits {shown}")
+
+    def _check_mcp(self, name) -> Decision:
+        """An MCP tool: plan mode runs only one its server marks read-only; then the rules; with
+        none matching it asks, in every mode (auto too: what it does is the server's)."""
+        if self.mode == "plan" and self.external[name].changes_files:
+            return Decision("deny", MCP_PLAN)
+        for kind, action, why in (("deny", "deny", "denied by rule"), ("ask", "ask", "ask rule"),
+                                  ("allow", "allow", "")):
+            m = next(iter(self._rules(kind, name)), None)
+            if m:
+                return Decision(action, why or _ALLOWED[m[0]], m[1])
+        server = name.split("__")[1]
+        return Decision("ask", f"calls the MCP tool {name} (a rule {name} or mcp__{server}__* allows it)")
 
     def _check_bash(self, command) -> Decision:
         if not isinstance(command, str) or not command.strip():
@@ -490,13 +407,15 @@ class Policy:
             return ""
 
     def _always(self, name, args, store: bool) -> str:
-        if name not in TOOLS or not isinstance(args, dict):
+        if (name not in TOOLS and name not in self.external) or not isinstance(args, dict):
             return ""
         d = self.check(name, args)
         if d.action == "deny" or (d.action == "ask" and d.rule):  # an ask rule outranks any allow
             return ""
         rules: list[str] = []
-        if name == "Bash":
+        if name in self.external:
+            rules.append(name)
+        elif name == "Bash":
             command = args.get("command")
             pairs, ok = split_command(command)
             if self._bash_asks(command, ok):

@@ -26,7 +26,8 @@ Check = use: `identity(root, resolved)` is the (st_dev, st_ino) of what a check 
 the same no-follow walk (MISSING where nothing was); the permission layer records it and Read
 and Grep refuse to use any other file (tools/permissions.Decision).
 
-Project settings (`.nanocode/settings.json`, `settings.local.json`) ship with the repository, so
+Project settings (`.nanocode/settings.json`, `settings.local.json`, and `.mcp.json`, the MCP
+servers Claude Code users list at the project root: programs to run) ship with the repository, so
 they are read here through the guard (a `.nanocode` or settings file linking out of the project,
 a FIFO or a file over 1 MB is never loaded) and are trusted only once the user accepted them:
 `project_settings` reads each file's bytes once and says whether their sha256 is the one
@@ -314,7 +315,8 @@ def project_venvs(root) -> list[str]:
 def _places(root, home, hooks: list[str]) -> list[tuple[str, str]]:
     """(absolute folder, why) of every protected place, each as named and as resolved."""
     root = os.fspath(root)
-    named = [(os.path.join(root, ".nanocode"), "nanocode settings"), (os.path.join(root, ".git"), "git internals")]
+    named = [(os.path.join(root, ".nanocode"), "nanocode settings"), (os.path.join(root, ".git"), "git internals"),
+             (os.path.join(root, ".mcp.json"), "the project's MCP servers (programs nanocode runs)")]
     named += [(os.path.join(root, d), "git hooks") for d in HOOK_DIRS]
     named += [(h, "git hooks (core.hooksPath)") for h in hooks]
     named += [(v, "a virtualenv (code that runs when it is used)") for v in project_venvs(root)]
@@ -370,7 +372,7 @@ def trust_problem(root, home=None) -> str | None:
 
 # ------------------------------------------------------------------ project settings, accepted once
 
-SETTINGS_FILES = ("settings.json", "settings.local.json")
+SETTINGS_FILES = (".nanocode/settings.json", ".nanocode/settings.local.json", ".mcp.json")  # .mcp.json: MCP servers
 ACCEPTED_FILE = "accepted-project-settings.json"
 MAX_SETTINGS_BYTES = 1 << 20
 _KEPT_TEXT = 64 * 1024  # accepted text kept for the diff (larger: only its hash)
@@ -408,7 +410,7 @@ def _sha256(data: bytes) -> str:
 
 def _read_settings_file(root, name: str) -> tuple[bytes | None, str]:
     try:
-        fd, _ = open_inside(root, os.path.join(".nanocode", name))
+        fd, _ = open_inside(root, name)
     except PathOutside:
         return None, "it links outside the project"
     except (OSError, ValueError) as e:
@@ -428,11 +430,11 @@ def project_settings(root, home=None) -> list[ProjectSettings]:
     accepted = _read_store(accepted_store(home)).get(os.fspath(real_root(root)), {})
     out = []
     for name in SETTINGS_FILES:
-        path = Path(root) / ".nanocode" / name
+        path = Path(root) / name
         if not os.path.lexists(path):
             continue
         data, problem = _read_settings_file(root, name)
-        entry = accepted.get(name) if isinstance(accepted.get(name), dict) else {}
+        entry = accepted.get(path.name) if isinstance(accepted.get(path.name), dict) else {}
         trusted = data is not None and entry.get("sha256") == _sha256(data)
         text = entry.get("text") if isinstance(entry.get("text"), str) else None
         out.append(ProjectSettings(path, data, problem, trusted, text))
