@@ -49,7 +49,7 @@ def our_server(default_engine):
     httpd.server_close()
 
 
-@pytest.mark.parametrize("family,seed", [("git_inspect", 5), ("fix_bug", 8)])
+@pytest.mark.parametrize("family,seed", [("git_inspect", 5), pytest.param("fix_bug", 8, marks=pytest.mark.slow)])
 def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server, tmp_path, family, seed):
     """Greedy, the same model in-process and behind the server: the same calls, the same
     edits on disk, the same answer, the same verdict (the grammar mask applies on the server).
@@ -74,6 +74,7 @@ def test_remote_agent_equals_the_engine_on_our_server(default_engine, our_server
     assert remote[2] == "done" and remote[3] is True  # the shipped model resolves these two
 
 
+@pytest.mark.slow  # ~140 s idle: the CLI, a server and a distillation run end to end
 def test_cli_base_url_end_to_end_then_distilled(our_server, tmp_path):
     """`nanocode serve` and `nanocode -p --base-url` in subprocesses, the key the server printed
     in $NANOCODE_API_KEY; the saved session exports as a valid SFT row and `train sft` trains a
