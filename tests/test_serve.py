@@ -4,6 +4,7 @@ own greedy reply, the same streamed as server-sent events, tool calls in the Ope
 400s that say why. Its containment is attacked in tests/test_security_server.py."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.openai_wire import openai_message, to_conversation
-from agent.serve import Server, build_parser, server_token
+from agent.serve import CANNOT_LISTEN, Server, build_parser, server_token
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,3 +134,17 @@ def test_the_grammar_offers_only_the_listed_tools(ckpt):
         with_read = srv.complete(srv.prepare({**body, "tools": read}))
         assert with_read["tool_call"] is None or with_read["tool_call"]["name"] == "Read"
         assert srv.complete(srv.prepare(body))["tool_call"] is None
+
+
+def test_a_port_in_use_is_one_line_and_its_own_exit_status(ckpt):
+    """`nanocode serve --port P` with P taken by another socket on loopback: one line that names
+    the port and the fix, exit status 7 (it was two tracebacks ending in an AttributeError)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "agent.cli", "serve", "--model", str(ckpt),
+                            "--port", str(port)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (r.returncode, CANNOT_LISTEN) == (7, 7) and r.stdout == "", r.stderr[-2000:]
+    assert r.stderr.strip() == f"error: port {port} is in use; pass --port N or stop the other server"
