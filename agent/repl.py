@@ -6,6 +6,12 @@ dimmed, and after each turn its usage (tokens read and written, tok/s, seconds);
 generation or the running command (the conversation survives); at the prompt it clears the line;
 Ctrl-D or /quit leaves. Slash commands: agent/commands.py, the same table as the TUI's.
 
+Through a pipe (stdin not a terminal) an approval reads exactly one line as its answer: y / n / a
+(yes, no, always, in any case); anything else is taken as no, and says so, never asked again, so
+the lines after it stay the next requests. The end of input at an approval is a no, and the
+REPL then leaves as at the prompt. At a terminal an unrecognised answer is asked again, and
+Ctrl-D cancels the turn.
+
 Safe output: Console.write and Console.dim pass every string through agent/display.printable,
 so nothing the model, a tool or a file produced can drive the terminal (its only escapes are its
 own dim colouring). An approval shows the whole call: a Bash command in full (the terminal wraps
@@ -31,7 +37,8 @@ class Console:
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         self.reader = None
-        if sys.stdin.isatty():
+        self.piped = not sys.stdin.isatty()  # approvals read one line each (module docstring)
+        if not self.piped:
             try:
                 from prompt_toolkit import PromptSession
                 self.reader = PromptSession(completer=mention_completer(root) if root else None,
@@ -117,23 +124,7 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         if state["open"]:
             con.write("\n")
             state["open"] = False
-        con.write(f"{name} needs approval ({decision.reason}):\n")
-        if name == "Edit":
-            rest = {k: v for k, v in args.items() if k not in ("old_string", "new_string")}
-            con.write(call_text(rest) + "\n")
-            con.write("".join(f"  {ln}\n" for ln in edit_diff(args, agent.root).splitlines()))
-        else:
-            con.write(call_text(args) + "\n")
-        rule = getattr(decision, "always", "")
-        choices = f"[y]es / [n]o / [a]lways this session: {rule_words(rule)}" if rule \
-            else "[y]es / [n]o"
-        while True:
-            try:
-                answer = con.ask(f"allow? {choices}: ").strip().lower()
-            except (KeyboardInterrupt, EOFError):
-                return "cancelled"  # not a verdict on the call: the turn stops, nothing recorded as "no"
-            if answer in ("y", "yes", "n", "no") or (rule and answer in ("a", "always")):
-                return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+        return ask_approval(con, agent.root, name, args, decision)
 
     while True:
         try:
@@ -168,6 +159,41 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
             con.write("\n")
             state["open"] = False
         con.dim(f"[{usage_line(res)}]")
+
+
+def ask_approval(con: Console, root, name: str, args: dict, decision) -> str:
+    """Show the call in full and read the answer: "yes", "no", "always" or "cancelled" (Ctrl-C;
+    Ctrl-D at a terminal). Through a pipe, one line and no second try (module docstring)."""
+    con.write(f"{name} needs approval ({decision.reason}):\n")
+    if name == "Edit":
+        rest = {k: v for k, v in args.items() if k not in ("old_string", "new_string")}
+        con.write(call_text(rest) + "\n")
+        con.write("".join(f"  {ln}\n" for ln in edit_diff(args, root).splitlines()))
+    else:
+        con.write(call_text(args) + "\n")
+    rule = getattr(decision, "always", "")
+    choices = f"[y]es / [n]o / [a]lways this session: {rule_words(rule)}" if rule \
+        else "[y]es / [n]o"
+    piped = getattr(con, "piped", False)
+    while True:
+        try:
+            line = con.ask(f"allow? {choices}: ")
+        except EOFError:
+            if not piped:  # Ctrl-D at a terminal: as Ctrl-C
+                return "cancelled"
+            con.write("(end of input: rejected)\n")
+            return "no"
+        except KeyboardInterrupt:
+            return "cancelled"  # not a verdict on the call: the turn stops, nothing recorded as "no"
+        answer = line.strip().lower()
+        if piped:
+            con.write(line + "\n")  # the pipe does not echo: the answer on its prompt's line
+        if answer in ("y", "yes", "n", "no") or (rule and answer in ("a", "always")):
+            return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+        if piped:  # the next line is the next request, not another try
+            con.write(f"{line.strip()!r} is not an answer ({'y / n / a' if rule else 'y / n'}): "
+                      "taken as no\n")
+            return "no"
 
 
 def _leave(agent, con) -> int:
