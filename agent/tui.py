@@ -123,7 +123,7 @@ class NanocodeApp(App):
     #approval { display: none; height: auto; border: round $warning; padding: 0 1; }
     #approval.show { display: block; }
     #approval-scroll { height: auto; }  /* its max-height: ApprovalPanel.fit */
-    #approval-choices { height: auto; margin-top: 1; }
+    #approval-head, #approval-choices { height: auto; }
     #status { height: 1; background: $panel; padding: 0 1; }
     #prompt { height: auto; min-height: 3; max-height: 8; }
     #completions { display: none; height: auto; padding: 0 1; text-wrap: nowrap;
@@ -314,7 +314,7 @@ class NanocodeApp(App):
         if answer == "always" and self.asking is not None and not self.asking.always:
             return  # no rule to store: the choice is not offered
         box, self.asking = self.asking, None
-        self.query_one(ApprovalPanel).remove_class("show")
+        self.query_one(ApprovalPanel).hide()
         self.query_one(HistoryInput).focus()  # the draft as it was, the cursor where it was
         if box is not None:
             box.answer = answer

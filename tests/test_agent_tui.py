@@ -18,7 +18,7 @@ from agent.tui_transcript import ReplyView, ToolCard
 from nanocode.protocol import DROPPED
 from scripted_agent import call, reply
 from tiny_models import random_params, tiny
-from tui_pilot import drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
+from tui_pilot import approval_text, drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
 
 
 def test_prompt_streams_text_and_history(engine, tok, repo):
@@ -54,8 +54,7 @@ def test_edit_approved_with_y_then_undo(engine, tok, repo):
         panel = app.query_one(ApprovalPanel)
         await until(pilot, lambda: panel.has_class("show"))
         assert app.focused is panel
-        shown = app.query_one("#approval-text").content
-        text = "\n".join(str(r) if not hasattr(r, "code") else r.code for r in shown.renderables)
+        text = approval_text(app)
         assert "Edit needs approval" in text and "a.py" in text and "+x = 2" in text
         assert "waiting for your approval" in str(app.query_one("#status").content)
         assert " │ sandbox │ " in str(app.query_one("#status").content)

@@ -121,8 +121,9 @@ def screen(app) -> str:
 
 
 def approval_text(app) -> str:
-    shown = app.query_one("#approval-text").content
-    return "\n".join(r.code if hasattr(r, "code") else str(r) for r in shown.renderables)
+    """The approval panel's head and call (the call's code, for a highlighted one)."""
+    return "\n".join(str(r.code if hasattr(r, "code") else r) for r in
+                     (app.query_one("#approval-head").content, app.query_one("#approval-text").content))
 
 
 async def submit(pilot, text):
