@@ -4,7 +4,8 @@
     curl localhost:8000/v1/chat/completions -H "Authorization: Bearer $KEY" \
         -d '{"messages": [{"role": "user", "content": "hi"}]}'
 
-GET /v1/models (with the model's context_length); POST /v1/chat/completions, plain or streamed.
+GET /v1/models (with the model's context_length); POST /v1/chat/completions, plain or streamed;
+either asked with the other method is a 405 naming the one it takes (ROUTES, an Allow header).
 What a request may ask and how the reply looks on the wire is agent/openai_wire.py: parameters
 the server cannot honour are a 400, never ignored; the tools are nanocode's own, offered through
 the grammar mask (agent/grammar.py), with agent/loop_guard.py keeping a reply out of loops. A
@@ -46,6 +47,7 @@ from agent.openai_wire import (DONE_EVENT, RequestError, StopText, call_chunk, c
                                reply_head, text_chunk)
 
 MAX_BODY = 4 << 20  # bytes of one request body
+ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST"}  # another method: a 405
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
@@ -312,20 +314,33 @@ def make_handler(server: Server, token: str | None = None):
                 return None
             return data
 
+        def _wrong_method(self) -> bool:
+            """A route asked with the other method: a 405 naming the one it takes (Allow)."""
+            path = urlsplit(self.path).path.rstrip("/")
+            method = ROUTES.get(path)
+            if method is None or method == self.command:
+                return False
+            self._refuse(405, f"{path} takes {method}, not {self.command}", Allow=method)
+            return True
+
         def do_GET(self):
             if not self.server.unwatch(self.connection) or not self._admit():
                 self.close_connection = True
+                return
+            if self._wrong_method():
                 return
             if self.path.rstrip("/") == "/v1/models":
                 self._json(200, {"object": "list", "data": [
                     {"id": server.name, "object": "model", "owned_by": "nanocode",
                      "context_length": server.engine.max_len}]})
             else:
-                self._error(404, f"no route {self.path}; try /v1/models or /v1/chat/completions")
+                self._error(404, f"no route {self.path}; try GET /v1/models or POST /v1/chat/completions")
 
         def do_POST(self):
             if not self.server.in_time(self.connection) or not self._admit():
                 self.close_connection = True
+                return
+            if self._wrong_method():
                 return
             if self.path.rstrip("/") != "/v1/chat/completions":
                 return self._refuse(404, f"no route {self.path}; POST /v1/chat/completions")
