@@ -99,8 +99,8 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         con.write(f"warning: {agent.sandbox_status}\n")
     con.dim("/help for commands; Ctrl-C stops a turn; Ctrl-D quits")
     if agent.messages:
-        con.dim(f"continuing session {agent.meta.get('id')} "
-                f"({sum(m['role'] == 'user' for m in agent.messages)} earlier requests)")
+        from agent.sessions import resume_note
+        con.dim(resume_note(agent.conv.transcript(), agent.meta))
     state = {"open": False}
 
     def on_event(ev: Event):

@@ -43,6 +43,7 @@ from textual.widgets import Static
 
 from agent import commands
 from agent.display import edit_diff, usage_line
+from agent.sessions import resume_note, undone_requests
 from agent.tui_approval import ApprovalPanel, PendingApproval
 from agent.tui_complete import CompletionList
 from agent.tui_input import HistoryInput
@@ -209,9 +210,9 @@ class NanocodeApp(App):
         if a.sandbox is None:
             self.note(f"warning: {a.sandbox_status}", style="bold red")
         if a.messages:
-            self.note(f"continuing session {a.meta.get('id')} "
-                      f"({sum(m['role'] == 'user' for m in a.messages)} earlier requests)")
-            self.query_one(Transcript).replay(a.messages)
+            shown = a.conv.transcript()  # as it happened: the turns the context dropped too
+            self.note(resume_note(shown, a.meta))
+            self.query_one(Transcript).replay(shown, undone_requests(shown, a.meta))
         self._next()
 
     # ---- input ------------------------------------------------------------------------------

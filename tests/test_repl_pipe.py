@@ -3,7 +3,8 @@ approval answers on stdin, its model a scripted OpenAI-compatible server on loop
 (`--base-url`), so every reply, and so every approval, is known in advance. Checked on disk and in
 what the server was sent: an approval reads exactly one line, an answer that is not one is a no
 (said once) and the next line is the next request, and the end of input at an approval is a no
-and a clean exit."""
+and a clean exit. And the words: /session, /undo, /diff and a resumed session name requests as
+the user counts them, and the real command that resumes."""
 import json
 import os
 import subprocess
@@ -74,9 +75,9 @@ def proj(tmp_path):
     return root
 
 
-def plain(url, proj, stdin: str) -> subprocess.CompletedProcess:
+def plain(url, proj, stdin: str, *flags) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "agent.cli", "--plain", "--base-url", url, "--cwd",
-                           str(proj)], input=stdin, cwd=ROOT, capture_output=True, text=True,
+                           str(proj), *flags], input=stdin, cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -97,3 +98,27 @@ def test_an_approval_reads_one_line_and_the_rest_stay_requests(server, proj):
     assert asked[-1] == ["change x", "change x again", "make b.txt"] and not Scripted.script
     session = json.loads(next((proj / ".nanocode" / "sessions").glob("*.jsonl")).read_text())
     assert [a["answer"] for a in session["meta"]["approvals"]] == ["no", "yes", "no"]
+
+
+def test_session_and_undo_name_what_the_user_sees(server, proj):
+    """A session before this one leaves two snapshot turns, so this one-request session's edit
+    is snapshot 3: /undo and /diff call it request 1 (they said "turn 3"), /session prints the
+    command that resumes it (it printed a literal `--resume ID`), and resuming says that the
+    request was undone."""
+    done = {"content": "done."}
+    Scripted.script = [call("Edit", file_path="b.txt", new_string="b\n"), done,
+                       call("Edit", file_path="c.txt", new_string="c\n"), done,
+                       call("Edit", file_path="a.py", old_string="x = 1", new_string="x = 2"), done]
+    first = plain(server, proj, "create b.txt\ncreate c.txt\n", "--mode", "auto")
+    assert first.returncode == 0 and (proj / "c.txt").exists(), first.stderr[-2000:]
+    r = plain(server, proj, "set x to 2\n/session\n/undo\n/undo yes\n/diff\n", "--mode", "auto")
+    out = r.stdout
+    sid = out.rsplit("nanocode --resume ", 1)[1].split()[0]
+    [path] = (proj / ".nanocode" / "sessions").glob(f"*-{sid}.jsonl")
+    assert f"session {sid}: {path}\nresume this session with: nanocode --resume {sid}\n" in out
+    assert "--resume ID" not in out and "turn 3" not in out, out
+    assert "/undo would undo request 1: restore a.py. Type /undo yes to do it" in out
+    assert "undid request 1: restored a.py" in out and (proj / "a.py").read_text() == "x = 1\n"
+    assert "request 1 was undone: none of its changes are in the files now" in out
+    again = plain(server, proj, "", "--resume", sid)
+    assert f"continuing session {sid} (1 earlier requests; request 1 undone with /undo)" in again.stdout

@@ -75,6 +75,7 @@ class FakeAgent:
         self.raw, self.root, self.mode = raw, str(root), "ask"
         self.command = command or "echo " + raw
         self.messages, self.meta, self.store = list(messages), {"id": "s1"}, None
+        self.conv = SimpleNamespace(transcript=lambda: self.messages)
         self.sampler = SimpleNamespace(max_len=1024, context_used=lambda messages: 3)
         self.answers = []
         self.sandbox, self.sandbox_status = object(), "sandbox: namespaces, network off"
