@@ -68,6 +68,7 @@ class Rollout:
     stash: str = ""                # the after-state of the changed files, saved before verifying
     tampered: list[str] = field(default_factory=list)  # guarded files it changed unasked
     sandbox: object = field(default=None, repr=False)  # the rollout agent's OS sandbox, for test runs
+    answer: str = ""               # its last answer, the copy's path replaced by the project's
 
     @property
     def result(self) -> TurnResult:
@@ -82,14 +83,15 @@ class Rollout:
                 "stop_reason": self.result.stop_reason, "stop_reasons": [t.stop_reason for t in self.turns],
                 "steps": self.steps, "changed": self.changed, "tests_passed": self.tests_passed,
                 "tests_output": self.tests_output, "tampered": self.tampered, "score": list(self.score),
-                "seconds": self.seconds}
+                "seconds": self.seconds, "answer": self.answer}
 
 
 @dataclass
 class BestOf:
-    """best_of's answer: the pick (None when cancelled or every rollout tampered), the winner's last
-    turn (answer and calls relocated to the user's root, files_changed = what was applied), its
-    conversation and every rollout. pass@1 is rollout 0's outcome, reported beside the pick."""
+    """best_of's answer: the pick (None when nothing was applied), the winner's last turn (answer
+    and calls relocated to the user's root, files_changed = what was applied), its conversation
+    and every rollout. pass@1 is rollout 0's outcome, reported beside the pick. With no pick the
+    answer says that nothing was applied and why; each rollout's own is in its summary."""
     kind: str                      # "change" | "question"; nothing picked: "cancelled", "tampered"
                                    # (every change edited the tests), "failed" (every change fails them)
     pick: int | None
@@ -452,26 +454,30 @@ def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, comm
     return r
 
 
+NOTHING_APPLIED = "no rollout passed the checks; nothing applied"  # a failed best-of's answer opens so
+
+
 def _finish(rollouts, root, top, prompt, command, apply, cancel, emit, before=None) -> BestOf:
+    for r in rollouts:
+        r.answer = relocate(r.result.answer, r.top, top)
     if not rollouts or (cancel is not None and cancel.is_set()):
-        last = rollouts[-1] if rollouts else None
-        result = relocate(last.result, last.top, top) if last else TurnResult()
-        emit(Status("best-of cancelled: nothing applied"))
-        return BestOf("cancelled", None, replace(result, stop_reason="cancelled", files_changed=[]),
-                      [], {}, rollouts, [], None, command)
+        result = relocate(rollouts[-1].result, rollouts[-1].top, top) if rollouts else TurnResult()
+        result = replace(result, answer="best-of cancelled: nothing applied", stop_reason="cancelled",
+                         files_changed=[])
+        emit(Status(result.answer))
+        return BestOf("cancelled", None, result, [], {}, rollouts, [], None, command)
     kind, pick = choose(rollouts, before)
     win = rollouts[pick]
     edited = "; ".join(f"rollout {r.index + 1} edited {', '.join(r.tampered)}" for r in rollouts if r.tampered)
-    unchanged = replace(relocate(win.result, win.top, top), files_changed=[])
     if win.tampered:  # every rollout did: none is picked
-        emit(Status(f"best of {len(rollouts)}: nothing applied: every rollout changed the tests unasked ({edited})"))
-        return BestOf("tampered", None, unchanged, [], {}, rollouts, [], None, command, tests_before=before)
+        why = f"every rollout changed the tests unasked ({edited})"
+        return _nothing_applied("tampered", why, win, rollouts, top, command, before, emit)
     if kind == "change" and win.score[0] == 0:  # leaving the tree alone beats every change
         fails = "; ".join(f"rollout {r.index + 1}: {r.tests_output or 'tests fail'}" for r in rollouts
                           if r.changed and r.tests_passed is False)
-        emit(Status(f"best of {len(rollouts)}: nothing applied: every change fails the tests ({fails}; "
-                    f"before: {before or 'not run'})" + (f"; {edited}: not picked" if edited else "")))
-        return BestOf("failed", None, unchanged, [], {}, rollouts, [], None, command, tests_before=before)
+        why = (f"every change fails the tests ({fails}; before: {before or 'not run'})"
+               + (f"; {edited}: not picked" if edited else ""))
+        return _nothing_applied("failed", why, win, rollouts, top, command, before, emit)
     applied, ck_id, refused = [], None, []
     if apply and win.changes:
         applied, ck_id, refused = apply_changes(root, top, win, prompt, emit)
@@ -484,3 +490,11 @@ def _finish(rollouts, root, top, prompt, command, apply, cancel, emit, before=No
     result = replace(relocate(win.result, win.top, top), files_changed=applied)
     return BestOf(kind, pick, result, relocate(win.messages, win.top, top),
                   relocate(win.meta, win.top, top), rollouts, applied, ck_id, command, refused, before)
+
+
+def _nothing_applied(kind, why, best, rollouts, top, command, before, emit) -> BestOf:
+    """No pick: the answer (stdout, the JSON's) says why, not a rejected rollout's "done"."""
+    emit(Status(f"best of {len(rollouts)}: nothing applied: {why}"))
+    result = replace(relocate(best.result, best.top, top), answer=f"{NOTHING_APPLIED}: {why}",
+                     files_changed=[])
+    return BestOf(kind, None, result, [], {}, rollouts, [], None, command, tests_before=before)

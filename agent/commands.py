@@ -90,12 +90,13 @@ def _undo(agent, root, rest) -> Out:
 
 
 def _diff(agent, root, rest) -> Out:
+    from agent.turn_undo import for_user
     from tools.undo import UndoError
     try:
         d = agent.diff()
     except UndoError as e:
-        return Note(str(e))
-    return Diff(d) if d else Note("the last turn changed nothing")
+        return Note(for_user(agent, str(e)))
+    return Diff(d) if d else Note("the last request changed nothing")
 
 
 def _clear(agent, root, rest) -> Out:
@@ -162,9 +163,12 @@ def _mcp(agent, root, rest) -> Out:
 
 
 def _session(agent, root, rest) -> Out:
-    path = getattr(agent.conv.store, "path", None)
-    return Note(f"session {agent.meta.get('id')}" + (f": {path}" if path else "") +
-                " (continue it later with `nanocode --resume ID`)")
+    sid, path = agent.meta.get("id"), getattr(agent.conv.store, "path", None)
+    if path is None:
+        return Note(f"session {sid} (not saved: this run keeps no session file)")
+    if not path.exists():
+        return Note(f"session {sid}: {path} (saved after its first request)")
+    return Note(f"session {sid}: {path}\n{resume_hint(sid)}")
 
 
 def _resume(agent, root, rest) -> Out:

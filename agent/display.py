@@ -109,22 +109,37 @@ def call_text(args: dict) -> str:
     return "\n".join(lines)
 
 
+def unified_diff(before: str, after: str, old_name: str, new_name: str, context: int = 3) -> str:
+    """The unified diff of two texts as git writes it (what /diff shows): lines split at \\n only,
+    and a last line with no newline followed by `\\ No newline at end of file`. Not escaped."""
+    def lines(text: str) -> list[str]:
+        out = [line + "\n" for line in text.split("\n")]
+        out[-1] = out[-1][:-1]  # the text after the last newline ("" when it ends in one)
+        return out if out[-1] else out[:-1]
+    out = []
+    for line in difflib.unified_diff(lines(before), lines(after), old_name, new_name, n=context):
+        out += [line[:-1]] if line.endswith("\n") else [line, "\\ No newline at end of file"]
+    return "\n".join(out)
+
+
 def edit_diff(args: dict, root=None) -> str:
     """Unified diff of an Edit call, escaped. With the project `root` and a file that old_string
     is in once, it is the file before and after the edit (tools.files.edited_text, what the Edit
-    will write), 3 lines of context, numbered in the file: an old_string that ends mid-line shows
-    the whole line it leaves. Otherwise (no root, a new file, an edit that will fail) it is
-    old_string -> new_string, every line of each, numbered from 1."""
+    will write), 3 lines of context, numbered in the file, as /diff will show it once written
+    (unified_diff): an old_string that ends mid-line shows the whole line it leaves. A new file
+    is its whole text. Otherwise (no root, an edit that will fail) it is old_string ->
+    new_string, every line of each, numbered from 1."""
     path = printable(args.get("file_path", "?"))
     old_s, new_s = args.get("old_string") or "", args.get("new_string", "")
+    new_s = new_s if isinstance(new_s, str) else ""
     before_after = _file_edit(root, args.get("file_path"), old_s, new_s) if root is not None and old_s else None
     if before_after is not None:
-        before, after = (printable(t).splitlines() for t in before_after)
-        lines = difflib.unified_diff(before, after, f"a/{path}", f"b/{path}", lineterm="", n=3)
-        return "\n".join(lines)
-    old, new = printable(old_s).splitlines(), printable(new_s if isinstance(new_s, str) else "").splitlines()
-    return "\n".join(difflib.unified_diff(old, new, f"a/{path}" if old else "/dev/null", f"b/{path}",
-                                          lineterm="", n=max(len(old), len(new))))
+        before, after = (printable(t) for t in before_after)
+        return unified_diff(before, after, f"a/{path}", f"b/{path}")
+    if not old_s:  # a new file: its whole text, its last line as written
+        return unified_diff("", printable(new_s), "/dev/null", f"b/{path}")
+    old, new = (printable(t).removesuffix("\n") + "\n" if t else "" for t in (old_s, new_s))  # no file end
+    return unified_diff(old, new, f"a/{path}", f"b/{path}", context=max(old.count("\n"), new.count("\n")))
 
 
 def _file_edit(root, file_path, old: str, new) -> tuple[str, str] | None:

@@ -19,7 +19,10 @@ Values: INT_ARGS are digits (at least one; limit not all zeros), Bash.command fr
 non-blank byte, new_string free text. A tool from outside (protocol.Tool.kinds: an MCP server's,
 a serve client's) has its own: a string is free text, an integer `-?digits`, a number a JSON
 number, a boolean `true`/`false`, an enum one of its strings; with no argument at all its call may
-end right after the name. Without grounding the rest is free text too. With a
+end right after the name. Without grounding (or where it has nothing to offer) Edit.old_string is
+free text and the paths and Grep.pattern free text with a non-blank byte: an empty one names
+nothing (`nanocode serve` has no project to ground in, and a forced Read there wrote file_path
+""). With a
 Grounding (agent/grounding.py): Read.file_path, Grep.path and Edit.file_path are admissible
 paths, Edit.old_string a unique substring of the file's current bytes, Grep.pattern at most
 PATTERN_BYTES whose identifier runs are prefixes of known words while written and close (a
@@ -64,8 +67,9 @@ class TextValue(Value):
         return state
 
 
-class CommandValue(TextValue):
-    """Bash.command: stops only once a non-blank byte came (Bash refuses a blank command)."""
+class NonBlankValue(TextValue):
+    """Free text that stops only once a non-blank byte came: Bash.command (Bash refuses a blank
+    command), and a path or Grep pattern that no grounding gives (a blank one names nothing)."""
     nonblank = True
 
 
@@ -250,7 +254,7 @@ class Grammar:
         self.name_lens = np.array([n for n, _ in names], np.int64)
         self.name_ids = np.array([i for _, i in names], np.int64)
         self.trie = VocabTrie(self.pieces)
-        self.free, self.command = TextValue(self), CommandValue(self)
+        self.free, self.nonblank = TextValue(self), NonBlankValue(self)
         self.count, self.limit = Digits(self), Limit(self)
         self._memo: dict = {}
         self._values: dict = {}  # grounding automaton -> its Value, the newest VALUES_KEPT
@@ -298,10 +302,10 @@ class Grammar:
         tool = spec.name
         if arg in INT_ARGS:
             return self.limit if arg == "limit" else self.count
-        if arg == "command":
-            return self.command
-        if ground is None or arg == "new_string":
+        if arg == "new_string" or (ground is None and arg == "old_string"):
             return self.free
+        if arg == "command" or ground is None:
+            return self.nonblank
         if (tool, arg) == ("Edit", "old_string"):
             return self._grounded(AnchorValue, ground.anchor(file_path.decode("utf-8", "replace"),
                                                              self.trie.max_len + 1))
@@ -309,7 +313,8 @@ class Grammar:
                           ("Grep", "path"): (PathValue, ground.grep_paths),
                           ("Edit", "file_path"): (EditPathValue, ground.edit_paths),
                           ("Grep", "pattern"): (PatternValue, ground.words)}[tool, arg]
-        return self._grounded(cls, automaton())
+        automaton = automaton()
+        return self.nonblank if automaton is None else self._grounded(cls, automaton)
 
     def _grounded(self, cls, automaton) -> Value:
         if automaton is None:

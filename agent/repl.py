@@ -7,6 +7,12 @@ generation or the running command (the conversation survives); at the prompt it 
 Ctrl-D or /quit leaves. Slash commands: agent/commands.py, the same table as the TUI's; `/rewind`
 lists the requests numbered and `/rewind N` goes back to before one (its text is offered again).
 
+Through a pipe (stdin not a terminal) an approval reads exactly one line as its answer: y / n / a
+(yes, no, always, in any case); anything else is taken as no, and says so, never asked again, so
+the lines after it stay the next requests. The end of input at an approval is a no, and the
+REPL then leaves as at the prompt. At a terminal an unrecognised answer is asked again, and
+Ctrl-D cancels the turn.
+
 Safe output: Console.write and Console.dim pass every string through agent/display.printable,
 so nothing the model, a tool or a file produced can drive the terminal (its only escapes are its
 own dim colouring). An approval shows the whole call: a Bash command in full (the terminal wraps
@@ -32,7 +38,8 @@ class Console:
         self.out = out or sys.stdout
         self.color = self.out.isatty() if color is None else color
         self.reader, self.draft = None, ""
-        if sys.stdin.isatty():
+        self.piped = not sys.stdin.isatty()  # approvals read one line each (module docstring)
+        if not self.piped:
             try:
                 from prompt_toolkit import PromptSession
                 self.reader = PromptSession(completer=mention_completer(root) if root else None,
@@ -101,8 +108,8 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         con.write(f"warning: {agent.sandbox_status}\n")
     con.dim("/help for commands; Ctrl-C stops a turn; Ctrl-D quits")
     if agent.messages:
-        con.dim(f"continuing session {agent.meta.get('id')} "
-                f"({sum(m['role'] == 'user' for m in agent.messages)} earlier requests)")
+        from agent.sessions import resume_note
+        con.dim(resume_note(agent.conv.transcript(), agent.meta))
     state = {"open": False}
 
     def on_event(ev: Event):
@@ -126,23 +133,7 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         if state["open"]:
             con.write("\n")
             state["open"] = False
-        con.write(f"{name} needs approval ({decision.reason}):\n")
-        if name == "Edit":
-            rest = {k: v for k, v in args.items() if k not in ("old_string", "new_string")}
-            con.write(call_text(rest) + "\n")
-            con.write("".join(f"  {ln}\n" for ln in edit_diff(args, agent.root).splitlines()))
-        else:
-            con.write(call_text(args) + "\n")
-        rule = getattr(decision, "always", "")
-        choices = f"[y]es / [n]o / [a]lways this session: {rule_words(rule)}" if rule \
-            else "[y]es / [n]o"
-        while True:
-            try:
-                answer = con.ask(f"allow? {choices}: ").strip().lower()
-            except (KeyboardInterrupt, EOFError):
-                return "cancelled"  # not a verdict on the call: the turn stops, nothing recorded as "no"
-            if answer in ("y", "yes", "n", "no") or (rule and answer in ("a", "always")):
-                return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+        return ask_approval(con, agent.root, name, args, decision)
 
     while True:
         try:
@@ -177,6 +168,41 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
             con.write("\n")
             state["open"] = False
         con.dim(f"[{usage_line(res)}]")
+
+
+def ask_approval(con: Console, root, name: str, args: dict, decision) -> str:
+    """Show the call in full and read the answer: "yes", "no", "always" or "cancelled" (Ctrl-C;
+    Ctrl-D at a terminal). Through a pipe, one line and no second try (module docstring)."""
+    con.write(f"{name} needs approval ({decision.reason}):\n")
+    if name == "Edit":
+        rest = {k: v for k, v in args.items() if k not in ("old_string", "new_string")}
+        con.write(call_text(rest) + "\n")
+        con.write("".join(f"  {ln}\n" for ln in edit_diff(args, root).splitlines()))
+    else:
+        con.write(call_text(args) + "\n")
+    rule = getattr(decision, "always", "")
+    choices = f"[y]es / [n]o / [a]lways this session: {rule_words(rule)}" if rule \
+        else "[y]es / [n]o"
+    piped = getattr(con, "piped", False)
+    while True:
+        try:
+            line = con.ask(f"allow? {choices}: ")
+        except EOFError:
+            if not piped:  # Ctrl-D at a terminal: as Ctrl-C
+                return "cancelled"
+            con.write("(end of input: rejected)\n")
+            return "no"
+        except KeyboardInterrupt:
+            return "cancelled"  # not a verdict on the call: the turn stops, nothing recorded as "no"
+        answer = line.strip().lower()
+        if piped:
+            con.write(line + "\n")  # the pipe does not echo: the answer on its prompt's line
+        if answer in ("y", "yes", "n", "no") or (rule and answer in ("a", "always")):
+            return {"y": "yes", "n": "no", "a": "always"}.get(answer, answer)
+        if piped:  # the next line is the next request, not another try
+            con.write(f"{line.strip()!r} is not an answer ({'y / n / a' if rule else 'y / n'}): "
+                      "taken as no\n")
+            return "no"
 
 
 def _leave(agent, con) -> int:

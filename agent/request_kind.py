@@ -6,7 +6,9 @@ a question gets an answer; a change is made when asked.
 
 Contract: `is_question(text)` is True when the request reads as a question or a look-up (it ends
 in '?', or its first word asks, looks, explains or runs) and names no change (no CHANGE_VERBS
-word anywhere). The two errors cost differently: a change request read as a question would make
+word anywhere, asides included). An aside in brackets, `(request 1)`, `[see a.py]`, is read for
+change verbs only: it neither supplies the first word nor hides a final '?', wherever it stands
+("(request 1) run the tests", "f looks wrong? (request 1)"). The two errors cost differently: a change request read as a question would make
 auto mode ask before its edit (and refuse it headless), while a question read as a change request
 only loses the guard, so anything in doubt is a change request. Rules are plain word lists, not a
 model; tests check samples of both request grammars (tasks/requests.py) against each intent's kind.
@@ -35,6 +37,14 @@ FILLERS = frozenset("please pls kindly hey hi yo morning ok okay so right now al
 # a change verb right after these reports a past change ("which files did i modify?")
 PAST = frozenset("did have has had".split())
 _WORD = re.compile(r"[a-z]+")
+_ASIDE = re.compile(r"\([^()]*\)|\[[^\[\]]*\]")  # an innermost (...) or [...]
+
+
+def without_asides(text: str) -> str:
+    """`text` with every bracketed aside, nested ones too, cut out (unbalanced brackets stay)."""
+    while (cut := _ASIDE.sub(" ", text)) != text:
+        text = cut
+    return text.strip()
 
 
 def is_question(text: str) -> bool:
@@ -43,5 +53,8 @@ def is_question(text: str) -> bool:
     words = _WORD.findall(low)
     if any(w in CHANGE_VERBS and not PAST & set(words[max(0, i - 3):i]) for i, w in enumerate(words)):
         return False
-    first = next((w for w in words if w not in FILLERS), "")
-    return bool(words) and (low.endswith("?") or first in QUESTION_STARTS)
+    core = without_asides(low)
+    if not _WORD.search(core):  # nothing but asides: they are the request
+        core = low
+    first = next((w for w in _WORD.findall(core) if w not in FILLERS), "")
+    return bool(words) and (core.endswith("?") or first in QUESTION_STARTS)

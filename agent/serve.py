@@ -4,7 +4,8 @@
     curl localhost:8000/v1/chat/completions -H "Authorization: Bearer $KEY" \
         -d '{"messages": [{"role": "user", "content": "hi"}]}'
 
-GET /v1/models (with the model's context_length); POST /v1/chat/completions, plain or streamed.
+GET /v1/models (with the model's context_length); POST /v1/chat/completions, plain or streamed;
+either asked with the other method is a 405 naming the one it takes (ROUTES, an Allow header).
 What a request may ask and how the reply looks on the wire is agent/openai_wire.py: parameters
 the server cannot honour are a 400, never ignored; the tools are nanocode's own and the client's
 own function tools (listed in the system message, their parameters in the schema subset the
@@ -22,10 +23,14 @@ full within --read-timeout with a body of at most MAX_BODY (413, 411, 400). At m
 flood of slow clients cannot grow the server's threads.
 Not contained: the model's replies are not checked here (the client runs the calls), and a
 client with the key can keep the engine busy.
+
+Exit status: 0 stopped (Ctrl-C), 2 bad usage or no such model, CANNOT_LISTEN (7) when the address
+cannot be listened on (a port in use: one line says so and how to choose another).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import hmac
 import json
 import os
@@ -47,6 +52,7 @@ from agent.openai_wire import (DONE_EVENT, RequestError, StopText, call_chunk, c
 from nanocode.protocol import TOOLS
 
 MAX_BODY = 4 << 20  # bytes of one request body
+ROUTES = {"/v1/models": "GET", "/v1/chat/completions": "POST"}  # another method: a 405
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
@@ -160,6 +166,7 @@ class HTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address, handler, *, max_connections: int = 32, read_timeout: float = 10.0,
                  allow_hosts=()):
+        self.closed = threading.Event()  # before the bind: a failed bind calls server_close
         super().__init__(address, handler)
         self.read_timeout, self.max_connections = read_timeout, max_connections
         self.slots = threading.BoundedSemaphore(max_connections)
@@ -167,7 +174,6 @@ class HTTPServer(ThreadingHTTPServer):
         names = {*LOOPBACK, *(host_name(h) or h.lower() for h in allow_hosts)}
         self.names = names | ({bound} if bound not in ("0.0.0.0", "::") else set())
         self.pending, self.pending_lock = {}, threading.Lock()  # socket -> deadline
-        self.closed = threading.Event()
         threading.Thread(target=self._reap, daemon=True, name="serve-reaper").start()
 
     def origin_allowed(self, origin: str) -> bool:
@@ -336,20 +342,33 @@ def make_handler(server: Server, token: str | None = None):
                 return None
             return data
 
+        def _wrong_method(self) -> bool:
+            """A route asked with the other method: a 405 naming the one it takes (Allow)."""
+            path = urlsplit(self.path).path.rstrip("/")
+            method = ROUTES.get(path)
+            if method is None or method == self.command:
+                return False
+            self._refuse(405, f"{path} takes {method}, not {self.command}", Allow=method)
+            return True
+
         def do_GET(self):
             if not self.server.unwatch(self.connection) or not self._admit():
                 self.close_connection = True
+                return
+            if self._wrong_method():
                 return
             if self.path.rstrip("/") == "/v1/models":
                 self._json(200, {"object": "list", "data": [
                     {"id": server.name, "object": "model", "owned_by": "nanocode",
                      "context_length": server.engine.max_len}]})
             else:
-                self._error(404, f"no route {self.path}; try /v1/models or /v1/chat/completions")
+                self._error(404, f"no route {self.path}; try GET /v1/models or POST /v1/chat/completions")
 
         def do_POST(self):
             if not self.server.in_time(self.connection) or not self._admit():
                 self.close_connection = True
+                return
+            if self._wrong_method():
                 return
             if self.path.rstrip("/") != "/v1/chat/completions":
                 return self._refuse(404, f"no route {self.path}; POST /v1/chat/completions")
@@ -389,11 +408,23 @@ def make_handler(server: Server, token: str | None = None):
 
 
 TOKEN_ENV = "NANOCODE_SERVE_TOKEN"
+CANNOT_LISTEN = 7  # the exit status when the address cannot be listened on (a port in use)
+
+
+def listen_error(e: OSError, host: str, port: int) -> str:
+    """One line saying why the server cannot listen on host:port, and what to do."""
+    if e.errno == errno.EADDRINUSE:
+        return f"port {port} is in use; pass --port N or stop the other server"
+    if e.errno == errno.EACCES:
+        return f"port {port} needs privileges this user lacks; pass --port N (above 1023)"
+    return f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --host or --port"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nanocode serve", description="The model behind an "
-                                "OpenAI-compatible HTTP API (/v1/chat/completions, /v1/models).")
+                                "OpenAI-compatible HTTP API (/v1/chat/completions, /v1/models).",
+                                epilog="Exit status: 0 stopped with Ctrl-C, 2 bad usage or no such "
+                                f"model, {CANNOT_LISTEN} cannot listen (the port is in use).")
     p.add_argument("--model", metavar="PATH|TAG", help="checkpoint directory or run tag "
                    "(default: the model embedded in the package)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
@@ -448,9 +479,13 @@ def main(argv: list[str]) -> int:
     except ModelError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
-    httpd = make_server(Server(engine, tag), args.host, args.port, token=token,
-                        allow_hosts=args.allow_host, max_connections=args.max_connections,
-                        read_timeout=args.read_timeout)
+    try:
+        httpd = make_server(Server(engine, tag), args.host, args.port, token=token,
+                            allow_hosts=args.allow_host, max_connections=args.max_connections,
+                            read_timeout=args.read_timeout)
+    except OSError as e:
+        print(f"error: {listen_error(e, args.host, args.port)}", file=sys.stderr)
+        return CANNOT_LISTEN
     host, port = httpd.server_address[:2]
     print(f"nanocode serve: model {tag} ({ckpt}) on http://{host}:{port}/v1", flush=True)
     if token is None:

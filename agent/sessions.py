@@ -208,3 +208,24 @@ def parse_session(data: bytes, path) -> tuple[list[dict], dict]:
 def load_session(path) -> tuple[list[dict], dict]:
     """(messages, meta) of a saved session: `read_session` then `parse_session`."""
     return parse_session(read_session(path), path)
+
+
+def undone_requests(messages: list[dict], meta: dict) -> dict[int, int]:
+    """The requests of a saved transcript that /undo undid: {index in `messages` of the user
+    message that opened it: its number}, from the turn records ("undone", "user_index")."""
+    found = {}
+    for n, record in enumerate(meta.get("turns") or [], 1):
+        i = record.get("user_index")
+        if record.get("undone") and type(i) is int and 0 <= i < len(messages) and \
+                messages[i].get("role") == "user":
+            found[i] = n
+    return found
+
+
+def resume_note(messages: list[dict], meta: dict) -> str:
+    """The line both faces show when they continue a saved session (`messages` its transcript)."""
+    asked = sum(m.get("role") == "user" for m in messages)
+    undone = sorted(undone_requests(messages, meta).values())
+    said = (f"; {'requests' if len(undone) > 1 else 'request'} {', '.join(map(str, undone))} "
+            f"undone with /undo" if undone else "")
+    return f"continuing session {meta.get('id')} ({asked} earlier requests{said})"

@@ -45,6 +45,7 @@ from textual.widgets import Static
 
 from agent import commands
 from agent.display import edit_diff, usage_line
+from agent.sessions import resume_note, undone_requests
 from agent.tui_approval import ApprovalPanel, PendingApproval
 from agent.tui_complete import CompletionList
 from agent.tui_input import HistoryInput
@@ -127,7 +128,7 @@ class NanocodeApp(App):
     #approval { display: none; height: auto; border: round $warning; padding: 0 1; }
     #approval.show { display: block; }
     #approval-scroll { height: auto; }  /* its max-height: ApprovalPanel.fit */
-    #approval-choices { height: auto; margin-top: 1; }
+    #approval-head, #approval-choices { height: auto; }
     #status { height: 1; background: $panel; padding: 0 1; }
     #prompt { height: auto; min-height: 3; max-height: 8; }
     #completions { display: none; height: auto; padding: 0 1; text-wrap: nowrap;
@@ -213,9 +214,9 @@ class NanocodeApp(App):
         if a.sandbox is None:
             self.note(f"warning: {a.sandbox_status}", style="bold red")
         if a.messages:
-            self.note(f"continuing session {a.meta.get('id')} "
-                      f"({sum(m['role'] == 'user' for m in a.messages)} earlier requests)")
-            self.query_one(Transcript).replay(a.messages)
+            shown = a.conv.transcript()  # as it happened: the turns the context dropped too
+            self.note(resume_note(shown, a.meta))
+            self.query_one(Transcript).replay(shown, undone_requests(shown, a.meta))
         self._next()
 
     # ---- input ------------------------------------------------------------------------------
@@ -318,7 +319,7 @@ class NanocodeApp(App):
         if answer == "always" and self.asking is not None and not self.asking.always:
             return  # no rule to store: the choice is not offered
         box, self.asking = self.asking, None
-        self.query_one(ApprovalPanel).remove_class("show")
+        self.query_one(ApprovalPanel).hide()
         self.query_one(HistoryInput).focus()  # the draft as it was, the cursor where it was
         if box is not None:
             box.answer = answer

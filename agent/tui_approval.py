@@ -13,16 +13,19 @@ other printable key and Backspace goes into the draft (type-ahead is never lost)
 nothing (it neither answers nor sends the draft).
 
 The choices are one wrapped line of text (each clickable), so every choice shows however narrow
-the terminal; the call above them scrolls inside the panel (up/down, page up/down, the wheel),
-sized so the panel takes at most half the screen. Everything shown is escaped
-(agent/tui_transcript.plain / code_view).
+the terminal. Above them, under the line that says what asks, the call (an Edit as its diff,
+made by agent/display.edit_diff as /diff shows it) gets the rows the screen has to give: all
+but the status line's and the prompt's, and a few for the transcript from 19 rows up (`fit`;
+below, a call that does not fit hides the transcript until the answer). When it is cut, the
+panel's bottom border says how many lines are below and how to see them: it scrolls inside the
+panel (up/down, page up/down, the wheel) and Ctrl+E expands the panel to the whole screen and
+back. Everything shown is escaped (agent/tui_transcript.plain / code_view).
 """
 from __future__ import annotations
 
 import threading
 import time
 
-from rich.console import Group
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -72,43 +75,87 @@ class ApprovalPanel(Vertical, can_focus=True):
     BINDINGS = [Binding("y", "answer('yes')", "yes"), Binding("n", "answer('no')", "no"),
                 Binding("a", "answer('always')", "always"),
                 Binding("tab", "app.focus_prompt", "the draft", show=False),
+                Binding("ctrl+e", "expand", "expand", show=False),
                 *(Binding(k, f"scroll_by({n})", show=False) for k, n in
                   (("up", -1), ("down", 1), ("pageup", -10), ("pagedown", 10)))]
+    ALLOW_MAXIMIZE = True  # Ctrl+E
 
-    choices = Text()
+    head, body, choices = Text(), Text(), Text()
 
     def compose(self) -> ComposeResult:
+        yield Static(id="approval-head")
         with VerticalScroll(id="approval-scroll"):
             yield Static(id="approval-text")
         yield Choices(id="approval-choices")
 
+    def on_mount(self) -> None:
+        scroll = self.query_one("#approval-scroll")
+        for name in ("scroll_y", "virtual_size", "size"):
+            self.watch(scroll, name, self._say_cut, init=False)
+
     def show(self, box: PendingApproval, root, draft: bool = False) -> None:
         """Ask about `box`: the call in full (an Edit as its diff, numbered where old_string sits
         in the file now), and the choices (always only where a rule can be made)."""
-        head = Text.assemble(plain(f"{box.name} ", "bold"), "needs approval: ",
-                             plain(box.reason, "italic"))
+        self.head = Text.assemble(plain(f"{box.name} ", "bold"), "needs approval: ",
+                                  plain(box.reason, "italic"))
         if box.name == "Edit":
-            body = Group(head, plain(f"file: {box.args.get('file_path')}"),
-                         code_view(edit_diff(box.args, root)))
+            self.body = code_view(edit_diff(box.args, root))
         elif box.name == "Bash":
-            body = Group(head, code_view(str(box.args.get("command", "")), "bash"))
+            self.body = code_view(str(box.args.get("command", "")), "bash")
         else:
-            body = Group(head, plain(call_text(box.args)))
-        self.query_one("#approval-text", Static).update(body)
+            self.body = plain(call_text(box.args))
+        self.query_one("#approval-head", Static).update(self.head)
+        self.query_one("#approval-text", Static).update(self.body)
         self.choices = choices_text(box.always, draft)
         self.query_one("#approval-choices", Static).update(self.choices)
+        self.add_class("show")
         self.fit()
         self.query_one("#approval-scroll").scroll_home(animate=False)
-        self.add_class("show")
+
+    def hide(self) -> None:
+        if self.screen.maximized is self:
+            self.screen.minimize()
+        self.remove_class("show")
+        self.app.query_one("#transcript").display = True
 
     def fit(self) -> None:
-        """Size the call's scroll so the panel (border, call, a blank line, choices) takes at
-        most half the screen and the choices are never cut."""
+        """Size the call's scroll to the rows left by the panel's border, head and choices (never
+        cut), the status line, the prompt and a third of the rows above 16 for the transcript;
+        when that is none and the call would be cut, the transcript's last row too (it is
+        hidden until the answer). Expanded: the panel's own rows only."""
         width, height = self.app.size
-        lines = len(self.choices.wrap(self.app.console, max(1, width - 4)))
-        self.query_one("#approval-scroll").styles.max_height = max(2, height // 2 - 3 - lines)
+        room = height - 2 - self._rows(self.head, width - 4) - self._rows(self.choices, width - 4)
+        if self.screen.maximized is not self:
+            room -= 1 + self.app.query_one("#prompt").outer_size.height
+            keep = max(0, (height - 16) // 3)
+            hide = keep == 0 and self.has_class("show") and self._rows(self.body, width - 6) > room - 1
+            self.app.query_one("#transcript").display = not hide
+            room -= 0 if hide else max(1, keep)  # a shown transcript takes at least a row
+        self.query_one("#approval-scroll").styles.max_height = max(2, room)
+        self.call_after_refresh(self._say_cut)
+
+    def _rows(self, renderable, width: int) -> int:
+        """The rows `renderable` takes at `width` columns."""
+        console = self.app.console
+        return len(console.render_lines(renderable, console.options.update_width(max(1, width)), pad=False))
+
+    def _say_cut(self, *_) -> None:
+        """The panel's bottom border says how many lines of the call are below the view, and
+        how to see them."""
+        scroll = self.query_one("#approval-scroll")
+        below = round(scroll.max_scroll_y - scroll.scroll_y)
+        self.border_subtitle = Text(f"… {below} more lines (↓ PgDn scroll · Ctrl+E expands)") \
+            if below > 0 else None
 
     def on_resize(self, event) -> None:
+        self.fit()
+
+    def action_expand(self) -> None:
+        """Ctrl+E: the panel on the whole screen, or back."""
+        if self.screen.maximized is self:
+            self.screen.minimize()
+        else:
+            self.screen.maximize(self, container=False)
         self.fit()
 
     @property

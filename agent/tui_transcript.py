@@ -59,11 +59,14 @@ class Transcript(VerticalScroll):
         out += [c.header + "\n" + (c.result_text or "") for c in self.query(ToolCard)]
         return "\n".join(out)
 
-    def replay(self, messages) -> None:
-        """A resumed conversation as it looked: requests, replies, cards with their results."""
-        card = None
-        for m in messages:
+    def replay(self, messages, undone=None) -> None:
+        """A resumed conversation as it looked: requests, replies, cards with their results; after
+        each request that /undo undid (`undone`: agent/sessions.undone_requests), a note saying so."""
+        card, shown = None, None  # shown: the number of the undone request being replayed
+        for i, m in enumerate(messages):
             if m["role"] == "user":
+                self._undone_note(shown)
+                shown = (undone or {}).get(i)
                 self.add(Static(plain("> " + m["content"]), classes="user"))
             elif m["role"] == "assistant":
                 if m["content"]:
@@ -76,6 +79,11 @@ class Transcript(VerticalScroll):
             elif m["role"] == "tool_result" and card is not None:
                 card.set_result(m["content"])
                 card = None
+        self._undone_note(shown)
+
+    def _undone_note(self, request: int | None) -> None:
+        if request is not None:
+            self.note(f"[request {request} was undone with /undo: its changes were taken back]")
 
 
 class ReplyView(Static):

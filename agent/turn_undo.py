@@ -22,13 +22,18 @@ Contract:
 The Snapshots object is made on first use: a project that is never edited never runs git.
 The turn id is saved as meta["turns"][i]["checkpoint"] (agent/conversation.py): users' saved
 sessions and `train export-sessions` read that field name.
+
+Words: tools/undo.py numbers its turns across all of a project's sessions, so the third snapshot
+can be a one-request session's only one. What /undo and /diff say names the request as the user
+knows it instead (`request_label`: "request N" of this conversation).
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
-UNDID = "[the user undid turn {turn} "  # how an undo note starts (`forget` finds notes by it)
+_TURN = re.compile(r"\bturn (\d+)\b")  # how tools/undo.py's messages name a snapshot turn
 
 
 @dataclass
@@ -79,6 +84,7 @@ class TurnUndo:
         self._snapshots = None  # tools.undo.Snapshots, made on first use
         self.open = None  # the open turn's tools.undo.Turn, once its snapshot is taken
         self.notes: list[str] = []  # what undo restored, for the next user message
+        self._noted: dict[str, int] = {}  # each note's turn id, for `forget`
         self.last_undone = None  # the turn id the last undo() restored
 
     @property
@@ -125,8 +131,10 @@ class TurnUndo:
         plan = ck.plan(turn, session=session)
         paths = ck.undo(plan.turn, allow_committed=allow_committed)
         self.last_undone = plan.turn
-        self.notes.append(UNDID.format(turn=plan.turn) + f"({plan.describe()}): those files are back "
-                          "as they were before it]")
+        note = (f"[the user undid an earlier request's changes ({plan.describe()}): those files are "
+                "back as they were before it]")
+        self.notes.append(note)
+        self._noted[note] = plan.turn  # `forget` finds a rewound turn's notes by it
         return paths
 
     def rewind(self, turn_ids: list[int], session: str, edited: list[str], commands: bool) -> RewindFiles:
@@ -168,8 +176,8 @@ class TurnUndo:
 
     def forget(self, turn_ids) -> None:
         """Drop the undo notes about these turns (a rewind cut them out of the conversation)."""
-        starts = tuple(UNDID.format(turn=t) for t in turn_ids)
-        self.notes = [n for n in self.notes if not n.startswith(starts)]
+        gone = {note for note, turn in self._noted.items() if turn in set(turn_ids)}
+        self.notes = [n for n in self.notes if n not in gone]
 
     def plan(self, session: str | None, turn=None):
         """What undo() would do, for a UI to confirm (tools.undo.UndoPlan; nothing changes)."""
@@ -180,8 +188,29 @@ class TurnUndo:
         return self.snapshots().diff(turn, session=session)
 
 
-UNDO_HELP = ("/undo [all] [yes] [committed]: show what undoing the last turn of this session (all: of "
-             "any session) would restore; with yes, do it (committed: even files committed since)")
+UNDO_HELP = ("/undo [all] [yes] [committed]: show what undoing the last request of this session (all: "
+             "of any session) would restore; with yes, do it (committed: even files committed since)")
+
+
+def request_label(agent, turn_id: int) -> str:
+    """Snapshot turn `turn_id` as the user knows it: "request N" when it is the Nth request of
+    this conversation, else the request's own words and its session (/undo all)."""
+    for n, record in enumerate(getattr(agent, "meta", {}).get("turns", []), 1):
+        if record.get("checkpoint") == turn_id:
+            return f"request {n}"
+    try:
+        turn = next((t for t in agent.undo_log.snapshots().turns() if t.id == turn_id), None)
+    except Exception:  # noqa: BLE001 - no snapshots to ask: the number is all there is
+        turn = None
+    if turn is None:
+        return f"change {turn_id}"
+    said = (turn.message.strip().splitlines() or [""])[-1]  # the request, after any notes
+    return f"the request {said[:50]!r} (session {turn.session})"
+
+
+def for_user(agent, text: str) -> str:
+    """`text` (tools/undo.py's words) with each "turn N" named as request_label names it."""
+    return _TURN.sub(lambda m: request_label(agent, int(m.group(1))), text)
 
 
 def slash_undo(agent, rest: str) -> str:
@@ -200,20 +229,20 @@ def slash_undo(agent, rest: str) -> str:
         if "yes" not in words:
             extra = " all" if scope["all_sessions"] else ""
             more = " committed" if plan.committed else ""
-            return (f"/undo would undo turn {plan.turn}: {plan.describe()}. Type /undo{extra} yes{more} "
-                    "to do it")
+            return (f"/undo would undo {request_label(agent, plan.turn)}: {plan.describe()}. Type "
+                    f"/undo{extra} yes{more} to do it")
         paths = agent.undo(plan.turn, allow_committed="committed" in words)
     except NothingToUndo:
         undone = agent.undo_log.last_undone
-        said = f" (turn {undone} is undone already)" if undone is not None else ""
+        said = f" ({request_label(agent, undone)} is undone already)" if undone is not None else ""
         where = "in any session" if scope["all_sessions"] else \
-            "in this session; /undo all reaches the last turn of any session"
+            "in this session; /undo all reaches the last request of any session"
         return f"nothing left to undo{said} {where}"
     except UndoError as e:
-        return str(e)
+        return for_user(agent, str(e))
     removed = [p for p in paths if p in plan.remove]
     restored = [p for p in paths if p not in plan.remove]
     done = [f"{label} {names_list(items)}" for label, items in (
-        ("restored", restored), ("removed (the turn created them)", removed),
+        ("restored", restored), ("removed (the request created them)", removed),
         ("put back git's", plan.git)) if items]
-    return f"undid turn {plan.turn}: {'; '.join(done)}" if done else "nothing to undo"
+    return f"undid {request_label(agent, plan.turn)}: {'; '.join(done)}" if done else "nothing to undo"

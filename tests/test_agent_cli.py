@@ -331,12 +331,12 @@ def test_repl_undo_then_diff_says_what_happened(engine, tok, repo):
     con = FakeConsole(["change it", "/undo yes", "/diff", "/undo yes", "/quit"])
     assert run_repl(agent, "tiny", console=con) == 0
     text = "".join(con.out)
-    assert "undid turn 1: restored a.py; removed (the turn created them) norep.txt" in text
+    assert "undid request 1: restored a.py; removed (the request created them) norep.txt" in text
     assert (repo / "a.py").read_text() == "x = 1\n" and not (repo / "norep.txt").exists()
-    assert "turn 1 was undone: none of its changes are in the files now" in text
+    assert "request 1 was undone: none of its changes are in the files now" in text
     assert "+y = 2" not in text
-    assert ("nothing left to undo (turn 1 is undone already) in this session; /undo all reaches "
-            "the last turn of any session") in text
+    assert ("nothing left to undo (request 1 is undone already) in this session; /undo all reaches "
+            "the last request of any session") in text
 
 
 def test_repl_marks_calls_and_says_how_to_resume(engine, tok, repo):

@@ -18,7 +18,7 @@ from agent.tui_transcript import ReplyView, ToolCard
 from nanocode.protocol import DROPPED
 from scripted_agent import call, reply
 from tiny_models import random_params, tiny
-from tui_pilot import drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
+from tui_pilot import approval_text, drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
 
 
 def test_prompt_streams_text_and_history(engine, tok, repo):
@@ -54,8 +54,7 @@ def test_edit_approved_with_y_then_undo(engine, tok, repo):
         panel = app.query_one(ApprovalPanel)
         await until(pilot, lambda: panel.has_class("show"))
         assert app.focused is panel
-        shown = app.query_one("#approval-text").content
-        text = "\n".join(str(r) if not hasattr(r, "code") else r.code for r in shown.renderables)
+        text = approval_text(app)
         assert "Edit needs approval" in text and "a.py" in text and "+x = 2" in text
         assert "waiting for your approval" in str(app.query_one("#status").content)
         assert " │ sandbox │ " in str(app.query_one("#status").content)
@@ -71,11 +70,11 @@ def test_edit_approved_with_y_then_undo(engine, tok, repo):
         await submit(pilot, "/undo")  # shows the plan, changes nothing
         await pilot.pause()
         assert (repo / "a.py").read_text() == "x = 2\n"
-        assert "/undo would undo turn 1: restore a.py. Type /undo yes" in app.transcript_text()
+        assert "/undo would undo request 1: restore a.py. Type /undo yes" in app.transcript_text()
         await submit(pilot, "/undo yes")
         await pilot.pause()
         assert (repo / "a.py").read_text() == "x = 1\n"
-        assert "undid turn 1: restored a.py" in app.transcript_text()
+        assert "undid request 1: restored a.py" in app.transcript_text()
     drive(app, body)
 
 
@@ -151,6 +150,33 @@ def test_resumed_session_shows_history_and_continues(engine, tok, repo):
                                                    "assistant", "user", "assistant"]
     assert agent.messages[:5] == messages and agent.sampler.cache.ids == agent.sampler.rendered_ids(agent.messages)
     assert load_session(path)[0] == agent.messages  # the same file goes on
+
+
+def test_a_resumed_session_shows_an_undone_request_as_undone(engine, tok, repo):
+    """Request 1 edits a.py and /undo takes it back, request 2 only reads: resumed, the
+    transcript says after request 1 that it was undone (it showed the edit as if it stood), and
+    nothing after request 2."""
+    first, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", old_string="x = 1",
+                                        new_string="x = 2"), reply(tok, "done."),
+                                   reply(tok, "x is 1.")], mode="auto")
+    first.conv.store = SessionStore(repo, first.meta["id"])
+    first.run_turn("set x to 2")
+    first.undo()
+    first.run_turn("what is x now?")
+    path = find_session(repo)
+    messages, meta = load_session(path)
+    agent, _ = make(engine, repo, [reply(tok, "ok")], messages=messages, meta=meta,
+                    store=SessionStore(repo, meta["id"], path))
+    app = NanocodeApp(agent=agent)
+
+    async def body(pilot):
+        await pilot.pause()
+        text = app.transcript_text()
+        note = "[request 1 was undone with /undo: its changes were taken back]"
+        assert f"continuing session {meta['id']} (2 earlier requests; request 1 undone with /undo)" in text
+        assert text.index("> set x to 2") < text.index(note) < text.index("what is x now?")
+        assert text.count("was undone with /undo") == 1
+    drive(app, body)
 
 
 def test_compact_drops_old_outputs(engine, tok, repo):

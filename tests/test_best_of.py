@@ -245,6 +245,7 @@ def test_cancel_applies_nothing_and_a_hung_test_run_fails(user):
         {"a.py": "x\n"}, during=cancel.set))
     assert (res.kind, res.pick, res.applied, len(res.rollouts)) == ("cancelled", None, [], 1)
     assert res.result.stop_reason == "cancelled" and tree(user) == before
+    assert res.result.answer == "best-of cancelled: nothing applied"  # not the rollout's "edited in"
     assert run_tests("sleep 30", str(user), timeout=0.5) == (False, "timed out after 0.5 s")
 
 
@@ -347,6 +348,9 @@ def test_when_every_change_tampers_nothing_is_applied(user):
     assert [r.tampered for r in res.rollouts] == [["tests/test_a.py"], ["conftest.py"]]
     assert tree(user) == before
     assert "nothing applied" in said[-1] and "rollout 2 edited conftest.py" in said[-1]
+    assert res.result.answer == ("no rollout passed the checks; nothing applied: every rollout changed "
+                                 "the tests unasked (rollout 1 edited tests/test_a.py; rollout 2 edited "
+                                 "conftest.py)") and res.to_dict()["rollouts"][1]["answer"] == "done"
     # a rollout that changed nothing beats one that tampered: nothing to apply either way
     res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, {}))
     assert (res.kind, res.pick, res.applied) == ("change", 1, []) and tree(user) == before
@@ -371,12 +375,14 @@ def test_when_every_change_fails_the_tests_nothing_is_applied(user):
 
 def test_headless_exits_1_when_nothing_is_applied(engine, tok, user, monkeypatch, capsys):
     """`nanocode -p --best-of 2 --mode auto`'s run_best_of: both rollouts edit a.py and both fail
-    the tests; nothing is applied, the JSON says why, the exit status is 1, not 0."""
+    the tests; nothing is applied, the JSON says why, the exit status is 1, not 0. Its answer says
+    that nothing was applied and why (it was a rejected rollout's "done: fixed it."), which each
+    rollout's summary keeps as its own answer."""
     import json
 
     from agent import headless
     scripts = [Script(tok, [call(tok, "", "Edit", file_path="a.py", old_string="return 1", new_string=f"return {k}"),
-                            reply(tok, "done.")]) for k in (3, 4)]
+                            reply(tok, "done: fixed it.")]) for k in (3, 4)]
     monkeypatch.setattr(headless, "rollout_agent", lambda agent, root, t, s, make=scripted(engine, scripts, []):
                         make(root, t, s))
     before = tree(user)
@@ -386,6 +392,9 @@ def test_headless_exits_1_when_nothing_is_applied(engine, tok, user, monkeypatch
     data = json.loads(out)
     assert rc == 1 and data["best_of"]["kind"] == "failed" and data["best_of"]["pick"] is None
     assert data["files_changed"] == [] and "nothing applied: every change fails the tests" in err
+    assert data["answer"].startswith("no rollout passed the checks; nothing applied: every change "
+                                     "fails the tests (rollout 1: ") and "fixed it" not in data["answer"]
+    assert [r["answer"] for r in data["best_of"]["rollouts"]] == ["done: fixed it."] * 2
     assert tree(user) == before
 
 

@@ -39,6 +39,24 @@ def test_examples(text, want):
     assert is_question(text) is want
 
 
+@pytest.mark.parametrize("text,want", [
+    # an aside after the request: the same verdict as without it
+    ("run the tests (request 1)", True), ("explain moving_average (request 2)", True),
+    ("fix the failing test (request 1)", False), ("where is load [see pkg/core.py]", True),
+    # an aside before it does not take the first word's place
+    ("(request 1) run the tests", True), ("[request 2] where is parse_header defined", True),
+    ("(request 3) add a docstring to load", False),
+    # nor does an aside after a question hide its '?'
+    ("the mean looks wrong? (request 1)", True), ("tests fail on 3.12? [ci log]", True),
+    # a change asked for inside an aside is still asked for; a '?' inside one asks nothing
+    ("run the tests (and fix what fails)", False), ("set x to 2 (why not?)", False),
+    ("x is wrong (is it?)", False), ("(where is x defined?)", True)])
+def test_an_aside_in_brackets_does_not_decide(text, want):
+    """`(request 1)` and other bracketed asides are read for change verbs only (a new user's
+    "(request N)" labels used to decide the first word or hide the question mark)."""
+    assert is_question(text) is want
+
+
 def test_a_questions_edit_is_refused_headless_and_the_model_answers(engine, tok, repo):
     agent, _ = make(engine, repo, [call(tok, "", "Edit", file_path="a.py", old_string="x = 1",
                                         new_string="x = [i for i in y]"),
@@ -55,6 +73,8 @@ def test_a_questions_edit_asks_in_a_face_and_runs_when_approved(engine, tok, rep
     asked = []
     agent.run_turn("is x right?", approve=lambda n, a, d: asked.append(d.reason) or "yes")
     assert asked == [QUESTION_EDIT]
+    # what the face shows says why in the user's terms, naming no module of ours
+    assert asked[0].startswith("the request asks for no change") and ".py" not in asked[0]
     assert (repo / "a.py").read_text() == "x = 2\n"
 
 

@@ -75,6 +75,7 @@ class FakeAgent:
         self.raw, self.root, self.mode = raw, str(root), "ask"
         self.command = command or "echo " + raw
         self.messages, self.meta, self.store = list(messages), {"id": "s1"}, None
+        self.conv = SimpleNamespace(transcript=lambda: self.messages)
         self.sampler = SimpleNamespace(max_len=1024, context_used=lambda messages: 3)
         self.answers = []
         self.sandbox, self.sandbox_status = object(), "sandbox: namespaces, network off"
@@ -121,8 +122,9 @@ def screen(app) -> str:
 
 
 def approval_text(app) -> str:
-    shown = app.query_one("#approval-text").content
-    return "\n".join(r.code if hasattr(r, "code") else str(r) for r in shown.renderables)
+    """The approval panel's head and call (the call's code, for a highlighted one)."""
+    return "\n".join(str(r.code if hasattr(r, "code") else r) for r in
+                     (app.query_one("#approval-head").content, app.query_one("#approval-text").content))
 
 
 async def submit(pilot, text):

@@ -482,8 +482,8 @@ def test_agent_undo_scoped_planned_and_told_to_the_model(repo):
     assert "+by mine" in mine.diff()
     assert mine.undo() == ["a.py"]
     assert (repo / "a.py").read_text() == "x = 1\n" and (repo / "other2.txt").exists()
-    assert mine.undo_log.notes == ["[the user undid turn 2 (restore a.py): those files are back as they "
-                            "were before it]"]
+    assert mine.undo_log.notes == ["[the user undid an earlier request's changes (restore a.py): those "
+                                   "files are back as they were before it]"]
     with pytest.raises(UndoError, match="in this session"):
         mine.undo()
     assert mine.undo(all_sessions=True) == ["other2.txt"]
@@ -505,5 +505,5 @@ def test_the_next_user_message_says_what_was_undone(tmp_path, tok, engine):
     assert agent.undo() == ["a.py"] and (root / "a.py").read_text() == "x = 1\n"
     agent.run_turn("what now?")
     user = agent.messages[-2]["content"]
-    assert user == ("[the user undid turn 1 (restore a.py): those files are back as they were "
-                    "before it]\nwhat now?")
+    assert user == ("[the user undid an earlier request's changes (restore a.py): those files are "
+                    "back as they were before it]\nwhat now?")

@@ -317,7 +317,7 @@ def test_git_only_turn_is_told_through_slash_undo(repo):
     turn = agent.end()
     assert (turn.changed, turn.id, turn.skipped) == ([], 1, [])
     assert "restore git stash" in slash_undo(_Agent(agent), "")
-    assert slash_undo(_Agent(agent), "yes") == "undid turn 1: put back git's stash"
+    assert slash_undo(_Agent(agent), "yes") == "undid the request 'drop' (session sess): put back git's stash"
     assert git_state(repo) == gs
 
 

@@ -2,10 +2,13 @@
 driven over HTTP with the key it printed: /v1/models, a chat completion equal to the engine's
 own greedy reply, the same streamed as server-sent events, tool calls in the OpenAI shape, and
 400s that say why. Its containment is attacked in tests/test_security_server.py."""
+import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.openai_wire import openai_message, to_conversation
-from agent.serve import Server, build_parser, server_token
+from agent.serve import CANNOT_LISTEN, Server, build_parser, server_token
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,3 +136,83 @@ def test_the_grammar_offers_only_the_listed_tools(ckpt):
         with_read = srv.complete(srv.prepare({**body, "tools": read}))
         assert with_read["tool_call"] is None or with_read["tool_call"]["name"] == "Read"
         assert srv.complete(srv.prepare(body))["tool_call"] is None
+
+
+def test_a_port_in_use_is_one_line_and_its_own_exit_status(ckpt):
+    """`nanocode serve --port P` with P taken by another socket on loopback: one line that names
+    the port and the fix, exit status 7 (it was two tracebacks ending in an AttributeError)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "agent.cli", "serve", "--model", str(ckpt),
+                            "--port", str(port)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (r.returncode, CANNOT_LISTEN) == (7, 7) and r.stdout == "", r.stderr[-2000:]
+    assert r.stderr.strip() == f"error: port {port} is in use; pass --port N or stop the other server"
+
+
+def test_a_route_asked_with_the_other_method_is_a_405(server):
+    """GET /v1/chat/completions (a browser, curl without -d) and POST /v1/models are 405s with an
+    Allow header naming the method, not a 404 that sends the caller to the route it used."""
+    base, key = server
+    for method, path, allow in [("GET", "/v1/chat/completions", "POST"), ("POST", "/v1/models", "GET")]:
+        conn = http.client.HTTPConnection(base.split("/")[0], timeout=30)
+        conn.request(method, path, body=b"{}" if method == "POST" else None,
+                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        r = conn.getresponse()
+        said = json.loads(r.read())["error"]["message"]
+        assert (r.status, r.getheader("Allow")) == (405, allow), (path, r.status, said)
+        assert said == f"{path} takes {allow}, not {method}"
+        conn.close()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(request(server, "/nothing"), timeout=30)
+    assert e.value.code == 404
+
+
+@pytest.fixture(scope="module")
+def stopper(ckpt):
+    """`nanocode serve`'s server in this process on loopback (no key), its model one that ranks
+    <|tool_call_end|> first wherever it stands: every token embeds alike and the output
+    projections are zero, so the last hidden state is one vector, which lm_head maps to that token
+    alone (every other logit 0: greedy takes the lowest id the grammar allows)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from agent.model import load_engine
+    from agent.serve import make_server
+    from nanocode.engine import Engine
+    from nanocode.gpt import init_params
+    tok, cfg = (e := load_engine(ckpt)).tokenizer, e.cfg
+    params = init_params(cfg, jax.random.PRNGKey(0))
+    u = np.random.default_rng(0).standard_normal(cfg.n_embd)
+    params["wte"] = jnp.asarray(np.tile(u, (params["wte"].shape[0], 1)), params["wte"].dtype)
+    head = np.zeros(params["lm_head"].shape, np.float32)
+    head[:, tok.special_ids["<|tool_call_end|>"]] = 10 * u / np.sqrt(np.mean(u * u)) / cfg.n_embd
+    params["lm_head"] = jnp.asarray(head, params["lm_head"].dtype)
+    httpd = make_server(Server(Engine(params, cfg, tok), "stopper"))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize("tool,arg", [("Read", "file_path"), ("Grep", "pattern")])
+def test_a_forced_call_has_a_real_argument(stopper, tool, arg):
+    """tool_choice naming Read (or Grep), through the openai client: the model would end the call
+    at once, and the grammar used to let it (file_path ""; serve has no project to ground paths
+    in); a path or pattern now ends only after a non-blank byte, streamed or not."""
+    import openai
+    client = openai.OpenAI(base_url=stopper, api_key="unused", max_retries=0)
+    schema = {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]}
+    tools = [{"type": "function", "function": {"name": tool, "parameters": schema}}]
+    ask = dict(model="stopper", messages=[{"role": "user", "content": "look at a.py"}], tools=tools,
+               tool_choice={"type": "function", "function": {"name": tool}}, max_tokens=40)
+    reply = client.chat.completions.create(**ask)
+    calls = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls" and calls[0].function.name == tool
+    assert json.loads(calls[0].function.arguments)[arg].strip()
+    streamed = [c for chunk in client.chat.completions.create(stream=True, **ask) for c in
+                (chunk.choices[0].delta.tool_calls or [] if chunk.choices else [])]
+    assert streamed[0].function.arguments == calls[0].function.arguments

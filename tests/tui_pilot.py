@@ -83,9 +83,10 @@ async def submit(pilot, text):
 
 
 def approval_text(app):
-    """The approval panel's text, syntax-highlighted parts included."""
+    """The approval panel's head and call, syntax-highlighted parts included."""
     shown = app.query_one("#approval-text").content
-    return "\n".join(r.code if hasattr(r, "code") else str(r) for r in shown.renderables)
+    return "\n".join(str(r.code if hasattr(r, "code") else r) for r in
+                     (app.query_one("#approval-head").content, shown))
 
 
 def screen_text(app, widget=None) -> str:

@@ -80,7 +80,7 @@ from tools.shell import normalized, split_command
 from tools.workspace import PathOutside, identity, is_inside, project_settings, protected, real_root, resolve
 
 NO_SANDBOX = "no OS sandbox is in effect, so every command asks"
-QUESTION_EDIT = "the request is a question: an edit asks, whatever the mode (agent/request_kind.py)"
+QUESTION_EDIT = "the request asks for no change (a question or a look-up): an edit asks first, whatever the mode"
 _ALLOWED = {"allow": "allowed by rule", "session": "allowed for this session"}
 NOT_ACCEPTED = ("not accepted yet: run nanocode here once interactively to review them, "
                 "or pass --trust-settings")
