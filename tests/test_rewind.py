@@ -108,10 +108,10 @@ def test_ignored_edits_mode_and_undo_notes_and_bad_numbers(engine, tok, repo):
                                    edit(tok, "local.env", "KEY=1", "KEY=2"), reply(tok, "done."),
                                    reply(tok, "ok.")], mode="auto", ground=False)  # ignored: no grounded path
     agent.run_turn("set x to 2")
-    assert "undid turn 1" in commands.run("/undo yes", agent, agent.root).text
+    assert "undid request 1" in commands.run("/undo yes", agent, agent.root).text
     agent.run_turn("bump the key")
     first = users(agent.messages)[1]
-    assert first.startswith("[the user undid turn 1") and first.endswith("bump the key")
+    assert first.startswith("[the user undid an earlier request's changes") and first.endswith("bump the key")
     assert (repo / "local.env").read_text() == "KEY=2\n"
     for bad, says in (("/rewind 3", "no request 3 to rewind to (this conversation has 1 to 2)"),
                       ("/rewind x", "/rewind takes a request's number, not 'x'")):
@@ -123,7 +123,8 @@ def test_ignored_edits_mode_and_undo_notes_and_bad_numbers(engine, tok, repo):
     assert (repo / "local.env").read_text() == "KEY=2\n"
     agent.run_turn("again")  # the undo note the cut request carried is told again
     again = users(agent.messages)[1]
-    assert again.startswith("[the user undid turn 1") and "local.env" in again and again.endswith("again")
+    assert again.startswith("[the user undid an earlier request's changes") and "local.env" in again \
+        and again.endswith("again")
     assert commands.run("/rewind 9", agent, agent.root).text.startswith("no request 9")
 
 
