@@ -328,3 +328,25 @@ def test_restore_waits_for_another_gits_index_lock(repo):
     with pytest.raises(GitError, match="index.lock exists"):
         gs.restore(1, what)
     assert index_bytes(repo) == after and lock.read_bytes() == b"another git's"
+
+
+def test_a_ref_name_that_is_not_utf8_is_recorded_and_put_back(repo):
+    """Git allows any bytes >= 0x80 in a ref name: state() must not fail on one (every edit of a
+    turn would be refused: no snapshot), and restore puts back exactly those bytes."""
+    name = b"refs/heads/caf\xe9"
+    subprocess.run([b"git", b"-C", bytes(repo), b"update-ref", name, b"HEAD"], check=True)
+    subprocess.run([b"git", b"-C", bytes(repo), b"symbolic-ref", b"HEAD", name], check=True)
+    gs = git_state(repo)
+    begin(gs, 1)
+    before = gs.state()
+    assert os.fsdecode(name) in before["refs"] and before["head"] == "ref: " + os.fsdecode(name)
+    subprocess.run([b"git", b"-C", bytes(repo), b"update-ref", b"-d", name], check=True)
+    git(repo, "checkout", "-q", "main")
+    what = gs.end(1)
+    assert what == [os.fsdecode(name), "HEAD"]
+    assert gs.refusal(1, what) is None
+    gs.restore(1, what)
+    assert gs.state() == before
+    refs = subprocess.run([b"git", b"-C", bytes(repo), b"for-each-ref", b"--format=%(refname)"],
+                          capture_output=True, check=True).stdout.split()
+    assert name in refs
