@@ -261,3 +261,14 @@ def test_blocked_names_what_is_in_the_way(world):
     os.symlink(outside, top / "pkg" / "more" / "dirlink")
     assert blocked(str(top), "pkg", {"pkg/more/m.py", "pkg/old.py"}) == \
         "pkg is now a directory holding pkg/more/dirlink"
+
+
+def test_restore_file_makes_no_folder_outside_before_it_refuses(world):
+    """A folder link on the way (swapped in after /undo's plan was checked): the missing folders
+    below it are not made in the folder outside either."""
+    top, outside, stash, copy = world
+    os.symlink(outside, top / "out")
+    before = tree_state(outside)
+    with pytest.raises(UnsafeWrite, match="resolves outside"):
+        restore_file(str(top), "out/new/deeper/x.py", link=False, exe=False, read=lambda: b"x\n")
+    assert tree_state(outside) == before and not (outside / "new").exists()
