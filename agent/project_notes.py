@@ -30,8 +30,11 @@ def _read(root: Path, name: str, limit: int = 64 * 1024) -> str:
         fd, _ = open_inside(root, name)
     except (PathOutside, ValueError, OSError):
         return ""
+    if not is_regular(fd):  # a folder (os.fdopen refuses one), a FIFO, a device: nothing to read
+        os.close(fd)
+        return ""
     with os.fdopen(fd, "rb") as f:
-        return f.read(limit).decode("utf-8", "replace") if is_regular(f.fileno()) else ""
+        return f.read(limit).decode("utf-8", "replace")
 
 
 def _project_name(root: Path) -> str:

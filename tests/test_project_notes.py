@@ -146,3 +146,13 @@ def test_an_agents_md_made_meanwhile_is_not_overwritten(project, monkeypatch):
     monkeypatch.setattr(project_notes, "starter_notes", read_while_the_user_writes)
     assert write_starter_notes(project).startswith("could not create AGENTS.md: ")
     assert (project / "AGENTS.md").read_text() == "written meanwhile\n"
+
+
+def test_a_folder_where_a_file_is_read_is_no_crash(tmp_path):
+    """A project with a folder named README.md, package.json, pyproject.toml or Makefile: /init
+    reads none of them and still writes its notes (it raised IsADirectoryError)."""
+    root = tmp_path / "odd"
+    write(root, {f"{name}/x.txt": "" for name in ("README.md", "package.json", "pyproject.toml", "Makefile")})
+    notes = starter_notes(root)
+    assert "## odd\n" in notes and "- README.md/ (1 files)" in notes and "## Commands" not in notes
+    assert write_starter_notes(root).startswith("wrote ")
