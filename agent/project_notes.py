@@ -22,6 +22,7 @@ from nanocode.protocol import MEMORY_FILES
 LANGUAGES = {".py": "Python", ".js": "JavaScript", ".ts": "TypeScript", ".go": "Go", ".rs": "Rust",
              ".java": "Java", ".c": "C", ".cc": "C++", ".cpp": "C++", ".rb": "Ruby", ".sh": "shell"}
 MAX_LISTED = 12
+TITLE = re.compile(r"\A[^\n]*\n[=\-~^*+#]{3,}[ \t]*(?:\n|\Z)")  # a line underlined: Markdown setext, reST
 
 
 def _read(root: Path, name: str, limit: int = 64 * 1024) -> str:
@@ -50,8 +51,8 @@ def _project_name(root: Path) -> str:
 def _readme_paragraph(root: Path) -> str:
     for name in ("README.md", "README.rst", "README.txt", "README"):
         text = _read(root, name)
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text)
-                      if p.strip() and not p.lstrip().startswith(("#", "=", "[![", "<"))]
+        paragraphs = [q for p in re.split(r"\n\s*\n", text) if (q := TITLE.sub("", p.strip()).strip())
+                      and not q.startswith(("#", "=", "[![", "<"))]
         if paragraphs:
             p = " ".join(paragraphs[0].split())
             return p if len(p) <= 300 else p[:297] + "..."

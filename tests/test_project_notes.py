@@ -156,3 +156,14 @@ def test_a_folder_where_a_file_is_read_is_no_crash(tmp_path):
     notes = starter_notes(root)
     assert "## odd\n" in notes and "- README.md/ (1 files)" in notes and "## Commands" not in notes
     assert write_starter_notes(root).startswith("wrote ")
+
+
+@pytest.mark.parametrize("readme", ["README.md", "README.rst"])
+def test_an_underlined_title_is_no_paragraph(tmp_path, readme):
+    """A setext (Markdown) or reStructuredText title, a line underlined with = or -, is a heading:
+    the paragraph is the prose after it, not "Widgets =======" (as it was)."""
+    root = tmp_path / "p"
+    write(root, {readme: "Widgets\n=======\n\nSmall widgets.\n\nUsage\n-----\nmore\n"})
+    assert starter_notes(root).split("\n\n")[3] == "Small widgets."
+    (root / readme).write_text("Widgets\n-------\nSmall widgets, right below.\n")
+    assert starter_notes(root).split("\n\n")[3] == "Small widgets, right below."
