@@ -127,3 +127,18 @@ def test_stub_out_commits_a_stub_its_pair_undoes(p):
     assert f"{f.head}\n{f.doc_block}\n    raise NotImplementedError\n" in text
     assert text.count(old) == 1 and text.replace(old, new) == good_text
     assert len(git_log(p)) == len(commits) + 1
+
+
+def test_explain_check_needs_a_keyword_beyond_the_functions_name(tmp_path):
+    """Many names hold a keyword (mean_x, count_x, flatten_x, safe_divide_x): naming the function
+    alone passed the check ("`mean_kid` is a function"); the keyword must be in the explanation."""
+    setup_env()
+    named = 0
+    for seed in range(3):
+        p = generate_project(random.Random(seed), str(tmp_path / str(seed)))
+        for f in p.functions.values():
+            check = explain_check(f)
+            named += any(k in f.name for k in f.spec["keywords"])
+            assert not check(p.root, f"`{f.name}` is a function."), f.name
+            assert check(p.root, f"`{f.name}` {f.spec['explain']}"), f.name
+    assert named  # the case is there
