@@ -142,3 +142,14 @@ def test_calls_of_finds_top_level_callers(tmp_path):
     assert questions._calls_of(p, "helper") == [("pkg/a.py", "user", 6), ("pkg/a.py", "rec", 11),
                                                 ("tests/test_a.py", "test_h", 5)]
     assert questions._calls_of(p, "rec") == []  # its own recursion is no caller
+
+
+@pytest.mark.parametrize("family", ["find_definition", "explain"])
+def test_a_wrong_file_answer_fails_the_check(family, tmp_path):
+    """The wrong_file replay is the rejected side of a preference pair: its answer must be wrong by
+    the check too. explain's borrowed another function's explanation, which could say one of the
+    function's keywords ("... instead of dividing by zero" for safe_divide_x: it passed)."""
+    for seed in range(4):
+        p, d, task = build(family, seed, tmp_path / str(seed))
+        wrong = task.rollout("wrong_file")["messages"][-1]["content"]
+        assert not d["check"](p.root, wrong), (seed, wrong)
