@@ -66,7 +66,8 @@ def test_a_refused_call_runs_nothing_and_the_user_speaks(project):
     conv = make(project, policy).rollout()["messages"]
     assert os.path.isfile(project.path("demo/core.py"))
     assert conv[2:] == [
-        {"role": "assistant", "content": "cleaning up.", "tool_call": {"name": "Bash", "args": {"command": "rm -rf demo"}}},
+        {"role": "assistant", "content": "cleaning up.",
+         "tool_call": {"name": "Bash", "args": {"command": "rm -rf demo"}}},
         {"role": "tool_result", "content": REJECTED}, {"role": "user", "content": "no, keep the package"},
         {"role": "assistant", "content": "ok, i left it."}]
 
