@@ -22,6 +22,7 @@ from nanocode.protocol import MEMORY_FILES
 LANGUAGES = {".py": "Python", ".js": "JavaScript", ".ts": "TypeScript", ".go": "Go", ".rs": "Rust",
              ".java": "Java", ".c": "C", ".cc": "C++", ".cpp": "C++", ".rb": "Ruby", ".sh": "shell"}
 MAX_LISTED = 12
+TITLE = re.compile(r"\A[^\n]*\n[=\-~^*+#]{3,}[ \t]*(?:\n|\Z)")  # a line underlined: Markdown setext, reST
 
 
 def _read(root: Path, name: str, limit: int = 64 * 1024) -> str:
@@ -30,8 +31,11 @@ def _read(root: Path, name: str, limit: int = 64 * 1024) -> str:
         fd, _ = open_inside(root, name)
     except (PathOutside, ValueError, OSError):
         return ""
+    if not is_regular(fd):  # a folder (os.fdopen refuses one), a FIFO, a device: nothing to read
+        os.close(fd)
+        return ""
     with os.fdopen(fd, "rb") as f:
-        return f.read(limit).decode("utf-8", "replace") if is_regular(f.fileno()) else ""
+        return f.read(limit).decode("utf-8", "replace")
 
 
 def _project_name(root: Path) -> str:
@@ -47,8 +51,8 @@ def _project_name(root: Path) -> str:
 def _readme_paragraph(root: Path) -> str:
     for name in ("README.md", "README.rst", "README.txt", "README"):
         text = _read(root, name)
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text)
-                      if p.strip() and not p.lstrip().startswith(("#", "=", "[![", "<"))]
+        paragraphs = [q for p in re.split(r"\n\s*\n", text) if (q := TITLE.sub("", p.strip()).strip())
+                      and not q.startswith(("#", "=", "[![", "<"))]
         if paragraphs:
             p = " ".join(paragraphs[0].split())
             return p if len(p) <= 300 else p[:297] + "..."

@@ -48,7 +48,9 @@ def explain(p: Project, rng, ph) -> dict:
     f = pick_func(p, rng, documented)
     prompt = ph("explain", fn=f.name, file=f.file)
     other = rng.choice([m for m in p.modules if m != f.file])
-    others = sorted({g.spec["explain"] for g in p.functions.values() if documented(g)} - {f.spec["explain"]})
+    check = explain_check(f)  # the wrong_file answer borrows an explanation the check rejects
+    others = sorted(e for e in {g.spec["explain"] for g in p.functions.values() if documented(g)}
+                    if not check(p.root, f"`{f.name}` {e}"))
     wrong = rng.choice(others) if others else "returns its argument unchanged."
 
     def policy(r: OracleRollout):
@@ -62,7 +64,7 @@ def explain(p: Project, rng, ph) -> dict:
         r.call(r.pick(f"let me read `{f.name}`.", "reading the function.", f"let me look at `{f.name}` in `{f.file}`."),
                "Read", read_args(f, r, located))
         r.done(f"`{f.name}` {f.spec['explain']}" + r.pick("", f" it lives in `{f.file}:{f.line}`."))
-    return dict(prompt=prompt, check=explain_check(f), desc=f"answer names {f.name} and one of {f.spec['keywords']}",
+    return dict(prompt=prompt, check=check, desc=f"answer names {f.name} and one of {f.spec['keywords']}",
                 policy=policy, flaws=["wrong_file", "repeat", "off_style", "asks_more"])
 
 

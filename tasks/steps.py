@@ -54,7 +54,12 @@ def mentions(answer: str, *words: str) -> bool:
 
 
 def explain_check(f: Func):
-    return lambda root, answer="": f.name in answer and any(k in answer.lower() for k in f.spec["keywords"])
+    """The answer names f and says one of its keywords beyond f's name (mean_x, count_x: naming
+    the function is no explanation)."""
+    def check(root, answer=""):
+        said = answer.lower().replace(f.name.lower(), "")
+        return f.name in answer and any(k in said for k in f.spec["keywords"])
+    return check
 
 
 def first_caught(p: Project, path: str, variants, what: str) -> tuple:

@@ -162,7 +162,8 @@ class GitState:
             old = before["refs"].get(name)
             lines.append(f"update {name} {old[0]}" if old else f"delete {name}")
         if lines:
-            run("update-ref", "--stdin", input="".join(x + "\n" for x in lines).encode())
+            data = "".join(x + "\n" for x in lines).encode(errors="surrogateescape")
+            run("update-ref", "--stdin", input=data)
         if "stash" in what:
             run("update-ref", "-d", "refs/stash", check=False)
             for sha, message in reversed(before["stash"]):
@@ -176,13 +177,14 @@ class GitState:
         """{"refs": {name: [sha, type]}, "head": "ref: <name>" | sha | None, "stash": [[sha,
         message], ...] newest first, "index": digest of the index entries}."""
         run, refs = self.g.run, {}
-        out = run("for-each-ref", "--format=%(objectname) %(objecttype) %(refname)").decode()
+        out = run("for-each-ref", "--format=%(objectname) %(objecttype) %(refname)")
+        out = out.decode(errors="surrogateescape")  # a ref name may be any bytes >= 0x80
         for line in out.splitlines():
             sha, kind, name = line.split(" ", 2)
             if not name.startswith("refs/nanocode/"):
                 refs[name] = [sha, kind]
         ref = run("symbolic-ref", "-q", "HEAD", check=False)
-        head = f"ref: {ref.decode().strip()}" if ref else self.g.head()
+        head = f"ref: {ref.decode(errors='surrogateescape').strip()}" if ref else self.g.head()
         stash = []
         if "refs/stash" in refs:
             log = run("log", "-g", "-z", "--format=%H %gs", "refs/stash", "--")

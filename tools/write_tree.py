@@ -141,18 +141,26 @@ def remove_created(top: str, path: str, before_dirs: set[str]) -> None:
         parent = os.path.dirname(parent)
 
 
+def _refuse_outside(top: str, path: str, folder: str) -> None:
+    """UnsafeWrite when `folder` (on the way to `path`) resolves outside `top`."""
+    if not is_inside(top, os.path.realpath(folder)):
+        raise UnsafeWrite(f"refusing to write {path}: its directory resolves outside {top}")
+
+
 def restore_file(top: str, path: str, link: bool, exe: bool, read) -> None:
     """Put `path` back as a symlink (`link`; read() gives its target) or a file with the bytes
     read() returns and exec bit `exe`, through a temp file in its directory and os.replace.
-    Refuses (UnsafeWrite) when the directory resolves outside `top` or a directory is in the
-    way. Only the exec bit follows the
-    snapshot: an existing file keeps its other permission bits, a new one gets 0o666/0o777 minus
-    the umask."""
+    Refuses (UnsafeWrite) when the directory resolves outside `top` (checked on its nearest
+    existing folder before any folder is made) or a directory is in the way. Only the exec bit
+    follows the snapshot: an existing file keeps its other permission bits, a new one gets
+    0o666/0o777 minus the umask."""
     full = os.path.join(top, path)
-    parent = os.path.dirname(full)
-    os.makedirs(parent, exist_ok=True)  # Snapshots._plan checked every existing parent already
-    if not is_inside(top, os.path.realpath(parent)):
-        raise UnsafeWrite(f"refusing to write {path}: its directory resolves outside {top}")
+    parent = existing = os.path.dirname(full)
+    while not os.path.lexists(existing):  # Snapshots._plan checked them; a link swapped in since
+        existing = os.path.dirname(existing)  # must not get folders made below it either
+    _refuse_outside(top, path, existing)
+    os.makedirs(parent, exist_ok=True)
+    _refuse_outside(top, path, parent)
     if os.path.isdir(full) and not os.path.islink(full):
         raise UnsafeWrite(f"cannot restore {path}: a directory is in the way; move it and retry")
     if link:
