@@ -18,6 +18,7 @@ from evals import codegen, sandbox, tasks
 from evals.cli import build_parser
 from nanocode import checkpoint
 from nanocode.engine import Engine
+from nanocode.load import load_model
 from nanocode.gpt import init_params
 from tiny_models import tiny, tiny_tokenizer
 
@@ -121,7 +122,7 @@ def test_run_model_samples_n_per_problem_in_batches_and_runs_each(runs, scripted
     assert [(c["key"], c["n"], c["seed"]) for c in calls] == [
         ("def add", 2, 11), ("def add", 2, 13), ("def add", 1, 15),  # seed + 1000003 * problem + row
         ("def sub", 2, 11 + 2 * 1000003), ("def sub", 2, 13 + 2 * 1000003), ("def sub", 1, 15 + 2 * 1000003)]
-    tok = Engine.from_checkpoint(runs / "base" / "checkpoints").tokenizer
+    tok = load_model(runs / "base").tokenizer
     assert all(c["max_tokens"] == 64 and c["temperature"] == 0.8 and tok.bos_id in c["stop"] for c in calls)
     long = rows[1]["samples"]
     assert {(s["status"], s["stderr_tail"], s["completion"]) for s in long} == \
@@ -142,7 +143,7 @@ def test_run_model_chats_with_a_finetuned_checkpoint_within_the_room_left(runs, 
     rows, info = codegen.run_model([SUB], str(runs / "sft"), LIMITS, sampling, quiet=True)
     assert info["mode"] == "chat" and info["stage"] == "sft"
     (call,) = calls
-    tok = Engine.from_checkpoint(runs / "sft" / "checkpoints").tokenizer
+    tok = load_model(runs / "sft").tokenizer
     want = tok.render_for_completion({"messages": [{"role": "user", "content": tasks.chat_message(SUB)}]})
     assert call["prompt"] == tok.decode(want) and call["max_tokens"] == call["room"] == 512 - len(want)
     assert tok.bos_id not in call["stop"]
