@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from nanocode.protocol import Status, TurnResult
-from tools import test_guard
+from tools import project_env, test_guard
 from tools.git import git as safe_git
 from tools.write_tree import UnsafeWrite, write_changes
 
@@ -228,13 +228,16 @@ def _make_copy(top: str, git: dict | None, files: list[str], dest: str) -> None:
 
 # ---- verification ---------------------------------------------------------------------------------
 
-def detect_tests(files: list[str]) -> str | None:
-    """The default test command when the file list looks like it has Python tests, else None."""
+def detect_tests(files: list[str], search_path: str | None = None) -> str | None:
+    """The default test command when the file list looks like it has Python tests, else None:
+    pytest under the `python` (else `python3`) of `search_path`, the commands' PATH (the
+    project's environment, tools/project_env.py); this interpreter when neither is there."""
     for p in files:
         name = p.rsplit("/", 1)[-1]
         if "tests" in p.split("/")[:-1] or (name.endswith(".py") and
                                              (name.startswith("test_") or name.endswith("_test.py"))):
-            python = "python" if shutil.which("python") else sys.executable
+            python = next((n for n in ("python", "python3") if shutil.which(n, path=search_path)),
+                          sys.executable)
             return f"{python} -m pytest -q -p no:cacheprovider"
     return None
 
@@ -387,7 +390,12 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
     top, git = _probe(root)
     rel = os.path.relpath(root, top)
     files = _list(top, git is not None)
-    command = test_command or detect_tests(files)
+    env = project_env.choose(root)
+    command = test_command or detect_tests(files, env.path)
+    # the copies leave an in-project venv out: their commands keep the project's environment
+    chosen = env.virtual_env if env.virtual_env and not os.environ.get(project_env.OVERRIDE) else None
+    if chosen:
+        os.environ[project_env.OVERRIDE] = chosen
     allowed = ("*",) if tests_allowed is None and test_guard.asks_for_test_changes(prompt) else tests_allowed
     guard = (test_guard.capture(top, files), tuple(allowed or ()), tests_view)
     base = os.path.realpath(workdir or tempfile.mkdtemp(prefix="nanocode-best-of-"))
@@ -411,6 +419,8 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
                                           test_timeout, rollouts[0].sandbox)[1]
         return _finish(rollouts, root, top, prompt, command, apply, cancel, emit, before)
     finally:
+        if chosen:
+            os.environ.pop(project_env.OVERRIDE, None)
         if workdir is None:
             shutil.rmtree(base, ignore_errors=True)
 

@@ -209,3 +209,33 @@ def test_status_line_and_settings_name_the_environment(engine, proj, outside_env
         await until(pilot, lambda: "python for commands:" in app.transcript_text())
         assert f"python for commands: project .venv (Python {version})" in app.transcript_text()
     drive(app, body, size=(160, 40))
+
+
+def test_best_of_tests_its_copies_with_the_projects_venv(proj, outside_env):
+    """--best-of's copies leave the (ignored) in-project .venv out; the rollouts' test runs still
+    use it: its python runs pytest and imports what only it has."""
+    from agent.best_of import best_of
+    from nanocode.protocol import TurnResult
+    from tiny_models import commit_all
+    venv = make_venv(proj / ".venv", module="onlyhere")
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "outer.pth").write_text(next(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    (proj / ".gitignore").write_text(".venv/\n")
+    (proj / "tests").mkdir()
+    (proj / "tests" / "test_a.py").write_text(
+        "import sys\nsys.path.insert(0, '.')\nimport onlyhere\n\n\ndef test_x():\n"
+        "    from a import x\n    assert x == 2\n")
+    commit_all(proj)
+
+    class Stub:
+        def __init__(self, root, temperature=0.0, seed=0):
+            self.root, self.messages, self.meta = root, [{"role": "system", "content": "s"}], {}
+
+    def drive(agent, prompt):
+        (proj.parent / agent.root / "a.py").write_text("x = 2\n")
+        return [TurnResult(answer="set", steps=1)]
+    res = best_of(Stub, proj, "set x to 2", 1, drive=drive)
+    assert res.test_command.startswith("python ")  # the copies' PATH finds the project's python
+    assert res.rollouts[0].tests_passed is True, res.rollouts[0].tests_output
+    assert res.applied == ["a.py"] and (proj / "a.py").read_text() == "x = 2\n"
+    assert OVERRIDE not in os.environ  # put back after the rollouts
