@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import jax
+
 # the jax functions this code calls whose absence (a rename) would stop a run
 JAX_API = ("shard_map", "set_mesh", "sharding.get_abstract_mesh", "make_array_from_process_local_data",
            "lax.full_like", "lax.all_gather", "lax.psum", "lax.with_sharding_constraint",
@@ -40,7 +42,6 @@ STDLIB_CODE = ("email", "json", "http", "xml", "asyncio", "unittest", "importlib
 
 
 def jax_api() -> dict:
-    import jax
     missing = []
     for dotted in JAX_API:
         obj = jax
@@ -179,7 +180,7 @@ def loader_rate(seq_len: int, seconds: float, rows: int = 8) -> dict:
     `train tokenizer` on them (both in a temp dir, removed after); a few packages of it
     (STDLIB_CODE), so the set-up stays well under a minute."""
     from nanocode.tokenizer import Tokenizer
-    from train.cli import main as train_main
+    from train.cli import main as train_main  # local: see KEEP_LOCAL (tests/test_local_imports.py)
     from train.loader import data_sources, packed_batches
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
@@ -211,8 +212,6 @@ def loader_rate(seq_len: int, seconds: float, rows: int = 8) -> dict:
 
 def save_rate(params, opt_state, cfg, directory: str | None = None) -> dict:
     """AsyncSaver.save of (params, opt_state): the loop's wait and the whole write, once."""
-    import jax
-
     from nanocode.checkpoint import AsyncSaver
     nbytes = sum(x.nbytes for x in jax.tree.leaves((params, opt_state)))
     root = Path(directory or tempfile.mkdtemp(prefix="nanocode-save-"))

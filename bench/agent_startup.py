@@ -22,6 +22,9 @@ system prompt is ~290 tokens), context 2048.
 
     python bench/agent_startup.py                     # tiny, 5 runs
     python bench/agent_startup.py --preset cpu-d4 --runs 3
+
+Every import of ours, jax's and textual's is inside the function that needs it: the TUI child is
+this script, timed from its spawn, so its top level must add nothing to what `nanocode` imports.
 """
 
 import argparse

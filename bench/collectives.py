@@ -105,7 +105,7 @@ def analyse(plan: dict, chip: str, compiler: str, attn: str, hlo_path: str | Non
     hlo = lowered.compile().as_text()
     if hlo_path:
         Path(hlo_path).write_text(hlo)
-    from train.base import model_config
+    from train.base import model_config  # local: jax starts after memory._ensure_devices (main)
     base = memory._parse("base", plan["base"])
     vocab = model_config(base.preset, plan["vocab"], depth=base.depth).padded_vocab
     ops = collectives(hlo)

@@ -21,18 +21,18 @@ import json
 import statistics
 import time
 
+import jax
+import jax.numpy as jnp
+
+from nanocode import sharding
+from nanocode.config import preset
+from nanocode.gpt import init_params
+from train import loop
+from train.base import next_token_loss
+from train.optim import build_optimizer
+
 
 def step_times(name: str, seq_len: int, remat: str | None) -> tuple[float, float]:
-    import jax
-    import jax.numpy as jnp
-
-    from nanocode import sharding
-    from nanocode.config import preset
-    from nanocode.gpt import init_params
-    from train import loop
-    from train.base import next_token_loss
-    from train.optim import build_optimizer
-
     overrides = {"remat": remat} if remat else {}
     cfg = preset(name, sequence_len=seq_len, compute_dtype="bfloat16", attn_impl="xla", **overrides)
     params = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
@@ -59,7 +59,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="compiles per preset (median reported)")
     ap.add_argument("--remat", choices=["none", "block", "dots"], help="remat policy (default: the preset's)")
     args = ap.parse_args()
-    import jax
     jax.config.update("jax_enable_compilation_cache", False)  # time XLA, not a cache hit
     rows = []
     for name in args.presets:

@@ -44,11 +44,21 @@ import sys
 import sysconfig
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nanocode.tokenizer import COMPOUND_SPLIT_PATTERN, CONTRACTION, SPLIT_PATTERN  # noqa: E402
+from agent.engine_sampler import EngineSampler  # noqa: E402
+from agent.run_options import add_options, settings  # noqa: E402
+from evals.agent import task_jobs  # noqa: E402
+from evals.copying import CHANNELS, channels, copy_report, project_symbols, summarize  # noqa: E402
+from nanocode.checkpoint import load_tokenizer  # noqa: E402
+from nanocode.common import enable_compilation_cache  # noqa: E402
+from nanocode.load import load_engine  # noqa: E402
+from nanocode.tokenizer import COMPOUND_SPLIT_PATTERN, CONTRACTION, SPLIT_PATTERN, train_tokenizer  # noqa: E402
+from tasks import SPLITS, WORLD_FAMILIES, build_task, drive, setup_env, task_agent  # noqa: E402
+from train.shards import default_sources, find_files  # noqa: E402
 
 # A name's neighbours in what the agent reads and writes: (text before it, text after it).
 CONTEXTS = {
@@ -139,7 +149,6 @@ def _read(files, chars: int) -> list[str]:
 
 def corpora(train_chars: int) -> dict[str, list[str]]:
     """train (code + text), heldout_code, heldout_text: the files after the training ones."""
-    from train.shards import default_sources, find_files
     code = find_files([Path(sysconfig.get_paths()["stdlib"])], "code")
     text = find_files(default_sources("text"), "text")
     out = {}
@@ -197,8 +206,6 @@ def bytes_per_token(tok, docs: list[str]) -> float:
 
 
 def tokenizer_part(args) -> dict:
-    from nanocode.checkpoint import load_tokenizer
-    from nanocode.tokenizer import train_tokenizer
     t0 = time.time()
     compound, words = stdlib_names(args.names)
     data = corpora(int(args.train_mb * 1_000_000))
@@ -253,8 +260,6 @@ def garble_kind(name: str, garble: str) -> str:
 
 def run_agent(engine, task, sampling, turn, whole_turns: bool) -> list[dict]:
     """The headless agent on `task` (evals agent's): its first step, or its whole turns."""
-    from agent.engine_sampler import EngineSampler
-    from tasks import drive, task_agent
     agent = task_agent(EngineSampler(engine, task.root, sampling), task, task.root, turn)
     if whole_turns:
         drive(agent, task)
@@ -264,7 +269,6 @@ def run_agent(engine, task, sampling, turn, whole_turns: bool) -> list[dict]:
 
 
 def print_copy_table(s: dict) -> None:
-    from evals.copying import CHANNELS
     print(f"{'channel':<9} {'exact':>6} {'garbled':>8} {'only':>5} {'share':>7}")
     for c in (*CHANNELS, "overall"):
         r = s[c]
@@ -276,14 +280,6 @@ def print_copy_table(s: dict) -> None:
 
 
 def model_part(args) -> dict:
-    from dataclasses import replace
-
-    from agent.run_options import settings
-    from evals.agent import task_jobs
-    from evals.copying import channels, copy_report, project_symbols, summarize
-    from nanocode.common import enable_compilation_cache
-    from nanocode.load import load_engine
-    from tasks import SPLITS, WORLD_FAMILIES, build_task, setup_env
     setup_env()
     enable_compilation_cache()
     t0 = time.time()
@@ -343,8 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--world", default=None,
                     help="tasks.build_task's world (generated, real), passed only when given")
     ap.add_argument("--turns", action="store_true", help="whole turns instead of the first step")
-    from agent.run_options import add_options  # --max-tokens --max-steps (with --turns) --no-ground
-    add_options(ap, "bench copy_accuracy")
+    add_options(ap, "bench copy_accuracy")  # --max-tokens --max-steps (with --turns) --no-ground
     ap.add_argument("--show", type=int, default=10, help="garbled attempts to print")
     return ap
 

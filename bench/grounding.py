@@ -33,10 +33,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from agent.grammar import CONTENT, Grammar  # noqa: E402
+from agent.grounding import Grounding  # noqa: E402
+from agent.loop_guard import LoopGuard  # noqa: E402
+from nanocode.common import DEFAULT_MODEL, enable_compilation_cache  # noqa: E402
+from nanocode.engine import Engine  # noqa: E402
+from nanocode.gpt import init_params  # noqa: E402
+from nanocode.load import load_model  # noqa: E402
+from nanocode.protocol import MODE_TOOLS, REJECTED  # noqa: E402
+from nanocode.tokenizer import train_tokenizer  # noqa: E402
+from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, attempt_seeds, make_task, setup_env  # noqa: E402
+from tools.dispatch import run_tool  # noqa: E402
+
 
 def conversations(n: int, base: str) -> list[tuple[list[dict], str]]:
     """(oracle messages, untouched project root) for n tasks, one family after another."""
-    from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, attempt_seeds, make_task
     fams = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
     out = []
     for i in range(n):
@@ -53,13 +67,6 @@ def conversations(n: int, base: str) -> list[tuple[list[dict], str]]:
 
 def mask_work(tok, grammar, convs, ground: bool) -> tuple[float, int]:
     """Seconds of hook work per token over every assistant reply of `convs`, and the token count."""
-    import jax
-    from agent.grammar import CONTENT
-    from agent.grounding import Grounding
-    from agent.loop_guard import LoopGuard
-    from nanocode.protocol import MODE_TOOLS, REJECTED
-    from tools.dispatch import run_tool
-    from tasks import make_task
     total, n = 0.0, 0
     for messages, seed, fam, base in convs:
         root = make_task(fam, seed, False, base).root  # the project as it was before the rollout
@@ -93,8 +100,6 @@ def mask_work(tok, grammar, convs, ground: bool) -> tuple[float, int]:
 
 def decode_cost(engine, prompt: list[int], tokens: int, repeats: int) -> tuple[float, float]:
     """Median seconds per decoded token: unmasked, and with a constant device mask."""
-    import jax
-    import numpy as np
     full = jax.device_put(np.ones(engine.cfg.vocab_size, bool))
     out = {}
     for name, hook in (("none", None), ("mask", lambda o: full)):
@@ -116,19 +121,11 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
-    from agent.grammar import Grammar
-    from nanocode.common import DEFAULT_MODEL, enable_compilation_cache
-    from nanocode.engine import Engine
-    from nanocode.load import load_model
-    from nanocode.tokenizer import train_tokenizer
-    from tasks import setup_env
     enable_compilation_cache()
     setup_env()
     params, cfg, tok, *_ = load_model(str(DEFAULT_MODEL))
     stdlib = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))
     tok32 = train_tokenizer((open(f, encoding="utf-8", errors="replace").read() for f in stdlib), 32768)
-    import jax
-    from nanocode.gpt import init_params
     cfg32 = dataclasses.replace(cfg, vocab_size=tok32.vocab_size)
     setups = [("4096 (shipped model)", Engine(params, cfg, tok), tok),
               ("32768 (random weights)", Engine(init_params(cfg32, jax.random.PRNGKey(0)), cfg32, tok32), tok32)]

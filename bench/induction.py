@@ -28,11 +28,11 @@ import numpy as np  # noqa: E402
 from nanocode import checkpoint  # noqa: E402
 from nanocode.gpt import forward, loss_fn  # noqa: E402
 from train.copy_rows import span_text  # noqa: E402
+from train.loader import data_sources, packed_batches  # noqa: E402
 
 
 def natural_segments(data: str, tokenizer, rows: int, length: int) -> np.ndarray:
     """(rows, length) tokens from the middle of validation rows, text and code half and half."""
-    from train.loader import data_sources, packed_batches
     x, _, _ = next(packed_batches(tokenizer, *data_sources(data, 0.5), rows, 2 * length, "val"))
     return x[:, length // 2: length // 2 + length]
 
@@ -49,7 +49,6 @@ def first_and_second(params, cfg, bos: int, seq: np.ndarray) -> tuple[float, flo
 def filler_rows(data: str | None, tokenizer, rows: int, length: int) -> np.ndarray:
     """(rows, length) tokens of natural validation text (BOS first), or random tokens without data."""
     if data:
-        from train.loader import data_sources, packed_batches
         x, _, _ = next(packed_batches(tokenizer, *data_sources(data, 0.5), rows, length, "val"))
         return x
     x = np.random.default_rng(1).integers(0, tokenizer.bos_id, (rows, length))

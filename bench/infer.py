@@ -9,10 +9,12 @@ so a second run shows cache-load rather than compile times.
     python bench/infer.py --seq-len 2048     # prompts of 256, 1024 and 2048
 
 Reference (nanochat's PyTorch engine, d4 CPU shape, this machine): ~590 tokens/s decode at batch 1
-(1.7 ms/token), ~10,700 tokens/s prefill, TTFT ~26 ms for a 256-token prompt.
+(1.7 ms/token), ~10,700 tokens/s prefill, TTFT ~26 ms for a 256-token prompt. torch (optional) is
+imported inside torch_prefill, so --no-torch runs without it.
 """
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -20,6 +22,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from nanocode import engine as eng  # noqa: E402
+from nanocode.common import enable_compilation_cache  # noqa: E402
+from nanocode.config import preset  # noqa: E402
+from nanocode.gpt import init_params  # noqa: E402
 
 REFERENCE = {"decode_b1": 590.0, "prefill": 10_700.0, "ttft_256_ms": 26.0}
 
@@ -35,16 +46,7 @@ def main():
     ap.add_argument("--no-torch", action="store_true", help="skip the torch prefill reference")
     args = ap.parse_args()
 
-    from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from nanocode import engine as eng
-    from nanocode.config import preset
-    from nanocode.gpt import init_params
-
     over = {"sequence_len": args.seq_len} if args.seq_len else {}
     if args.window_pattern:
         over["window_pattern"] = args.window_pattern
@@ -61,7 +63,6 @@ def main():
         rows.append((name, value, unit, ref))
         print(f"  {name:<44} {value:>10.2f} {unit:<9} {ref}", flush=True)
 
-    import os
     print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     print(f"{args.preset}: layers {cfg.n_layer}, width {cfg.n_embd}, vocab {cfg.vocab_size}, "
           f"max_len {S}, windows {cfg.window_pattern}, buckets {engine.buckets}, "

@@ -88,6 +88,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+from nanocode.config import param_counts  # noqa: E402
+from train.cli import build_parser  # noqa: E402
+from train.speedrun import PRESETS  # noqa: E402
+
 GiB = 2**30
 HEADROOM = 0.10  # "fits" needs at least this share of the chip's memory left over
 CHIPS = {  # per chip: memory in bytes, the unit the vendor states it in, devices, jax platform
@@ -126,7 +130,6 @@ def preset_plan(name: str, device_batch: int | None = None, total_batch: int | N
                 base_args: str = "") -> dict:
     """The speedrun preset's base argument list (with overrides appended, so they win), its vocab,
     chip and device count."""
-    from train.speedrun import PRESETS
     if name not in PRESETS:
         raise SystemExit(f"unknown speedrun preset {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     p = PRESETS[name]
@@ -218,7 +221,6 @@ def flash_standin_attention():
 
 # ---- building and compiling one step ---------------------------------------------------------------
 def _parse(stage: str, argv: list[str]):
-    from train.cli import build_parser
     fixed = {"base": [], "sft": ["--from", "unused", "--data", "unused"]}[stage]
     return build_parser().parse_args([stage] + fixed + argv)
 
@@ -231,7 +233,6 @@ def build_step(plan: dict, stage: str, devices: list, attn: str, compiler: str =
     import jax
     import jax.numpy as jnp
 
-    from nanocode.config import param_counts
     from nanocode.gpt import init_params
     from nanocode.sharding import batch_sharding, make_mesh, tree_shardings
     from train.base import model_config, next_token_loss

@@ -21,6 +21,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from agent.driver import Agent  # noqa: E402
+from agent.engine_sampler import EngineSampler  # noqa: E402
+from agent.tui import NanocodeApp  # noqa: E402
+from agent.tui_input import HistoryInput  # noqa: E402
+from nanocode.config import GPTConfig  # noqa: E402
+from nanocode.engine import Engine  # noqa: E402
+from nanocode.gpt import init_params  # noqa: E402
+from nanocode.protocol import system_prompt  # noqa: E402
+from nanocode.tokenizer import train_tokenizer  # noqa: E402
+from tools.permissions import Policy  # noqa: E402
+
 CODE = """def mean(xs):
     total = 0
     for i in range(len(xs) - 1):
@@ -47,18 +61,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot.svg"))
     args = ap.parse_args()
-    import numpy as np
-    import jax
-    from agent.driver import Agent
-    from agent.engine_sampler import EngineSampler
-    from tools.permissions import Policy
-    from nanocode.protocol import system_prompt
-    from agent.tui import NanocodeApp
-    from agent.tui_input import HistoryInput
-    from nanocode.config import GPTConfig
-    from nanocode.engine import Engine
-    from nanocode.gpt import init_params
-    from nanocode.tokenizer import train_tokenizer
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

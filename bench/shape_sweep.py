@@ -28,6 +28,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from nanocode.config import flops_per_token, param_counts, preset  # noqa: E402
+from nanocode.gpt import init_params  # noqa: E402
+from nanocode.sharding import batch_sharding, make_mesh, tree_shardings  # noqa: E402
+from train.base import next_token_loss  # noqa: E402
+from train.loop import make_train_step, peak_flops  # noqa: E402
+from train.optim import build_optimizer  # noqa: E402
+
 # The v5e preset's shape first, then one change each (docs/BENCHMARKS.md, "The default model's shape")
 CANDIDATES = [
     "d6:depth=6,rows=32",
@@ -53,16 +63,6 @@ def parse(spec: str) -> tuple[str, dict]:
 
 
 def measure(knobs: dict, steps: int, minutes: float, dtype: str, attn: str) -> dict:
-    import jax
-    import numpy as np
-
-    from nanocode.config import flops_per_token, param_counts, preset
-    from nanocode.gpt import init_params
-    from nanocode.sharding import batch_sharding, make_mesh, tree_shardings
-    from train.base import next_token_loss
-    from train.loop import make_train_step, peak_flops
-    from train.optim import build_optimizer
-
     cfg = preset(f"d{knobs['depth']}", head_dim=knobs["head_dim"], vocab_size=knobs["vocab"],
                  sequence_len=knobs["seq"], value_embeds=bool(knobs["ve"]), window_pattern=knobs["window"],
                  compute_dtype=dtype, remat=knobs["remat"], attn_impl=attn)
@@ -114,7 +114,6 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting shapes after this long")
     ap.add_argument("--out", default="shape_sweep.json")
     args = ap.parse_args()
-    import jax
 
     backend = jax.default_backend()
     dtype, attn = ("bfloat16", "splash") if backend == "tpu" else ("bfloat16", "auto") if backend == "gpu" \

@@ -6,7 +6,9 @@ reference. Rounds alternate ours / torch; the table reports medians and the rati
     python bench/train_throughput.py --preset cpu-d4 --window-pattern L --device-batch 8 --devices 2
 
 --devices N forces N CPU devices (data parallel over the cores); it must be set before jax starts,
-so the script re-executes itself with XLA_FLAGS when needed.
+so the script re-executes itself with XLA_FLAGS when needed: jax, numpy and the model code are
+imported inside the functions, so the process that re-executes never loads them; torch too, for
+the reference only (--no-torch runs without it).
 """
 
 import argparse
@@ -20,13 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from nanocode.config import flops_per_token, preset  # noqa: E402
+
 
 def ours(args):
     """A closure running one of our train steps; returns (first_step_s, step_fn)."""
     import jax
     import numpy as np
 
-    from nanocode.config import flops_per_token, preset
     from nanocode.gpt import init_params
     from nanocode.sharding import batch_sharding, make_mesh, tree_shardings
     from train.base import next_token_loss

@@ -57,6 +57,9 @@ has the keys of a checkpoint run: model "<url> <model>", base_url, checkpoint an
 None for the engine-only settings (ENGINE_ONLY). A turn the server failed (stop reason
 model_error) scores as unresolved, and the run warns with their count.
 
+A checkpoint's model loads jax and orbax (~3.5 s): nanocode.checkpoint is imported inside main
+for it, so a server (--base-url) and the baselines run without them, in every worker process.
+
 Checks (every policy's: the project as it was left) run model-written code, so they run through
 tools/checks.py: in the OS sandbox, or where none starts only with --unsandboxed (else exit
 status 2, one line); the summary records "unsandboxed".
@@ -72,24 +75,32 @@ the session file format; with --best-of the pick's). Runs of one step that diffe
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import re
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from agent.model import PoolModel
+from tqdm import tqdm
+
+from agent.best_of import best_of
+from agent.model import AgentOptions, PoolModel, load_sampler
+from agent.remote import base_url_error
 from agent.run_options import COMMANDS, FLAGS, default, settings
 from evals.agent_score import audit, oracle_calls, print_table, score, summarize
+from evals.codegen import ModelError, out_dir, resolve_model, write_results
 from evals.copying import copy_report, project_symbols
 from tasks import (
     EVAL_ONLY_FAMILIES, FAMILIES, SPLITS, TRAIN_FAMILIES, WORLD_FAMILIES, build_task, drive,
     eval_seed, oracle_first_call, setup_env, task_agent)
+from tools.checks import gate_or_exit
+from tools.sandbox import bash_sandbox, unattended_warning
 
-POLICIES = ("model", "oracle", "nothing")
 # SamplerSettings' fields only our engine applies (a server samples its own way): None in a
 # --base-url run's summary
 ENGINE_ONLY = ("top_k", "constrain", "ground", "names", "loop_guard", "copy_bias")
@@ -151,7 +162,6 @@ def run_model(task, opts: dict) -> Run:
 def run_best_of(task, opts: dict, ref: dict | None, workdir: str) -> Run:
     """--best-of, copies under `workdir`: the pick's run (root: its copy), with `at_1` (rollout 0
     scored in its copy) and `best_of` as extra fields."""
-    from agent.best_of import best_of
     res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt,
                   opts["best_of"], seed=task.seed, temperature=opts["sampling"].temperature,
                   sample_temperature=opts["best_of_temperature"],
@@ -228,8 +238,6 @@ def run_all(jobs: list[tuple], workers: int, model: str | None, step: int | None
         finally:
             _init(None, None)  # the model goes with the run: a later run in this process starts clean
         return out
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
                              initargs=(model, step, server)) as pool:
         futures = {pool.submit(run_task, job): i for i, job in enumerate(jobs)}
@@ -248,8 +256,6 @@ def split_suffix(split: str) -> str:
 
 
 def main(args) -> int:
-    from tqdm import tqdm
-    from evals.codegen import ModelError, out_dir, resolve_model, write_results
     t0 = time.perf_counter()
     trained, eval_only = list(TRAIN_FAMILIES), list(EVAL_ONLY_FAMILIES)
     world = SPLITS[args.split][0]
@@ -275,7 +281,6 @@ def main(args) -> int:
         print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
         return 2
     if args.base_url is not None:
-        from agent.remote import base_url_error
         engine_flags = ["--step"] * (args.step is not None) + [
             FLAGS[f].name for f in ENGINE_ONLY if f in COMMANDS["evals agent"]
             and getattr(args, f) != default("evals agent", f)]
@@ -290,7 +295,6 @@ def main(args) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-    from tools.checks import gate_or_exit
     # every policy's check runs the project as it was left (a server's edits with --base-url)
     unsandboxed = gate_or_exit("evals agent", args.unsandboxed)
     info: dict = {"policy": args.policy, "unsandboxed": unsandboxed}
@@ -299,7 +303,6 @@ def main(args) -> int:
     chosen = {**asdict(sampling), **asdict(turn)}
     del chosen["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
-        from agent.model import AgentOptions, load_sampler
         try:
             remote, label = load_sampler(AgentOptions(model=args.model, base_url=args.base_url,
                                                       context=args.context), None, None)
@@ -333,7 +336,6 @@ def main(args) -> int:
         info["best_of"] = args.best_of
         if args.best_of > 1:
             info["best_of_temperature"] = args.best_of_temperature
-        from tools.sandbox import bash_sandbox, unattended_warning
         info["sandbox_found"] = bash_sandbox()["name"]  # ("sandbox": the setting); compare reads it
         if warning := unattended_warning():
             print(f"warning: {warning}", file=sys.stderr)

@@ -35,8 +35,10 @@ import re
 import shlex
 from collections import Counter
 
+from agent.request_kind import is_question
 from evals.copying import summarize as copy_summary
-from nanocode.protocol import REJECTED
+from evals.reply_audit import invented_spans, looping_replies
+from nanocode.protocol import REJECTED, check_call
 from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, pattern_symbol, resolved, snapshot
 
 
@@ -72,7 +74,6 @@ def same_target(call: dict, ref: dict, root: str) -> bool:
 
 
 def valid_call(call: dict) -> bool:
-    from nanocode.protocol import check_call
     return (check_call(call["name"], call["args"]) is None
             and not str(call["result"]).startswith("error: invalid argument"))
 
@@ -104,8 +105,6 @@ def audit(task, messages: list[dict], calls: list[dict], root: str) -> dict:
     """What the transcript shows beyond the verdict (evals/reply_audit.py): replies that loop,
     answer spans found nowhere the model could read them, and Edits that ran although the
     request was a question (agent/request_kind.py)."""
-    from agent.request_kind import is_question
-    from evals.reply_audit import invented_spans, looping_replies
     edits = [c for c in calls if c["name"] == "Edit" and not str(c["result"]).startswith(("error", REJECTED))]
     return {"looping_replies": looping_replies(messages),
             "invented_spans": invented_spans(messages, snapshot(root)),

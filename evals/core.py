@@ -39,6 +39,17 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+import yaml
+from tqdm import tqdm
+
+from evals.codegen import ModelError, out_dir, write_results
+from nanocode.common import enable_compilation_cache, nanocode_home
+from nanocode.gpt import forward
+from nanocode.load import load_model
+
 EVAL_BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip"
 TINY_BUNDLE = Path(__file__).parent / "data" / "core_tiny"
 TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
@@ -86,7 +97,6 @@ def resolve_bundle(spec: str | None, quiet: bool = False) -> Path:
                 return d
         raise BundleError(f"no core.yaml in {p}; pass --bundle DIR holding core.yaml, "
                           "eval_meta_data.csv and eval_data/ (or --bundle tiny for the test subset)")
-    from nanocode.common import nanocode_home
     dest = nanocode_home() / "eval_bundle"
     if not (dest / "core.yaml").is_file():
         download_bundle(dest, quiet)
@@ -116,7 +126,6 @@ def download_bundle(dest: Path, quiet: bool = False) -> None:
 
 
 def load_tasks(bundle: Path) -> list[IclTask]:
-    import yaml
     try:
         config = yaml.safe_load((bundle / "core.yaml").read_text(encoding="utf-8"))
         with open(bundle / "eval_meta_data.csv", encoding="utf-8", newline="") as f:
@@ -202,7 +211,6 @@ def build(tasks: list[IclTask], datas: list[list[dict]], tok, limit: int | None,
     """-> (examples, rows of (int32 tokens, start, end)). Rows longer than max_len keep their
     last max_len tokens. int32 arrays, not lists: the full bundle is tens of millions of tokens
     (10-shot hellaswag alone is 40k rows of ~1k) and a list spends ~36 bytes per token."""
-    import numpy as np
     examples, texts, kinds = [], [], []
     for ti, (task, data) in enumerate(zip(tasks, datas)):
         for i in range(min(len(data), limit) if limit else len(data)):
@@ -228,12 +236,6 @@ def build(tasks: list[IclTask], datas: list[list[dict]], tok, limit: int | None,
 def make_row_scorer(params, cfg):
     """(ids (B, T), starts (B,), ends (B,)) -> (mean loss of tokens start..end-1, whether greedy
     decoding predicts all of them), as numpy. One compile per (B, T)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from nanocode.gpt import forward
-
     @jax.jit
     def score(params, ids, starts, ends):
         logits, _ = forward(params, cfg, ids)  # (B, T, V) fp32
@@ -262,7 +264,6 @@ def length_bucket(n: int, max_len: int) -> int:
 def score_rows(rows, scorer, pad_id: int, max_len: int, batch_tokens: int, bar=None):
     """All rows through scorer in length-bucketed batches -> (mean losses, greedy matches).
     bar (tqdm) advances by real tokens, so its ETA holds while batches get longer."""
-    import numpy as np
     losses, matches = np.zeros(len(rows), np.float64), np.zeros(len(rows), bool)
     buckets: dict[int, list[int]] = {}
     for i, (t, _, _) in enumerate(rows):
@@ -333,9 +334,6 @@ def summarize(tasks: list[IclTask], examples: list[Example], losses, matches):
 
 # ---- the command ------------------------------------------------------------------------------
 def main(args) -> int:
-    from nanocode.common import enable_compilation_cache
-    from evals.codegen import ModelError, out_dir, write_results
-    from nanocode.load import load_model
     t0 = time.perf_counter()
     if args.limit is not None and args.limit < 1:
         print("error: --limit must be >= 1", file=sys.stderr)
@@ -350,7 +348,6 @@ def main(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     examples, rows = build(tasks, datas, tok, args.limit, cfg.sequence_len)
-    from tqdm import tqdm
     bar = tqdm(total=sum(len(t) for t, _, _ in rows), desc=f"core ({len(rows)} sequences)",
                unit="tok", unit_scale=True, disable=args.quiet, file=sys.stderr, dynamic_ncols=True)
     losses, matches = score_rows(rows, make_row_scorer(params, cfg), tok.bos_id, cfg.sequence_len,

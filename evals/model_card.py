@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from evals.report import agent_families_table, details, scores
+from nanocode.checkpoint import latest_step, load_params
+from nanocode.config import GPTConfig, param_counts
 from train.speedrun import STAGES
 
 
@@ -43,8 +45,6 @@ def eval_tables(evals_dir: Path) -> list[str]:
 
 def write_card(run: str) -> int:
     """model/MODEL_CARD.md: the recipe (commands and times of every stage), the model, the evals."""
-    from nanocode.checkpoint import latest_step, load_params
-    from nanocode.config import GPTConfig, param_counts
     run_dir = Path(run)
     model = run_dir / "model"
     _, cfg, tok, meta = load_params(model / "checkpoints", latest_step(model / "checkpoints"))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 
+from agent.loop_guard import first_loop
+
 CITATION = re.compile(r"((?:[\w.-]+/)*[\w.-]+):(\d+)")
 
 
@@ -56,7 +58,6 @@ def invented_spans(messages: list[dict], project: dict[str, str]) -> list[str]:
 
 def looping_replies(messages: list[dict]) -> int:
     """How many assistant messages loop in their prose or in a call argument."""
-    from agent.loop_guard import first_loop
     count = 0
     for m in messages:
         if m["role"] != "assistant":

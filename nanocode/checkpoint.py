@@ -470,5 +470,5 @@ def load_tokenizer(ckpt_dir, step: int | None = None):
               load_params_=False)
     if r["tokenizer"] is None:
         return None
-    from nanocode.tokenizer import Tokenizer  # lazy: written separately and heavier to import
+    from nanocode.tokenizer import Tokenizer  # local: checkpoints load without tiktoken
     return Tokenizer.from_dict(r["tokenizer"])

@@ -1,4 +1,5 @@
-"""Small helpers the command-line tools share. Nothing here imports jax at module level."""
+"""Small helpers the command-line tools share. Nothing here imports jax at module level: the
+CLIs import this module for `--help`, which must start without jax (~3 s)."""
 
 from __future__ import annotations
 

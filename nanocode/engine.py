@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -229,7 +230,6 @@ class Engine:
         """Compile (or load from the persistent cache) every prefill bucket at this batch size;
         returns seconds per bucket (first call, compile included). Decode compiles on first use
         per kv_len bucket (~0.5 s cold each)."""
-        import time
         out = {}
         for b in self.buckets:
             t = time.perf_counter()

@@ -2,7 +2,10 @@
 package) -> its newest complete checkpoint (or `step`), checked: a tokenizer saved with it whose
 vocabulary fits the config's. Every failure is one line, a nanocode.common.ModelError. The agent,
 serve, the evals, rollouts and bench load through here: `load_model` where the params are used
-directly (scoring, batched generation), `load_engine` for the KV-cached engine (sampling)."""
+directly (scoring, batched generation), `load_engine` for the KV-cached engine (sampling).
+
+The checkpoint, tokenizer and engine modules (jax, orbax, numpy) are imported inside the two
+functions: the agent's and `evals`' entry points import this module before a model is needed."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from agent.settings import TurnSettings
+from nanocode.protocol import REJECTED
 from tools import test_guard
 from tasks.families import make_task
 from tasks.oracle import Task
@@ -43,11 +45,8 @@ def task_agent(sampler, task: Task, root: str, turn=None):
     """The headless Agent for `task` in `root` (its project or a copy) with `sampler` (made for
     that root): mode auto (ask for user_rejects, whose user refuses), a Policy with no settings
     files, `turn` (agent/settings.TurnSettings) without undo snapshots."""
-    from dataclasses import replace
-
-    from agent.driver import Agent
-    from agent.settings import TurnSettings
-    from tools.permissions import Policy
+    from agent.driver import Agent  # local: `train --help` and `evals --help` import tasks (KEEP_LOCAL)
+    from tools.permissions import Policy  # local: as agent.driver
     mode = "ask" if task.followup is not None else "auto"
     return Agent(sampler, root, Policy(Path(os.path.realpath(root)), mode),
                  replace(turn or TurnSettings(), snapshots=False))
@@ -75,7 +74,6 @@ def resolved(task: Task, answer: str, calls: list[dict], root: str | None = None
     `answer`, unless the agent changed guarded files; user_rejects also needs the refusal to
     have happened (a call in `calls`, {"name", "args", "result"}, answered REJECTED): its check
     alone passes any non-empty answer that changed nothing."""
-    from nanocode.protocol import REJECTED
     root = root or task.root
     tampered = test_guard.tampered(root, task.guarded, task.tests_allowed, task.tests_view)
     if tampered:

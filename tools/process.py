@@ -44,6 +44,7 @@ verifier's test runs) and the evals' generated programs (evals/sandbox.py). The 
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import signal
@@ -202,9 +203,8 @@ class _Group:
         self.eof = self.fd is None
         if self.fd is not None:
             try:
-                import fcntl
                 fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)  # fewer wakeups on floods; best effort
-            except (OSError, ImportError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError):  # AttributeError: no F_SETPIPE_SZ (macOS)
                 pass
         try:
             self.pidfd = os.pidfd_open(proc.pid)

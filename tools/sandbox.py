@@ -50,7 +50,9 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -393,8 +395,6 @@ def bash_sandbox(refresh: bool = False) -> dict:
 
 
 def _run_probe() -> dict:
-    import subprocess
-    import tempfile
     off = {"available": False, "name": "none", "network": "open"}
     if forced_off():
         return {**off, "note": f"{ENV_SWITCH}={os.environ[ENV_SWITCH]}"}

@@ -76,7 +76,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
-from nanocode.common import write_atomic
+from nanocode.common import nanocode_home, write_atomic
 from tools.git import git, safe_env
 from tools.git_state import GitState
 from tools.snapshot import OWN, GitDir, GitError, names, names_list, under
@@ -167,7 +167,6 @@ class Snapshots:
         else:
             self.top = self.root
             if shadow_dir is None:
-                from nanocode.common import nanocode_home
                 key = hashlib.sha1(self.root.encode("utf-8", "surrogateescape")).hexdigest()[:16]
                 shadow_dir = os.path.join(nanocode_home(), "shadow", key)
             self.git_dir = os.path.realpath(os.fspath(shadow_dir))

@@ -5,6 +5,10 @@ the scaling rule, train/optim.auto_total_batch, unless given) and the step count
 given), build the optimizer (Muon + AdamW groups), then hand batches and the loss to the shared
 loop (train/loop.py), which does sharding, logging, eval, checkpoints and resume. Val bits per byte
 are measured on code and text separately, on the same held-out rows every time.
+
+The tokenizer, the loader and the fine-tuning start are imported inside the functions that use
+them (tiktoken, tqdm, orbax): bench/accelerator_check.py imports this module for next_token_loss on
+a machine with only jax, numpy and optax.
 """
 
 from __future__ import annotations
@@ -17,8 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from nanocode.common import enable_compilation_cache, nanocode_home
 from nanocode.config import flops_per_token, param_counts, preset
-from nanocode.gpt import nll_sum, token_nll
+from nanocode.engine import Engine
+from nanocode.gpt import init_params, nll_sum, token_nll
+from nanocode.sharding import batch_sharding, make_mesh
+from train import loop
+from train.optim import ADAMW_GROUPS, auto_total_batch, build_optimizer, scaled_lrs
 
 SAMPLE_PROMPTS = ["def fibonacci(n):", "The meaning of"]
 
@@ -42,9 +51,7 @@ def accumulate(batches, accum: int):
 def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_batches: int, mesh):
     """evaluate(params, step) -> {"val_bpb_<source>": ...} over the first n_batches val batches of
     each source, plus a greedy sample of each prompt (printed, not returned)."""
-    from nanocode.sharding import batch_sharding
     from train.loader import packed_batches
-    from train.loop import on_one_process
 
     token_bytes = jnp.asarray(tokenizer.token_bytes())  # (V,)
     sharding = batch_sharding(mesh)
@@ -72,7 +79,7 @@ def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_bat
             for prompt in SAMPLE_PROMPTS:
                 ids = greedy(params, cfg, [tokenizer.bos_id] + tokenizer.encode(prompt), 24)
                 print(f"  sample: {prompt!r} -> {tokenizer.decode(ids)!r}")
-        on_one_process(params, samples)
+        loop.on_one_process(params, samples)
         return out
 
     return evaluate
@@ -80,7 +87,6 @@ def make_evaluator(cfg, tokenizer, sources: dict, rows: int, seq_len: int, n_bat
 
 def greedy(params, cfg, prompt: list[int], n_new: int) -> list[int]:
     """Greedy continuation of n_new tokens (no stop tokens) by the inference engine's fused loop."""
-    from nanocode.engine import Engine
     n_new = max(0, min(n_new, cfg.sequence_len - len(prompt)))
     if n_new == 0:
         return []
@@ -107,13 +113,8 @@ def model_config(preset_name: str, vocab_size: int, *, depth: int | None = None,
 
 
 def main(args) -> int:
-    from nanocode.common import enable_compilation_cache, nanocode_home
-    from nanocode.gpt import init_params
-    from nanocode.sharding import make_mesh
     from nanocode.tokenizer import Tokenizer
-    from train import loop
     from train.loader import check_batch, data_sources, packed_batches
-    from train.optim import ADAMW_GROUPS, auto_total_batch, build_optimizer, scaled_lrs
 
     if args.multihost:
         loop.init_multihost()

@@ -6,13 +6,21 @@ add_<command>_args(p) per command, and nowhere else. A command's module (COMMAND
 values to the library functions it calls (e.g. train.base.model_config,
 train.finetune.batch_geometry). This module stays light at import: `train --help` imports neither
 jax nor numpy; a constant an argument needs (speedrun presets, task families) comes from a light
-module, imported inside its add_*_args function.
+module (tasks, train.speedrun: no jax, no numpy at import).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
+
+from agent.run_options import add_options
+from nanocode.common import nanocode_home
+from tasks import BASE, TRAIN_FAMILIES
+from tools.checks import add_flag
+from train import speedrun
 
 STAGES = {
     "data": "prepare the pretraining and fine-tuning data shards",
@@ -163,11 +171,6 @@ def _add_run_args(p: argparse.ArgumentParser, default_run: str) -> None:
 
 
 def add_synth_args(p: argparse.ArgumentParser) -> None:
-    import os
-
-    from nanocode.common import nanocode_home
-    from tasks import BASE, TRAIN_FAMILIES  # light: no jax at import
-
     p.add_argument("--out", metavar="DIR", default=str(nanocode_home() / "synth"),
                    help="output directory (default: $NANOCODE_HOME/synth)")
     p.add_argument("--n", type=int, default=2000, help="conversations to generate (default: 2000)")
@@ -189,7 +192,6 @@ def add_synth_args(p: argparse.ArgumentParser) -> None:
                    help="time budget: after M minutes write the conversations finished so far (a rerun "
                    "with the same settings resumes after them; default: 0, no limit)")
     p.add_argument("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
-    from tools.checks import add_flag  # light: stdlib only
     add_flag(p)
 
 
@@ -237,10 +239,6 @@ def add_sft_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_rollouts_args(p: argparse.ArgumentParser) -> None:
-    import os
-
-    from tasks import BASE  # light: no jax at import
-
     a = p.add_argument
     a("--model", help="the model to roll out: checkpoint dir, run dir or run tag; with --base-url, "
       "the server's model name (default: the first it lists)")
@@ -255,13 +253,11 @@ def add_rollouts_args(p: argparse.ArgumentParser) -> None:
     a("--samples", type=int, default=1, help="rollouts per task: the first greedy, the others at "
       "--temperature (default 1)")
     a("--temperature", type=float, default=0.8, help="temperature of rollouts 2.. (default 0.8)")
-    from agent.run_options import add_options  # light: stdlib and agent.settings
     add_options(p, "train rollouts")  # --max-tokens --max-steps --retries
     a("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default min(2, cpus))")
     a("--workdir", default=BASE, help=f"where projects are built (default: {BASE})")
     a("--real-ratio", type=float, default=0.0, help="share of tasks on real standard-library code (the real "
       "world's training packages; default 0)")
-    from tools.checks import add_flag  # light: stdlib only
     add_flag(p)
 
 
@@ -284,15 +280,14 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_speedrun_args(p: argparse.ArgumentParser) -> None:
-    from train.speedrun import PRESETS, STAGES  # light: stdlib only at import
-
-    p.add_argument("--preset", required=True, choices=sorted(PRESETS),
-                   help="; ".join(f"{k}: {v['about']}" for k, v in PRESETS.items()))
+    p.add_argument("--preset", required=True, choices=sorted(speedrun.PRESETS),
+                   help="; ".join(f"{k}: {v['about']}" for k, v in speedrun.PRESETS.items()))
     p.add_argument("--run-dir", metavar="DIR",
                    help="where everything goes (default: $NANOCODE_HOME/speedrun/<preset>)")
     p.add_argument("--resume", action="store_true",
                    help="continue a run directory that already exists (done stages are skipped)")
-    p.add_argument("--only", metavar="STAGE[,STAGE]", help=f"run just these stages ({', '.join(STAGES)})")
+    p.add_argument("--only", metavar="STAGE[,STAGE]",
+                   help=f"run just these stages ({', '.join(speedrun.STAGES)})")
     p.add_argument("--src", metavar="PATH", nargs="+", help="the data stage's sources (`train data local "
                    "--src`: trees, wheels, sdists, folders of them, e.g. a pip cache or a wheelhouse; "
                    "default: the standard library and site-packages)")
@@ -333,15 +328,7 @@ COMMANDS = {"data": "train.shards", "tokenizer": "train.tokenizer", "base": "tra
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import importlib
-
-    try:
-        module = importlib.import_module(COMMANDS[args.command])
-    except ModuleNotFoundError as e:
-        if e.name != "torch":
-            raise
-        print(f"train {args.command}: needs torch; pip install -e '.[nanochat]'", file=sys.stderr)
-        return 2
+    module = importlib.import_module(COMMANDS[args.command])  # import-nanochat's main asks for torch
     try:
         return module.main(args) or 0
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:

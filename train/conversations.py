@@ -10,6 +10,10 @@ cannot unify the rows' types; normalize and keep_valid bring the original nanoco
 Arrow's filled-in fields into the schema. validate / validate_file (also `python -m
 train.conversations FILE...`) check rows as written, one problem per string (`FILE:LINE: rule:
 detail` for files).
+
+`datasets` (~2.4 s to import) is imported where rows are loaded through it, and may be missing (a
+bare accelerator host reads plain JSON lines): validation, normalize and `train export-sessions`
+never import it.
 """
 
 from __future__ import annotations

@@ -31,7 +31,19 @@ import random
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from nanocode.common import enable_compilation_cache, nanocode_home
+from nanocode.config import flops_per_token
+from nanocode.gpt import token_nll
+from nanocode.sharding import make_mesh, tree_shardings
+from train import loop
+from train.conversations import normalize
+from train.finetune import batch_geometry, load_sources, load_start, run_name_of, sft_optimizer, split_val
+from train.loader import check_batch
 
 MIN_BUCKET = 64
 
@@ -52,8 +64,6 @@ def buckets_for(seq_len: int) -> list[int]:
 
 def render_pairs(rows, tokenizer, seq_len: int):
     """[(chosen (ids, mask), rejected (ids, mask), bucket)], number dropped as too long."""
-    from train.conversations import normalize
-
     buckets = buckets_for(seq_len)
     kept, too_long = [], 0
     for row in rows:
@@ -118,7 +128,6 @@ def assemble(pairs, refs, chunk, accum: int, bos: int):
 def seq_logp(params, cfg, x, y):
     """(B,) sum of target log-probs of rows x (B, L) with targets y (-1 = not scored), through
     the chunked head (never the (B, L, V) logits)."""
-    from nanocode.gpt import token_nll
     return -token_nll(params, cfg, x, y).sum(-1)
 
 
@@ -126,8 +135,6 @@ def make_logp(cfg, mesh):
     """jitted (params, inputs (B, L), targets (B, L)) -> (B,) sum of target log-probs, replicated
     on every device of `mesh` so every process can read it. Inputs are host arrays (the same on
     every process); call it with the mesh in context (`jax.set_mesh`), as the training loop does."""
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec
     return jax.jit(lambda params, x, y: seq_logp(params, cfg, x, y),
                    out_shardings=NamedSharding(mesh, PartitionSpec()))
 
@@ -148,8 +155,6 @@ def sequence_logps(logp, params, pairs, bos: int, batch: int):
 
 def ipo_train_loss(cfg, beta: float):
     """(params, micro-batch) -> (sum of weighted IPO losses, number of real pairs)."""
-    import jax.numpy as jnp
-
     def loss(params, mb):
         x = jnp.concatenate([mb["chosen"], mb["rejected"]])
         y = jnp.concatenate([mb["chosen_targets"], mb["rejected_targets"]])
@@ -176,16 +181,6 @@ def preference_metrics(policy, refs, beta: float) -> dict:
 
 
 def main(args) -> int:
-    import jax
-
-    from nanocode.common import enable_compilation_cache, nanocode_home
-    from nanocode.config import flops_per_token
-    from nanocode.sharding import make_mesh, tree_shardings
-    from train import loop
-    from train.finetune import (batch_geometry, load_sources, load_start, run_name_of,
-                                sft_optimizer, split_val)
-    from train.loader import check_batch
-
     if args.multihost:
         loop.init_multihost()
     enable_compilation_cache()

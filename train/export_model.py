@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax.numpy as jnp
+
+from nanocode import checkpoint
+from nanocode.common import find_checkpoints
+
 
 def export(src: str, dst: str) -> int:
     """The newest checkpoint of `src` (a checkpoint directory, run directory or run tag) saved as
     bf16 params with its tokenizer and config under `dst`/checkpoints/<step>; the metadata names
     where it came from (`exported_from`). Raises FileNotFoundError when `src` has no checkpoint
     and ValueError when `dst` already holds one."""
-    import jax.numpy as jnp
-
-    from nanocode import checkpoint
-    from nanocode.common import find_checkpoints
     ckpt, _ = find_checkpoints(src)
     step = checkpoint.latest_step(ckpt)
     out = Path(dst) / "checkpoints"  # a run directory, as `evals report` and `--model` expect

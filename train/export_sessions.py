@@ -38,6 +38,7 @@ import os
 from pathlib import Path
 
 from agent.sessions import is_recorded, manifest_path, parse_session, read_manifest, read_session
+from train.conversations import validate_row
 
 GOOD_STOPS = ("done",)
 
@@ -117,7 +118,6 @@ def _export_file(path: Path, manifest: dict | None):
     when a manifest is given and does not record these bytes for this path. OSError, ValueError
     or RecursionError (a structure just under json's depth limit walked deeper) for a file that
     is not a saved session."""
-    from train.conversations import validate_row
     data = read_session(path)
     if manifest is not None and not is_recorded(path, data, manifest):
         return None

@@ -1,6 +1,6 @@
 """What the fine-tuning stages (`train sft`, `train dpo`) share, and `train base --from` too: the
 starting checkpoint, the data sources and their held-out split, the optimizer and the batch
-geometry. Light at import (no jax, no numpy): the stages import what they need inside.
+geometry.
 
 - Start (`--from`: a checkpoint directory, a run directory, or a run tag under
   $NANOCODE_HOME/runs/<tag>/checkpoints): its latest params as fp32 masters (embedding tables in
@@ -19,6 +19,18 @@ from __future__ import annotations
 
 import random
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nanocode import checkpoint
+from nanocode.common import find_checkpoints, nanocode_home
+from nanocode.gpt import forward
+from nanocode.protocol import SPECIAL_TOKENS
+from nanocode.tokenizer import Tokenizer
+from train.conversations import TRIMMED, keep_valid, load_rows, parse_source
+from train.optim import ADAMW_GROUPS, build_optimizer, scaled_lrs
+
 
 # ---- starting checkpoint -------------------------------------------------------------------------
 PINNED = 0.9  # a head logit below -PINNED x softcap sits where tanh's slope is under 0.19
@@ -35,12 +47,6 @@ def unpin_special_heads(params, cfg, tokenizer, rows, log=print):
     pairs, -1 where unsupervised) is below -PINNED x softcap starts from the ordinary tokens' mean
     column instead: a logit in the live range, no knowledge lost (it had none). A start whose
     special tokens are trained (an SFT checkpoint) is returned unchanged."""
-    import jax.numpy as jnp
-    import numpy as np
-
-    from nanocode.gpt import forward
-    from nanocode.protocol import SPECIAL_TOKENS
-
     specials = {tokenizer.encode_special(n): n for n in SPECIAL_TOKENS}
     seen: dict[int, list[float]] = {}
     for inputs, targets in rows:
@@ -61,15 +67,11 @@ def unpin_special_heads(params, cfg, tokenizer, rows, log=print):
 
 def run_name_of(spec: str) -> str:
     """The run tag of a --from spec (default run names: <tag>-sft, <tag>-dpo)."""
-    from nanocode.common import find_checkpoints
     return find_checkpoints(spec)[1]
 
 
 def fp32_masters(params, cfg):
     """Float params as training keeps them: fp32 masters, embedding tables in cfg.embed_dtype."""
-    import jax
-    import jax.numpy as jnp
-
     def cast(path, x):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             return x
@@ -83,11 +85,6 @@ def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len:
     """(params, cfg, tokenizer, ckpt_dir) of the --from checkpoint (its latest step). Compute dtype:
     `dtype`, else bf16 on GPU/TPU (a checkpoint trained in fp32 fine-tunes in bf16 there), else the
     checkpoint's."""
-    import jax
-    from nanocode import checkpoint
-    from nanocode.common import find_checkpoints, nanocode_home
-    from nanocode.tokenizer import Tokenizer
-
     ckpt_dir, _ = find_checkpoints(spec)
     params, cfg, tok, _ = checkpoint.load_params(ckpt_dir)
     params = fp32_masters(params, cfg)  # an exported bf16 model (the shipped default) trains in fp32
@@ -111,8 +108,6 @@ def load_start(spec: str, tokenizer_dir=None, dtype: str | None = None, seq_len:
 def load_sources(specs, tokenizer=None, max_tokens=None, log=print):
     """[(valid rows, K)] per --data spec with any; reports what was dropped and why, skips a
     source with no valid row, and fails only when no source has one."""
-    from train.conversations import TRIMMED, keep_valid, load_rows, parse_source
-
     out, skipped = [], []
     for spec in specs:
         source, times = parse_source(spec)
@@ -154,8 +149,6 @@ def sft_optimizer(cfg, params, steps: int, batch_tokens: int, lr_scale: float,
                   warmup_steps: int = 0):
     """The pretraining optimizer with peak lrs x lr_scale, linear decay to 0 (after an optional
     linear warmup), no wd."""
-    from train.optim import ADAMW_GROUPS, build_optimizer, scaled_lrs
-
     over = scaled_lrs(lr_scale) | {f"{g}_wd": 0.0 for g in ADAMW_GROUPS} | {"matrix_wd": 0.0}
     return build_optimizer(cfg, params, total_steps=steps, batch_tokens=batch_tokens,
                            warmup_steps=warmup_steps, warmdown_frac=1.0, final_lr_frac=0.0, **over)

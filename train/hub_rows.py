@@ -15,6 +15,10 @@ Which files are a split follows the hub's file-name convention: a file belongs t
 one of S's names (train/training, validation/valid/val/dev, test/testing/eval/evaluation) stands in
 its path between separators (`all_train.jsonl`, `data/test-00000-of-00001.parquet`); when no file
 names any split, every data file is train. A dataset card's own `configs:` mapping is not read.
+
+pyarrow (~0.3 s) and huggingface_hub are imported inside the readers that need them:
+train.conversations imports this module to read local JSON lines as well, with neither (the chip
+host of train/v5e.sh has no huggingface_hub).
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def read_data_file(path: str) -> list[dict]:
 
 def hub_rows(name: str, split: str = "train") -> list[dict]:
     """The rows of `split` of the hub dataset `name`, file by file, without schema unification."""
-    import huggingface_hub
+    import huggingface_hub  # local: not on the chip host (train/v5e.sh); see the docstring
 
     files = split_files(huggingface_hub.list_repo_files(name, repo_type="dataset"), split)
     rows = []

@@ -6,7 +6,8 @@ the logits of a converted model match a torch forward written with nanochat's ma
 Feature switches are read off the state dict (older nanochat checkpoints have no value embeddings,
 lambdas, smear or backout) and the window pattern off meta's model_config ("L" when absent).
 Rotary base 100000 and the 1.2 QK scale are nanochat-current; pass a different config to convert
-older ones. torch is needed only here (`pip install nanocode[nanochat]`).
+older ones. torch is needed only here (`pip install nanocode[nanochat]`), and main imports it:
+convert_state_dict works on numpy arrays without it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import re
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from nanocode import checkpoint
+from nanocode.common import nanocode_home
 from nanocode.config import GPTConfig
 
 
@@ -108,12 +113,6 @@ def main(args) -> int:
     except ImportError:
         print("error: train import-nanochat needs torch: pip install 'nanocode[nanochat]'", file=sys.stderr)
         return 2
-    import jax
-    import jax.numpy as jnp
-
-    from nanocode import checkpoint
-    from nanocode.common import nanocode_home
-
     try:
         model_path, meta_path = find_nanochat_files(Path(args.path).expanduser(), args.step)
     except FileNotFoundError as e:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import queue
 import signal
 import threading
@@ -41,7 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nanocode.sharding import batch_sharding, tree_shardings
 
@@ -57,7 +59,6 @@ def init_multihost() -> None:
     finds the coordinator, process count and index itself; elsewhere (e.g. several processes on
     one machine over CPU collectives) set JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES
     and JAX_PROCESS_ID on every process."""
-    import os
     count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
     if (count is None) != (index is None):
         raise ValueError("set both JAX_NUM_PROCESSES and JAX_PROCESS_ID (or neither, to let JAX "
@@ -86,7 +87,6 @@ def local_copy(tree):
     collective (every process must call it) that gathers every array to host memory."""
     if jax.process_count() == 1:
         return tree
-    from jax.experimental import multihost_utils
     return jax.device_put(multihost_utils.process_allgather(tree, tiled=True), jax.local_devices()[0])
 
 
@@ -150,7 +150,6 @@ class StepVote:
     def __init__(self):
         self.vote, self.many = (False, False), jax.process_count() > 1
         if self.many:
-            from jax.sharding import NamedSharding, PartitionSpec
             devices = Mesh(np.array(jax.devices()), ("all",))
             self.sharding = NamedSharding(devices, PartitionSpec("all"))
             self.any = jax.jit(lambda flags: jnp.max(flags, axis=0))
@@ -173,7 +172,6 @@ def gather_loader_states(state):
     only): the state itself with one process, else {"per_process": [state of process 0, ...]}."""
     if jax.process_count() == 1:
         return state
-    from jax.experimental import multihost_utils
     raw = np.frombuffer(json.dumps(state).encode(), np.uint8)
     longest = int(np.max(multihost_utils.process_allgather(np.int32(raw.size))))
     rows = multihost_utils.process_allgather(np.pad(raw, (0, longest - raw.size), constant_values=32))
@@ -405,7 +403,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
         with jax.set_mesh(mesh):
             return evaluate(state[0], step)
 
-    from tqdm import tqdm
+    from tqdm import tqdm  # here: bench/accelerator_check runs the step where only jax, numpy, optax are
     bar = tqdm(total=lc.total_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=jax.process_index() != 0)
     pending, t_last, step_last, last = [], time.perf_counter(), start, {}

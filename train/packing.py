@@ -19,13 +19,13 @@ import random
 
 import numpy as np
 
+from train.conversations import normalize
+
 BUFFER = 1000  # conversations the best-fit packer chooses from
 
 
 def render_docs(rows, tokenizer, seq_len: int):
     """Render conversations; (kept [(ids, mask)], number dropped for being longer than T+1)."""
-    from train.conversations import normalize
-
     kept, too_long = [], 0
     for conv in rows:
         ids, mask = tokenizer.render_conversation(normalize(conv))

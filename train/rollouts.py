@@ -52,6 +52,7 @@ too, and a rerun into an --out that holds another model's rollouts is refused.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import random
 import shlex
@@ -61,11 +62,18 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from agent.model import PoolModel
+from tqdm import tqdm
+
+from agent.model import AgentOptions, ModelError, PoolModel, load_sampler
+from agent.remote import base_url_error
 from agent.run_options import settings
+from nanocode.common import find_checkpoints
+from nanocode.protocol import DROPPED
 from tasks import (
     EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
     pattern_symbol, resolved, setup_env, task_agent, world_of)
+from tools.checks import gate_or_exit
+from tools.sandbox import unattended_warning
 
 _worker = PoolModel()  # the worker's model (our engine or the teacher's server), set by _init
 
@@ -112,7 +120,6 @@ def oracle_variants(task, model: list[dict], n: int = 8) -> list[tuple[int, dict
     (k = len of the model's steps when it agrees all the way). Each call the variant makes gets the
     result the model got for that step, so nothing runs: the training families' policies depend
     only on the task's metadata and on those results."""
-    import random
     steps = [(m, nxt) for m, nxt in zip(model, model[1:] + [None]) if m["role"] == "assistant"]
 
     class Replay(OracleRollout):
@@ -186,7 +193,6 @@ def _init(model: str | None, server=None) -> None:
 
 def run_task(job: tuple) -> dict:
     """Every sample of one task; returns its record (with the rows and pair it produced)."""
-    from nanocode.protocol import DROPPED
     _worker.check()
     family, seed, world, opts = job
     tid = f"rollout-{family}-{seed}"
@@ -252,7 +258,6 @@ def _write_jsonl(path: Path, rows) -> int:
 
 
 def main(args) -> int:
-    from tqdm import tqdm
     if args.n < 1 or args.samples < 1 or args.max_steps < 1 or args.seed < 0:
         print("error: --n, --samples and --max-steps must be >= 1 and --seed >= 0", file=sys.stderr)
         return 2
@@ -266,13 +271,10 @@ def main(args) -> int:
     if args.context is not None and (args.base_url is None or args.context < 64):
         print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
         return 2
-    from tools.checks import gate_or_exit
     # the hidden checks run the project as the model (or a server) left it
     unsandboxed = gate_or_exit("train rollouts", args.unsandboxed)
-    from agent.model import AgentOptions, ModelError, load_sampler
     server = None
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
-        from agent.remote import base_url_error
         if (problem := base_url_error(args.base_url)) is not None:
             print(f"error: {problem}", file=sys.stderr)
             return 2
@@ -284,7 +286,6 @@ def main(args) -> int:
             return e.code  # 6: the model server failed
         server = AgentOptions(model=remote.model, base_url=args.base_url, context=args.context)
     else:
-        from nanocode.common import find_checkpoints
         try:
             find_checkpoints(args.model)
         except FileNotFoundError as e:
@@ -306,7 +307,6 @@ def main(args) -> int:
         print(f"error: {out} holds rollouts of {', '.join(sorted(others))}, not {label}; give each "
               "model its own --out", file=sys.stderr)
         return 2
-    from tools.sandbox import unattended_warning
     if warning := unattended_warning():  # rollouts without commands teach the model to avoid them
         print(f"warning: {warning}", file=sys.stderr)
     todo = [j for j in jobs if not (tasks_dir / f"rollout-{j[0]}-{j[1]}.json").exists()]
@@ -333,7 +333,6 @@ def main(args) -> int:
             for job in todo:
                 done(run_task(job))
         elif todo:
-            import multiprocessing as mp
             with mp.get_context("spawn").Pool(args.workers, initializer=_init,
                                               initargs=(args.model, server)) as pool:
                 for rec in pool.imap_unordered(run_task, todo):

@@ -27,10 +27,19 @@ import math
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 
+from nanocode.common import enable_compilation_cache, nanocode_home
+from nanocode.config import flops_per_token
+from nanocode.engine import Engine
+from nanocode.sharding import batch_sharding, make_mesh
+from train import loop
+from train.base import next_token_loss
+from train.conversations import normalize
 from train.finetune import (batch_geometry, load_sources, load_start, run_name_of, sft_optimizer, split_val,
                             unpin_special_heads)
+from train.loader import check_batch
 from train.packing import Packer, render_docs
 
 
@@ -54,8 +63,6 @@ def sft_batches(packer: Packer, accum: int, rows: int, process_index: int = 0,
 
 def first_prompt(conv) -> dict | None:
     """The conversation up to (not including) its first assistant message, for sampling."""
-    from train.conversations import normalize
-
     msgs = normalize(conv)["messages"]
     for k, m in enumerate(msgs):
         if m["role"] == "assistant":
@@ -66,8 +73,6 @@ def first_prompt(conv) -> dict | None:
 def print_samples(params, cfg, tokenizer, convs, max_new: int, log=print):
     """Greedy agent-format completions of held-out prompts, stopped at <|assistant_end|> or
     <|tool_call_end|>."""
-    from nanocode.engine import Engine
-
     if max_new <= 0:
         return
     engine = Engine(params, cfg, tokenizer)
@@ -86,11 +91,6 @@ def print_samples(params, cfg, tokenizer, convs, max_new: int, log=print):
 
 def make_val_eval(cfg, packer: Packer | None, rows: int, mesh, max_rows: int):
     """val_loss(params) -> mean nats per supervised token over the held-out rows (fixed set)."""
-    import jax
-
-    from nanocode.sharding import batch_sharding
-    from train.base import next_token_loss
-
     if packer is None:
         return None
     packed = [packer.materialize(r) for r in packer.epoch_rows(0)[:max_rows]]
@@ -119,15 +119,6 @@ def make_val_eval(cfg, packer: Packer | None, rows: int, mesh, max_rows: int):
 
 
 def main(args) -> int:
-    import jax
-
-    from nanocode.common import enable_compilation_cache, nanocode_home
-    from nanocode.config import flops_per_token
-    from nanocode.sharding import make_mesh
-    from train import loop
-    from train.base import next_token_loss
-    from train.loader import check_batch
-
     if args.multihost:
         loop.init_multihost()
     enable_compilation_cache()

@@ -39,6 +39,11 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from nanocode.common import nanocode_home
 from train import corpus
 from train.corpus import (BYTES_PER_TOKEN, EXTENSIONS, MAX_DOC_BYTES, REASONS, DataError,  # noqa: F401
                           key_hash)
@@ -76,8 +81,6 @@ def shard_name(index: int) -> str:
 
 
 def default_data_dir() -> Path:
-    from nanocode.common import nanocode_home
-
     return nanocode_home() / "data"
 
 
@@ -86,8 +89,6 @@ def default_data_dir() -> Path:
 
 def open_shard(path: str | os.PathLike):
     """(pyarrow ParquetFile, text column name); DataError naming the file if it is not a readable shard."""
-    import pyarrow.parquet as pq
-
     try:
         pf = pq.ParquetFile(path)
         names = pf.schema_arrow.names
@@ -164,9 +165,6 @@ def find_files(sources: list[Path], kind: str, exclude: tuple[str, ...] = ()) ->
 
 
 def _write_shard(path: Path, texts: list[str] | list[bytes], row_group: int) -> None:  # bytes: UTF-8
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     pq.write_table(pa.table({"text": pa.array(texts, type=pa.string())}), path,
                    row_group_size=row_group, compression="zstd")
 
@@ -225,8 +223,6 @@ def build_local(kind: str, out: str | os.PathLike, sources: list[str | os.PathLi
     scratch = out / f".build-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
-    from tqdm import tqdm
-
     pending, val, writes, n_docs, n_bytes = [], [], [], 0, 0
     try:
         with ThreadPoolExecutor(4) as writer:  # pyarrow encodes and compresses without holding the GIL

@@ -17,20 +17,24 @@ Trade-offs:
   lose nothing (train/v5e.sh). A preset's `beside` runs a CPU stage alongside a chip stage.
 - Multi-host (`--multihost`): process 0 alone runs the single-writer stages while the others wait
   for its `.done` (or `.failed`); the training stages run on every process. The driver never
-  imports jax; a probe subprocess learns the process index (probe_processes), at the price of one
-  more jax start-up and rendezvous per run.
+  imports jax (nor does `train --help`, which reads PRESETS): a probe subprocess learns the
+  process index (probe_processes; `probe` imports jax and numpy inside), at the price of one more
+  jax start-up and rendezvous per run.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+from nanocode.common import nanocode_home
 from tasks.real_projects import EVAL_PACKAGES
 
 STAGES = ("data", "tokenizer", "base", "synth", "sft", "rollouts", "rft", "dpo", "export", "evals", "report")
@@ -294,7 +298,6 @@ def run_stage(stage: str, cmds: list[list[str]], run: Path, env: dict, process: 
 def run_beside(stage: str, other: str, p: dict, run: Path, env: dict) -> int:
     """`stage` on the accelerator with `other` (a CPU stage, e.g. synth beside base) in a thread
     alongside, its output to its log only; both must succeed. A signal reaches both."""
-    import threading
     rcs = {}
     side = threading.Thread(target=lambda: rcs.setdefault(other, run_stage(
         other, stage_commands(other, p, run), run, env, echo=False)))
@@ -397,7 +400,6 @@ def wait_for_stage(run: Path, stage: str, timeout_s: float) -> int:
 
 
 def main(args) -> int:
-    from nanocode.common import nanocode_home
     p = {**PRESETS[args.preset], "src": [str(Path(x).resolve()) for x in args.src or ()]}
     run = (Path(args.run_dir).expanduser() if args.run_dir else nanocode_home() / "speedrun" / args.preset).resolve()
     stages = STAGES
@@ -469,7 +471,6 @@ def main(args) -> int:
 
 def _platform_env() -> dict:
     """TPU or GPU flags by what is installed (no jax import: just look for the runtime packages)."""
-    import importlib.util
     if importlib.util.find_spec("libtpu"):
         return TPU_ENV
     if importlib.util.find_spec("jax_cuda13_plugin") or importlib.util.find_spec("jax_cuda12_plugin"):

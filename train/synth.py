@@ -29,15 +29,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import random
 import shutil
 import sys
 import time
 
+from tqdm import tqdm
+
+from nanocode.protocol import system_prompt
 from tasks import (
     EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, TRAIN_FAMILIES, WORLD_FAMILIES, attempt_seeds,
     code_conversation, eval_seed, make_task, shows_flaw, world_of)
+from tools.checks import gate_or_exit
+from train.oracle_audit import audit, shares_line
 
 __all__ = ["main", "generate_one", "is_val"]
 
@@ -51,7 +57,6 @@ def is_val(cid: str, fraction: float) -> bool:
 
 def generate_one(job: tuple) -> tuple[dict, dict | None]:
     """One conversation (and maybe its preference pair) for index i of a run."""
-    from nanocode.protocol import system_prompt
     seed, i, families, code_ratio, pref_ratio, base, real_ratio = job
     rng = random.Random(f"synth:{seed}:{i}")
     cseed, cid = seed * 10**6 + i, f"{seed}-{i}"
@@ -118,7 +123,6 @@ def _write(path: str, rows: list[dict]) -> None:
 
 
 def main(args) -> int:
-    from tqdm import tqdm
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     bad = [f for f in families if f not in TRAIN_FAMILIES]
     if bad:
@@ -129,7 +133,6 @@ def main(args) -> int:
     if not 0 <= args.real_ratio <= 1:
         print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}")
         return 2
-    from tools.checks import gate_or_exit
     # our oracle's edits, but the same checks as a model's: one rule
     unsandboxed = gate_or_exit("train synth", args.unsandboxed)
     jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir, args.real_ratio)
@@ -150,7 +153,6 @@ def main(args) -> int:
         todo = jobs[len(results):]
         deadline = t0 + args.minutes * 60 if args.minutes > 0 else float("inf")
         if args.workers > 1 and todo:
-            import multiprocessing as mp
             # fork is fast, but unsafe once jax (multithreaded) is loaded in this process (tests)
             ctx = mp.get_context("spawn" if "jax" in sys.modules else "fork")
             with ctx.Pool(args.workers) as pool:  # leaving the block terminates the workers
@@ -190,7 +192,6 @@ def main(args) -> int:
     for e in evals:
         stats["eval_tasks"][e["family"]] = stats["eval_tasks"].get(e["family"], 0) + 1
     _write(os.path.join(args.out, "eval_tasks.jsonl"), evals)
-    from train.oracle_audit import audit, shares_line
     grounded = audit(out["train"] + out["val"])
     stats["grounded"] = grounded["counts"]
     with open(os.path.join(args.out, "stats.json"), "w") as f:

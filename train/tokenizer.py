@@ -15,6 +15,9 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from nanocode.common import nanocode_home
+from nanocode.tokenizer import MIN_VOCAB_SIZE, SPECIAL_TOKENS, SPLIT_PATTERNS, train_tokenizer
+from train.loader import DocumentReader
 from train.shards import DataError, default_data_dir
 
 SAMPLE_CHARS = 2_000_000  # per source, for the bytes/token table
@@ -34,8 +37,6 @@ def corpus(data: Path, max_chars: int, code_ratio: float, doc_cap: int, counts: 
     The next document comes from the source furthest below its share; a source that runs out leaves
     the rest of the budget to the other. counts[name] accumulates the characters taken.
     """
-    from train.loader import DocumentReader
-
     share = {"code": code_ratio, "text": 1.0 - code_ratio}
     iters = {k: iter(DocumentReader(d, "train")) for k, d in _sources(data).items() if share[k] > 0}
     if not iters:
@@ -58,8 +59,6 @@ def corpus(data: Path, max_chars: int, code_ratio: float, doc_cap: int, counts: 
 
 def compression(tok, directory: Path, max_chars: int = SAMPLE_CHARS) -> tuple[int, int, int]:
     """(docs, UTF-8 bytes, tokens) over the first max_chars characters of a validation shard."""
-    from train.loader import DocumentReader
-
     texts, n = [], 0
     for _, text in DocumentReader(directory, "val"):
         texts.append(text[: max_chars - n])
@@ -71,8 +70,6 @@ def compression(tok, directory: Path, max_chars: int = SAMPLE_CHARS) -> tuple[in
 
 
 def main(args) -> int:
-    from nanocode.tokenizer import MIN_VOCAB_SIZE, SPECIAL_TOKENS
-
     def fail(msg: str) -> int:
         print(f"train tokenizer: error: {msg}", file=sys.stderr)
         return 2
@@ -82,9 +79,6 @@ def main(args) -> int:
                     f"special tokens), got {args.vocab_size}")
     if args.max_chars < 1 or args.doc_cap < 1 or not 0.0 <= args.code_ratio <= 1.0:
         return fail("--max-chars and --doc-cap must be >= 1 and --code-ratio in [0, 1]")
-    from nanocode.common import nanocode_home
-    from nanocode.tokenizer import SPLIT_PATTERNS, train_tokenizer
-
     data = Path(args.data) if args.data else default_data_dir()
     out = Path(args.out) if args.out else nanocode_home() / "tokenizer"
     counts: dict[str, int] = {}
