@@ -363,10 +363,30 @@ def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
 
 # ---- the whole thing ------------------------------------------------------------------------------
 
-def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature: float = 0.0,
-            sample_temperature: float = SAMPLE_TEMPERATURE, test_command: str | None = None,
-            test_timeout: float = TEST_TIMEOUT, drive=None, on_event=None, cancel=None,
-            apply: bool = True, workdir: str | None = None, tests_allowed=None, tests_view=None) -> BestOf:
+@dataclass(frozen=True)
+class BestOfOptions:
+    """How best_of samples and verifies: `n` rollouts, rollout i seeded `seed + i`, the first at
+    `temperature` (greedy by default), the others at `sample_temperature`; a change is verified by
+    `test_command` (None: detect_tests's pytest line) within `test_timeout` s, and applied to the
+    user's tree when `apply`. tests_allowed, tests_view: as in test_guard.tampered (None: ("*",)
+    when test_guard.asks_for_test_changes(prompt), else ())."""
+    n: int
+    seed: int = 0
+    temperature: float = 0.0
+    sample_temperature: float = SAMPLE_TEMPERATURE
+    test_command: str | None = None
+    test_timeout: float = TEST_TIMEOUT
+    apply: bool = True
+    tests_allowed: tuple[str, ...] | None = None
+    tests_view: object = None
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"best_of needs n >= 1, got {self.n}")
+
+
+def best_of(make_agent, root, prompt: str, opts: BestOfOptions, *, drive=None, on_event=None,
+            cancel=None, workdir: str | None = None) -> BestOf:
     """Run `prompt` n times, pick one, apply it (module docstring). Copies go under
     <workdir>/<i>/<project dir name>, each agent at the user's subdirectory of it, and each agent
     (its KV cache) is dropped when its rollout ends. `cancel` set: stop after the current rollout
@@ -376,12 +396,10 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
     make_agent(root, temperature, seed) -> a fresh Agent working in `root` (no undo snapshots
     needed: best_of takes its own). drive(agent, prompt) -> [TurnResult] runs one rollout (default:
     one headless turn, events to on_event, honouring cancel). on_event(event) also gets a Status
-    before and after each rollout and for the pick. apply=False leaves the user's tree alone (the
-    eval scores copies). workdir: where the copies go, left for the caller to remove (default: a
-    temp dir removed on return, so Rollout.root is gone by then). tests_allowed, tests_view: as in
-    test_guard.tampered (default: ("*",) when test_guard.asks_for_test_changes(prompt), else ())."""
-    if n < 1:
-        raise ValueError(f"best_of needs n >= 1, got {n}")
+    before and after each rollout and for the pick. opts.apply False leaves the user's tree alone
+    (the eval scores copies). workdir: where the copies go, left for the caller to remove (default:
+    a temp dir removed on return, so Rollout.root is gone by then)."""
+    n, seed, apply = opts.n, opts.seed, opts.apply
     emit = on_event or (lambda event: None)
     root = os.path.realpath(os.fspath(root))
     if drive is None:
@@ -391,16 +409,17 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
     rel = os.path.relpath(root, top)
     files = _list(top, git is not None)
     env = project_env.choose(root)
-    command = test_command or detect_tests(files, env.path)
+    command = opts.test_command or detect_tests(files, env.path)
     # the copies leave an in-project venv out: their commands keep the project's environment
     chosen = env.virtual_env if env.virtual_env and not os.environ.get(project_env.OVERRIDE) else None
-    if chosen:
-        os.environ[project_env.OVERRIDE] = chosen
-    allowed = ("*",) if tests_allowed is None and test_guard.asks_for_test_changes(prompt) else tests_allowed
-    guard = (test_guard.capture(top, files), tuple(allowed or ()), tests_view)
+    allowed = ("*",) if opts.tests_allowed is None and test_guard.asks_for_test_changes(prompt) \
+        else opts.tests_allowed
+    guard = (test_guard.capture(top, files), tuple(allowed or ()), opts.tests_view)
     base = os.path.realpath(workdir or tempfile.mkdtemp(prefix="nanocode-best-of-"))
     name = os.path.basename(top) or "project"
     try:
+        if chosen:
+            os.environ[project_env.OVERRIDE] = chosen
         tops = [os.path.join(base, str(i), name) for i in range(n)]
         baseline = os.path.join(base, "before", name) if command else None  # the tree as it was
         for t in tops + ([baseline] if baseline else []):
@@ -410,13 +429,13 @@ def best_of(make_agent, root, prompt: str, n: int, *, seed: int = 0, temperature
             if cancel is not None and cancel.is_set():
                 break
             rollouts.append(_rollout(i, t, rel, git is not None, make_agent, drive, prompt, emit,
-                                     seed, temperature if i == 0 else sample_temperature,
-                                     command, test_timeout, n, guard))
+                                     seed, opts.temperature if i == 0 else opts.sample_temperature,
+                                     command, opts.test_timeout, n, guard))
         before = None
         if baseline and any(r.changed and not r.tampered and r.tests_passed is False for r in rollouts):
             emit(Status("running the tests on the tree as it was, to compare"))
             before = test_guard.run_tests(command, os.path.normpath(os.path.join(baseline, rel)),
-                                          test_timeout, rollouts[0].sandbox)[1]
+                                          opts.test_timeout, rollouts[0].sandbox)[1]
         return _finish(rollouts, root, top, prompt, command, apply, cancel, emit, before)
     finally:
         if chosen:

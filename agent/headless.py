@@ -153,16 +153,17 @@ def rollout_agent(agent, root, temperature: float, seed: int):
 
 def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
                 sample_temperature: float = 0.7, test_command: str | None = None) -> int:
-    from agent.best_of import BestOfError, best_of
+    from agent.best_of import BestOfError, BestOfOptions, best_of
     cancel = threading.Event()
     _say_sandbox(agent)
     if output_format == "stream-json":
         stream_start(agent)
 
     def run():
-        return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, n,
-                       seed=agent.sampler.settings.seed, temperature=agent.sampler.settings.temperature,
-                       sample_temperature=sample_temperature, test_command=test_command,
+        settings = agent.sampler.settings
+        opts = BestOfOptions(n, seed=settings.seed, temperature=settings.temperature,
+                             sample_temperature=sample_temperature, test_command=test_command)
+        return best_of(lambda root, t, s: rollout_agent(agent, root, t, s), agent.root, prompt, opts,
                        on_event=stream_event if output_format == "stream-json" else on_event,
                        cancel=cancel)
     try:

@@ -88,7 +88,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from agent.best_of import best_of
+from agent.best_of import BestOfOptions, best_of
 from agent.model import AgentOptions, PoolModel, load_sampler
 from agent.remote import base_url_error
 from agent.run_options import COMMANDS, FLAGS, default, settings
@@ -162,11 +162,11 @@ def run_model(task, opts: dict) -> Run:
 def run_best_of(task, opts: dict, ref: dict | None, workdir: str) -> Run:
     """--best-of, copies under `workdir`: the pick's run (root: its copy), with `at_1` (rollout 0
     scored in its copy) and `best_of` as extra fields."""
-    res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt,
-                  opts["best_of"], seed=task.seed, temperature=opts["sampling"].temperature,
-                  sample_temperature=opts["best_of_temperature"],
-                  drive=lambda agent, _: drive(agent, task), apply=False, workdir=workdir,
-                  tests_allowed=task.tests_allowed, tests_view=task.tests_view)
+    best = BestOfOptions(opts["best_of"], seed=task.seed, temperature=opts["sampling"].temperature,
+                         sample_temperature=opts["best_of_temperature"], apply=False,
+                         tests_allowed=task.tests_allowed, tests_view=task.tests_view)
+    res = best_of(lambda root, t, s: make_agent(task, opts, root, t, s), task.root, task.prompt, best,
+                  drive=lambda agent, _: drive(agent, task), workdir=workdir)
     r0 = res.rollouts[0]
     pick = res.rollouts[res.pick] if res.pick is not None else r0  # every rollout tampered
     calls = lambda r: [c for t in r.turns for c in t.tool_calls]  # noqa: E731

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agent.best_of import BestOfError, agreement_scores, best_of, choose, citations
+from agent.best_of import BestOfError, BestOfOptions, agreement_scores, best_of, choose, citations
 from agent_builder import new_agent
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
@@ -107,8 +107,8 @@ def test_change_applies_only_the_winner_as_one_undoable_turn(engine, tok, user, 
         if ev.kind == "tool_result":
             untouched.append(tree(user, git=True) == before_git)
     roots = []
-    res = best_of(scripted(engine, [wrong, right, idle], roots), user, "make the test pass", 3,
-                  seed=5, on_event=on_event)
+    res = best_of(scripted(engine, [wrong, right, idle], roots), user, "make the test pass",
+                  BestOfOptions(3, seed=5), on_event=on_event)
     assert untouched and all(untouched)
     assert [(t, s) for _, t, s in roots] == [(0.0, 5), (0.7, 6), (0.7, 7)]
     assert all(not r.startswith(str(user)) for r, _, _ in roots)
@@ -138,7 +138,7 @@ def test_question_picks_the_agreed_citation_and_changes_nothing(engine, tok, use
     scripts = [Script(tok, [call(tok, "", "Read", file_path="a.py"), reply(tok, text)]) for text in
                ("f is defined at a.py:7.", "f is defined at `a.py:1`.", "see a.py:1, def f.")]
     before = tree(user, git=True)
-    res = best_of(scripted(engine, scripts, []), user, "where is f defined?", 3)
+    res = best_of(scripted(engine, scripts, []), user, "where is f defined?", BestOfOptions(3))
     assert res.kind == "question" and res.pick == 1 and res.applied == [] and res.checkpoint is None
     assert [r.score for r in res.rollouts] == [(0, 0, 0, 1), (2, 0, 0, 1), (2, 0, 0, 1)]
     assert res.result.answer == "f is defined at `a.py:1`."
@@ -212,14 +212,14 @@ def test_subdirectory_root_and_no_git(tmp_path, monkeypatch):
                                     text=True).stdout.count("\n")))
         (r / "x.py").write_text("x = 2\n")
         return [TurnResult(answer=f"done in {agent.root}")]
-    res = best_of(Stub, top / "svc", "edit", 2, drive=drive)
+    res = best_of(Stub, top / "svc", "edit", BestOfOptions(2), drive=drive)
     assert seen == [("svc", True, 1)] * 2
     assert res.applied == ["svc/x.py"] and (top / "svc" / "x.py").read_text() == "x = 2\n"
     assert res.result.answer == f"done in {top / 'svc'}"  # relocated to the user's project
     plain = tmp_path / "plain"  # no git: every file is copied, undo uses the shadow repo
     plain.mkdir()
     (plain / "p.txt").write_text("1\n")
-    res = best_of(Stub, plain, "edit", 2, drive=edit_drive({"q/new.txt": "new\n"}))
+    res = best_of(Stub, plain, "edit", BestOfOptions(2), drive=edit_drive({"q/new.txt": "new\n"}))
     assert res.applied == ["q/new.txt"] and (plain / "q" / "new.txt").read_text() == "new\n"
     assert Snapshots(plain).undo() == ["q/new.txt"] and sorted(os.listdir(plain)) == ["p.txt"]
 
@@ -227,13 +227,13 @@ def test_subdirectory_root_and_no_git(tmp_path, monkeypatch):
 def test_a_user_edit_during_the_rollouts_blocks_the_apply(user):
     before = tree(user)
     with pytest.raises(BestOfError, match="a.py changed in your project"):
-        best_of(Stub, user, "edit", 2, test_command="true", drive=edit_drive(
+        best_of(Stub, user, "edit", BestOfOptions(2, test_command="true"), drive=edit_drive(
             {"a.py": "def f():\n    return 2\n"}, during=lambda: (user / "a.py").write_text("mine\n")))
     assert tree(user) == {**before, "a.py": b"mine\n"}
 
 
 def test_a_file_the_rollout_makes_ignored_is_not_deleted(user):
-    res = best_of(Stub, user, "ignore todo", 1, test_command="true", drive=edit_drive(
+    res = best_of(Stub, user, "ignore todo", BestOfOptions(1, test_command="true"), drive=edit_drive(
         {".gitignore": "build/\n__pycache__/\ntodo.txt\n"}))
     assert res.applied == [".gitignore"] and (user / "todo.txt").read_text() == "untracked\n"
 
@@ -241,7 +241,7 @@ def test_a_file_the_rollout_makes_ignored_is_not_deleted(user):
 def test_cancel_applies_nothing_and_a_hung_test_run_fails(user):
     import threading
     cancel, before = threading.Event(), tree(user)
-    res = best_of(Stub, user, "edit", 3, cancel=cancel, drive=edit_drive(
+    res = best_of(Stub, user, "edit", BestOfOptions(3), cancel=cancel, drive=edit_drive(
         {"a.py": "x\n"}, during=cancel.set))
     assert (res.kind, res.pick, res.applied, len(res.rollouts)) == ("cancelled", None, [], 1)
     assert res.result.stop_reason == "cancelled" and tree(user) == before
@@ -329,7 +329,7 @@ def test_a_rollout_that_edits_the_tests_never_wins(user):
     """Rollout 1 rewrites the assert into a return: pytest passes, so unguarded it would tie with
     the real fix and win on index; it is tampered, the fixer wins, the status line says why."""
     said = []
-    res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, FIX),
+    res = best_of(Stub, user, "make the test pass", BestOfOptions(2), drive=per_rollout(CHEAT, FIX),
                   on_event=lambda ev: said.append(getattr(ev, "text", "")))
     assert res.pick == 1 and res.applied == ["a.py"]
     assert (user / "a.py").read_text() == FIX["a.py"] and "assert f() == 2" in (user / "tests" / "test_a.py").read_text()
@@ -342,7 +342,7 @@ def test_a_rollout_that_edits_the_tests_never_wins(user):
 
 def test_when_every_change_tampers_nothing_is_applied(user):
     before, said = tree(user), []
-    res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, DESELECT),
+    res = best_of(Stub, user, "make the test pass", BestOfOptions(2), drive=per_rollout(CHEAT, DESELECT),
                   on_event=lambda ev: said.append(getattr(ev, "text", "")))
     assert (res.kind, res.pick, res.applied, res.checkpoint) == ("tampered", None, [], None)
     assert [r.tampered for r in res.rollouts] == [["tests/test_a.py"], ["conftest.py"]]
@@ -352,7 +352,7 @@ def test_when_every_change_tampers_nothing_is_applied(user):
                                  "the tests unasked (rollout 1 edited tests/test_a.py; rollout 2 edited "
                                  "conftest.py)") and res.to_dict()["rollouts"][1]["answer"] == "done"
     # a rollout that changed nothing beats one that tampered: nothing to apply either way
-    res = best_of(Stub, user, "make the test pass", 2, drive=per_rollout(CHEAT, {}))
+    res = best_of(Stub, user, "make the test pass", BestOfOptions(2), drive=per_rollout(CHEAT, {}))
     assert (res.kind, res.pick, res.applied) == ("change", 1, []) and tree(user) == before
 
 
@@ -364,7 +364,8 @@ def test_when_every_change_fails_the_tests_nothing_is_applied(user):
     """Both rollouts change files and both fail the tests (one breaks collection, one leaves the
     failure): leaving the tree alone wins; the baseline's line is reported."""
     before, said = tree(user), []
-    res = best_of(Stub, user, "fix the failing test", 2, drive=per_rollout(JUNK, {"a.py": "def f():\n    return 3\n"}),
+    res = best_of(Stub, user, "fix the failing test", BestOfOptions(2),
+                  drive=per_rollout(JUNK, {"a.py": "def f():\n    return 3\n"}),
                   on_event=lambda ev: said.append(getattr(ev, "text", "")))
     assert (res.kind, res.pick, res.applied, res.checkpoint) == ("failed", None, [], None)
     assert [r.score[0] for r in res.rollouts] == [0, 0] and "1 failed" in res.tests_before
@@ -403,7 +404,7 @@ def test_a_change_that_fixes_more_than_it_breaks_is_applied(user):
     the tree alone, one that breaks collection does not."""
     (user / "tests" / "test_b.py").write_text("from a import f\n\n\ndef test_g():\n    from a import g\n"
                                               "    assert g() == 1\n\n\ndef test_one():\n    assert f() > 0\n")  # untracked: copied
-    res = best_of(Stub, user, "fix the failing tests", 2, drive=per_rollout(JUNK, HALF))
+    res = best_of(Stub, user, "fix the failing tests", BestOfOptions(2), drive=per_rollout(JUNK, HALF))
     assert (res.kind, res.pick, res.applied) == ("change", 1, ["a.py"])
     assert [r.score[0] for r in res.rollouts] == [0, 2] and res.tests_before.startswith("2 failed, 1 passed")
     assert (user / "a.py").read_text() == HALF["a.py"]
@@ -411,10 +412,12 @@ def test_a_change_that_fixes_more_than_it_breaks_is_applied(user):
 
 def test_asked_test_changes_are_no_tampering(user):
     update = {"tests/test_a.py": "from a import f\n\n\ndef test_f():\n    assert f() == 1\n"}
-    res = best_of(Stub, user, "the test is outdated: update it to expect 1", 1, drive=per_rollout(update))
+    res = best_of(Stub, user, "the test is outdated: update it to expect 1", BestOfOptions(1),
+                  drive=per_rollout(update))
     assert res.pick == 0 and res.applied == ["tests/test_a.py"] and res.rollouts[0].tests_passed
     update = {"tests/test_a.py": update["tests/test_a.py"].replace("== 1", "in (1, 2)")}
-    res = best_of(Stub, user, "make the test pass", 1, drive=per_rollout(update), tests_allowed=("tests/*",))
+    res = best_of(Stub, user, "make the test pass", BestOfOptions(1, tests_allowed=("tests/*",)),
+                  drive=per_rollout(update))
     assert res.rollouts[0].tampered == [] and res.applied == ["tests/test_a.py"]
 
 
@@ -422,7 +425,8 @@ def test_a_new_unasked_test_file_is_left_out_of_the_verdict(user, tmp_path):
     """tests/test_0.py is collected first and patches a.f at import: plain pytest passes; the
     verifier leaves it out, so the pristine test fails on the unfixed code. No tampering."""
     patch = {"tests/test_0.py": "import a\n\na.f = lambda: 2\n"}
-    res = best_of(Stub, user, "make the test pass", 1, drive=per_rollout(patch), workdir=str(tmp_path / "w"))
+    res = best_of(Stub, user, "make the test pass", BestOfOptions(1), drive=per_rollout(patch),
+                  workdir=str(tmp_path / "w"))
     r = res.rollouts[0]
     assert r.tampered == [] and r.tests_passed is False
     cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider"
@@ -470,8 +474,8 @@ def test_a_link_out_of_the_project_is_not_created(case, user, tmp_path):
     os.symlink("..", user / "u")  # the user's own ignored link (never copied): kept as it is
     links = {p: t.replace("OUTSIDE", str(outside)) for p, t in LINKS_OUT[case].items()}
     said = []
-    res = best_of(Stub, user, "fix it", 1, test_command="true", workdir=str(tmp_path / "w"),
-                  on_event=lambda ev: said.append(getattr(ev, "text", "")),
+    res = best_of(Stub, user, "fix it", BestOfOptions(1, test_command="true"),
+                  workdir=str(tmp_path / "w"), on_event=lambda ev: said.append(getattr(ev, "text", "")),
                   drive=linking({**links, "ok": "a.py"}, FIX))
     copy = Path(res.rollouts[0].top)
     assert links_out(copy) or case == "through the user's ignored link"  # control: the rollout made them
@@ -509,5 +513,5 @@ def test_nothing_is_written_through_a_folder_swapped_for_a_link(change, user, tm
         swap()
         return [TurnResult(answer="done", steps=1, stop_reason="done")]
     with pytest.raises(BestOfError, match=r"is a symlink \(or not a folder\) in your project"):
-        best_of(Stub, user, "edit", 1, test_command="true", drive=drive)
+        best_of(Stub, user, "edit", BestOfOptions(1, test_command="true"), drive=drive)
     assert sorted(os.listdir(outside)) == ["x.py"] and (outside / "x.py").read_text() == "x = 1\n"

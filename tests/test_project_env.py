@@ -214,7 +214,7 @@ def test_status_line_and_settings_name_the_environment(engine, proj, outside_env
 def test_best_of_tests_its_copies_with_the_projects_venv(proj, outside_env):
     """--best-of's copies leave the (ignored) in-project .venv out; the rollouts' test runs still
     use it: its python runs pytest and imports what only it has."""
-    from agent.best_of import best_of
+    from agent.best_of import BestOfOptions, best_of
     from nanocode.protocol import TurnResult
     from tiny_models import commit_all
     venv = make_venv(proj / ".venv", module="onlyhere")
@@ -234,7 +234,7 @@ def test_best_of_tests_its_copies_with_the_projects_venv(proj, outside_env):
     def drive(agent, prompt):
         (proj.parent / agent.root / "a.py").write_text("x = 2\n")
         return [TurnResult(answer="set", steps=1)]
-    res = best_of(Stub, proj, "set x to 2", 1, drive=drive)
+    res = best_of(Stub, proj, "set x to 2", BestOfOptions(1), drive=drive)
     assert res.test_command.startswith("python ")  # the copies' PATH finds the project's python
     assert res.rollouts[0].tests_passed is True, res.rollouts[0].tests_output
     assert res.applied == ["a.py"] and (proj / "a.py").read_text() == "x = 2\n"
