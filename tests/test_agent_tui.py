@@ -39,7 +39,7 @@ def test_prompt_streams_text_and_history(engine, tok, repo):
         assert inp.value == "what is x?"
         await pilot.press("down")
         assert inp.value == "dr"
-    drive(app, body)
+    drive(app, body, size=(120, 40))  # wide enough for every field, whatever the venv is called
     assert agent.messages[-1] == {"role": "assistant", "content": "let me look. done: it returns 1."}
 
 

@@ -239,3 +239,14 @@ def test_best_of_tests_its_copies_with_the_projects_venv(proj, outside_env):
     assert res.rollouts[0].tests_passed is True, res.rollouts[0].tests_output
     assert res.applied == ["a.py"] and (proj / "a.py").read_text() == "x = 2\n"
     assert OVERRIDE not in os.environ  # put back after the rollouts
+
+
+def test_a_long_venv_name_is_cut_on_the_status_line(proj, tmp_path, monkeypatch, outside_env):
+    """The status line names a venv in at most SHORT_NAME characters (its end kept); the full
+    path stays in the label /settings prints."""
+    long = make_venv(tmp_path / "tmp.qnfsCD7rHF" / "venv")
+    monkeypatch.setenv("VIRTUAL_ENV", str(long))
+    env = choose(proj)
+    name = env.short.split()[2]
+    assert len(name) == project_env.SHORT_NAME and name == "…" + "tmp.qnfsCD7rHF/venv"[-13:]
+    assert str(long) in env.label

@@ -39,6 +39,7 @@ from tools.workspace import VENV_MARKER
 
 OVERRIDE = "NANOCODE_PYTHON_ENV"
 PROJECT_VENVS = (".venv", "venv")
+SHORT_NAME = 14  # the most characters of a venv's name on the status line
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,8 @@ def _short_name(kind: str, folder: str, root: str) -> str:
     base = os.path.basename(folder.rstrip(os.sep))
     if base in PROJECT_VENVS:
         base = os.path.join(os.path.basename(os.path.dirname(folder.rstrip(os.sep))), base)
+    if len(base) > SHORT_NAME:  # the status line's other fields keep their room
+        base = "…" + base[-(SHORT_NAME - 1):]
     return f"{'env' if kind == 'chosen' else 'venv'} {base}"
 
 
