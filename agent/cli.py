@@ -2,11 +2,11 @@
 (no jax, numpy, textual or prompt-toolkit until a model is actually run).
 
 `nanocode serve` puts the model behind an OpenAI-compatible HTTP API instead (agent/serve.py).
-Faces of the one loop (agent/driver.Agent): `-p PROMPT` headless (agent/headless.py; with
-`--best-of N` N rollouts in copies of the project, agent/best_of.py), `--plain` a
-prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI (agent/tui.py). The model is our
+Faces of the one loop (agent/loop/driver.Agent): `-p PROMPT` headless (agent/headless.py; with
+`--best-of N` N rollouts in copies of the project, agent/loop/best_of.py), `--plain` a
+prompt-toolkit REPL (agent/repl.py), otherwise the Textual TUI (agent/tui/app.py). The model is our
 engine on a checkpoint (`--model`), or any OpenAI-compatible server (`--base-url`,
-agent/remote.py).
+agent/samplers/remote.py).
 
 Before anything loads, two questions a repository cannot answer for the user: folder trust
 (`trusted`) and the project's settings (`review_settings`): `.nanocode/settings.json` and
@@ -23,17 +23,26 @@ is not a terminal never ask: the files are ignored with one stderr line naming t
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import sys
+import threading
+from pathlib import Path
 
-from agent.headless import OUTPUT_FORMATS  # light: no jax, no tools
+from agent.display import printable
+from agent.headless import OUTPUT_FORMATS, read_prompt, run_best_of, run_headless
+from agent.model import AgentOptions, ModelError, build_agent, resolve_model
+from agent.repl import run_repl
+from agent.run_options import add_options, settings
+from agent.sessions import SessionStore, find_session, load_session
+from nanocode import __version__
 from nanocode.protocol import MODES
+from tools.checks import add_flag, gate_or_exit
+from tools.workspace import accept_settings, project_settings, trust_problem
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from nanocode import __version__
-
     p = argparse.ArgumentParser(
         prog="nanocode",
         description="nanocode: a coding agent in your terminal, running a small model trained "
@@ -82,7 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
         "-y", "--yes", dest="mode", action="store_const", const="auto",
         help="same as --mode auto",
     )
-    from agent.run_options import add_options  # light: stdlib and agent.settings
     add_options(p, "nanocode")  # --temperature --top-k --max-tokens --seed --max-steps --network --no-sandbox
     p.add_argument("--output-format", choices=OUTPUT_FORMATS,
                    help="with -p: the answer as text (the default); JSON with answer, tool_calls, "
@@ -97,7 +105,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-command", metavar="CMD",
                    help="with --best-of: the shell command that verifies a change (default: "
                    "python -m pytest -q when the project has tests)")
-    from tools.checks import add_flag  # light: stdlib only
     add_flag(p)  # --best-of's verifier runs the rollouts' changes (tests)
     p.add_argument("--trust-settings", action="store_true",
                    help="use the project's .nanocode settings without asking (by default they "
@@ -137,7 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.context is not None and (args.base_url is None or args.context < 64):
         parser.error("--context goes with --base-url and is at least 64 tokens")
     if args.base_url is not None:
-        from agent.remote import base_url_error  # light: no jax
+        from agent.samplers.remote import base_url_error  # light: no jax
         if (bad := base_url_error(args.base_url)) is not None:
             parser.error(bad)
     # No default in argparse: `--yes --mode ask` is still a conflict, and without a flag (mode
@@ -148,8 +155,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def agent_options(args):
     """The parsed flags as the library's AgentOptions (agent/model.py); the settings come from
     agent/run_options.py, which names each flag's field."""
-    from agent.model import AgentOptions
-    from agent.run_options import settings
     sampling, turn = settings(args, "nanocode")
     return AgentOptions(model=args.model, base_url=args.base_url, context=args.context, mode=args.mode,
                         trust_settings=args.trust_settings, sampling=sampling, turn=turn)
@@ -164,7 +169,6 @@ def trusted(root, headless: bool) -> bool:
     (tools.workspace.trust_problem) may read and change everything below it, so the user says
     yes first. Headless (-p) and a stdin that is not a terminal cannot ask, so they
     refuse all three: a script that runs it in a scratch folder says --trust up front."""
-    from tools.workspace import trust_problem
     problem = trust_problem(root)
     if problem is None:
         return True
@@ -186,9 +190,6 @@ def settings_review(f) -> str:
     tools.workspace.ProjectSettings): the whole text when never accepted, else the unified diff
     against the accepted text; cut at REVIEW_LINES lines / REVIEW_CHARS characters (the rest is
     counted) and escaped for the terminal (agent/display.printable)."""
-    import difflib
-
-    from agent.display import printable
     text = f.data.decode("utf-8", "replace")
     what = ("project MCP servers" if f.path.name == ".mcp.json" else "project settings") + f" {f.path}"
     if f.accepted is None:
@@ -212,7 +213,6 @@ def settings_review(f) -> str:
 def review_settings(root, headless: bool) -> bool:
     """The project-settings question (module docstring). Returns True only when the user said yes
     but the acceptance could not be recorded: then they apply to this run (as --trust-settings)."""
-    from tools.workspace import accept_settings, project_settings
     files = project_settings(root)
     for f in files:
         if f.problem:
@@ -268,7 +268,6 @@ def main(argv: list[str] | None = None) -> int:
         from agent.serve import main as serve
         return serve(argv[1:])
     args = parse_args(argv)
-    import threading
     if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
         return _main(args, lambda: None)
     old = signal.signal(signal.SIGINT, _interrupted_at_start)
@@ -280,15 +279,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args, started) -> int:
     """main's body; `started()` hands Ctrl-C back to the faces once the model is loaded."""
-    from pathlib import Path
 
-    from agent.model import ModelError, resolve_model
 
     if args.prompt is None and not args.plain and (problem := terminal_problem()):
         _err(f"error: {problem}")
         return 2
     if args.prompt is not None:
-        from agent.headless import read_prompt
         args.prompt = read_prompt(args.prompt)
         if args.prompt is None:
             _err("error: the prompt is empty: pass it as -p \"...\" or pipe it on stdin (-p -)")
@@ -298,7 +294,6 @@ def _main(args, started) -> int:
         _err(f"error: --cwd {root} is not a directory")
         return 2
     if args.best_of > 1:
-        from tools.checks import gate_or_exit
         gate_or_exit("--best-of", args.unsandboxed)
     root = root.resolve()
     if not args.trust and not trusted(root, headless=args.prompt is not None):
@@ -312,7 +307,6 @@ def _main(args, started) -> int:
         _err(f"error: {e}")
         return e.code
 
-    from agent.sessions import SessionStore, find_session, load_session
     messages, meta, store = None, None, None
     if args.continue_ or args.resume:
         try:
@@ -325,9 +319,8 @@ def _main(args, started) -> int:
 
     if args.prompt is None and not args.plain:  # the TUI loads the model in a worker
         started()  # the TUI loads in a worker and reads Ctrl-C as a key
-        from agent import tui
+        from agent.tui import app as tui
         return tui.run(tui.Loader(agent_options(args), root, model_dir, messages, meta, store), args)
-    from agent.model import build_agent
     try:
         agent = build_agent(agent_options(args), root, model_dir, messages, meta, store)
     except ModelError as e:
@@ -335,13 +328,10 @@ def _main(args, started) -> int:
         return e.code
     started()
     if args.prompt is not None and args.best_of > 1:
-        from agent.headless import run_best_of
         return run_best_of(agent, args.prompt, args.best_of, args.output_format,
                            args.best_of_temperature, args.test_command)
     if args.prompt is not None:
-        from agent.headless import run_headless
         return run_headless(agent, args.prompt, args.output_format)
-    from agent.repl import run_repl
     return run_repl(agent, model_name=agent.meta["model"])
 
 

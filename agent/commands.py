@@ -1,5 +1,5 @@
 """The slash commands: one table (name, arguments, help, handler) that both faces use, the
-Textual TUI (agent/tui.py) and the --plain REPL (agent/repl.py); `help_text` is generated from it.
+Textual TUI (agent/tui/app.py) and the --plain REPL (agent/repl.py); `help_text` is generated from it.
 
 A handler takes (agent, root, rest) and returns an `Out`, one of seven classes a face `match`es
 on: Note (plain text), Diff (a unified diff, highlighted by the TUI), Cleared (a new conversation:
@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agent.custom_commands import custom_commands
+from agent.display import printable
+from agent.loop.turn_undo import for_user, slash_undo
+from agent.model import ModelError, switch_model
+from agent.project_notes import write_starter_notes
+from agent.sessions import SessionStore, find_session, list_sessions, load_session
+from tools.files import read_memory
 from tools.project_env import choose
+from tools.undo import UndoError
 
 
 @dataclass(frozen=True)
@@ -85,13 +92,10 @@ def _help(agent, root, rest) -> Out:
 
 
 def _undo(agent, root, rest) -> Out:
-    from agent.turn_undo import slash_undo
     return Note(slash_undo(agent, rest))
 
 
 def _diff(agent, root, rest) -> Out:
-    from agent.turn_undo import for_user
-    from tools.undo import UndoError
     try:
         d = agent.diff()
     except UndoError as e:
@@ -121,7 +125,6 @@ def _mode(agent, root, rest) -> Out:
 
 def _model(agent, root, rest) -> Out:
     if rest:
-        from agent.model import ModelError, switch_model
         try:
             switch_model(agent, rest)
         except ModelError as e:
@@ -133,7 +136,6 @@ def _model(agent, root, rest) -> Out:
 
 
 def _memory(agent, root, rest) -> Out:
-    from tools.files import read_memory
     mem = read_memory(root)
     if mem is None:
         return Note("no NANOCODE.md or AGENTS.md at the project root")
@@ -155,7 +157,6 @@ def _settings(agent, root, rest) -> Out:
 
 
 def _mcp(agent, root, rest) -> Out:
-    from agent.display import printable
     if agent.mcp is None:
         return Note('no MCP servers: list them under "mcpServers" in your settings file or in a '
                     ".mcp.json at the project root (Claude Code's format)")
@@ -172,7 +173,6 @@ def _session(agent, root, rest) -> Out:
 
 
 def _resume(agent, root, rest) -> Out:
-    from agent.sessions import SessionStore, find_session, list_sessions, load_session
     if rest:
         try:
             path = find_session(root, rest)
@@ -249,7 +249,7 @@ def _rate(tokens: int, seconds: float) -> str:
 
 
 def _usage(agent, root, rest) -> Out:
-    from agent.remote import RemoteSampler
+    from agent.samplers.remote import RemoteSampler  # deferred: it loads numpy
     u = agent.totals
     turns = f"{u['turns']} turn{'s' * (u['turns'] != 1)}"
     lines = [f"usage since nanocode started ({turns}; session {agent.meta.get('id')}):"]
@@ -272,7 +272,6 @@ def _usage(agent, root, rest) -> Out:
 
 
 def _init(agent, root, rest) -> Out:
-    from agent.project_notes import write_starter_notes
     return Note(write_starter_notes(root))
 
 

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.workspace import PathOutside, is_regular, open_inside, user_settings_dir
+
 MAX_BYTES = 64 * 1024
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
@@ -59,7 +61,6 @@ def _parse(name: str, text: str, source: str) -> CustomCommand:
 
 
 def _read_folder(folder: Path, root) -> dict[str, CustomCommand]:
-    from tools.workspace import PathOutside, is_regular, open_inside
     found: dict[str, CustomCommand] = {}
     try:
         names = sorted(os.listdir(folder))
@@ -83,7 +84,6 @@ def _read_folder(folder: Path, root) -> dict[str, CustomCommand]:
 def custom_commands(root, reserved) -> dict[str, CustomCommand]:
     """The user's commands, then the project's over them; never one of the `reserved` names (the
     built-in commands and their aliases: agent/commands.custom)."""
-    from tools.workspace import user_settings_dir
     user = user_settings_dir()
     found = {**_read_folder(user / "commands", user),
              **_read_folder(Path(root) / ".nanocode" / "commands", root)}

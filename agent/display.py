@@ -1,6 +1,6 @@
 """Untrusted text made safe for a terminal, and how calls and results read on one line.
 
-Everything the faces show (agent/tui.py, agent/repl.py, agent/headless.py) that came from the
+Everything the faces show (agent/tui/app.py, agent/repl.py, agent/headless.py) that came from the
 model, a tool, a file or a session (prose, call arguments, results, diffs, error messages) goes
 through `printable` before a terminal sees it; a file the model reads, or a Bash `printf
 '\\033[2J'`, then shows what it holds instead of clearing the screen, retitling the terminal,
@@ -15,6 +15,9 @@ from __future__ import annotations
 import difflib
 import json
 import os
+
+from tools.files import EditMismatch, edited_text
+from tools.workspace import PathOutside, resolve
 
 _CONTROLS = [*(c for c in range(0x20) if c not in (0x09, 0x0A)), 0x7F, *range(0x80, 0xA0)]
 _BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
@@ -145,8 +148,6 @@ def edit_diff(args: dict, root=None) -> str:
 def _file_edit(root, file_path, old: str, new) -> tuple[str, str] | None:
     """(the file's text now, its text after the Edit), both with \\n line ends, or None when the
     file cannot be read or the Edit will not apply."""
-    from tools.files import EditMismatch, edited_text
-    from tools.workspace import PathOutside, resolve
     if not isinstance(file_path, str) or not isinstance(old, str) or not isinstance(new, str):
         return None
     try:

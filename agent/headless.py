@@ -27,7 +27,7 @@ applied, or --best-of rollouts whose changes all edited the tests unasked or all
 less than before (nothing applied); 2 bad usage.
 
 `--best-of N` (run_best_of): N rollouts in copies of the project, the verifier's pick applied as
-one undoable turn (agent/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
+one undoable turn (agent/loop/best_of.py); progress per rollout on stderr, the winner's answer on stdout,
 and in JSON a `best_of` object beside the winner's fields (every rollout's stop reason, changed
 files, test verdict and score; pass_at_1 = rollout 0). Rollouts share the agent's model, policy
 (re-rooted at the copy), sampling settings and conversation, so `-c --best-of N` continues it; the
@@ -36,13 +36,17 @@ the winner's.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import signal
 import sys
 import threading
-
-import dataclasses
+from dataclasses import replace
+from pathlib import Path
 
 from agent.display import CALL_MARK, RESULT_MARK, format_call, printable, printable_json, summarize
+from agent.loop.best_of import BestOfError, BestOfOptions, best_of
+from agent.loop.driver import Agent
 from nanocode.protocol import REJECTED, Approval, Event, Status, StopReason, ToolCall, ToolResult
 
 EXIT_CODES: dict[StopReason, int] = {
@@ -140,11 +144,6 @@ def rollout_agent(agent, root, temperature: float, seed: int):
     """A fresh Agent like `agent` working in `root`: its sampler forked (same engine or server,
     its settings but temperature and seed), its policy and turn settings, its conversation, no
     undo snapshots (best_of takes its own)."""
-    import copy
-    from dataclasses import replace
-    from pathlib import Path
-
-    from agent.driver import Agent
     policy = replace(agent.policy, root=Path(root), session=list(agent.policy.session))
     sampler = agent.sampler.fork(str(root), replace(agent.sampler.settings, temperature=temperature, seed=seed))
     return Agent(sampler, root, policy, replace(agent.settings, snapshots=False),
@@ -153,7 +152,6 @@ def rollout_agent(agent, root, temperature: float, seed: int):
 
 def run_best_of(agent, prompt: str, n: int, output_format: str = "text",
                 sample_temperature: float = 0.7, test_command: str | None = None) -> int:
-    from agent.best_of import BestOfError, BestOfOptions, best_of
     cancel = threading.Event()
     _say_sandbox(agent)
     if output_format == "stream-json":

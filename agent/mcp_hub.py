@@ -5,10 +5,11 @@ tools/permissions.Policy.load), their tools offered to the model as `mcp__server
 `McpHub(root, servers)` starts every server at once on one background thread (an asyncio loop:
 the SDK is async), so they start while the model loads; the first turn waits (`wait`) until each
 is running or failed, so its system prompt lists their tools. A server's tools become
-protocol.Tools (agent/foreign_tools.py: the schema subset the grammar writes; others are refused,
+protocol.Tools (agent/samplers/foreign_tools.py: the schema subset the grammar writes; others are refused,
 with the reason /mcp shows). `call(name, args, cancel)` runs one from the turn driver's thread
 and returns the result text; it never raises. `describe()` is /mcp. `close()` stops them all
-(also at exit).
+(also at exit). The `mcp` package (~1.6 s to import) is imported inside the functions that
+start and call servers: a session without MCP servers never loads it.
 
 Containment. stdio servers are not run inside tools/sandbox.py: a server is a program the user
 chose (the user file) or approved by its exact bytes (a project's `.mcp.json`, accepted like the
@@ -48,7 +49,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agent.foreign_tools import Refused, call_values, clean, from_schema, safe_name
+import anyio
+import httpx2
+
+from agent.samplers.foreign_tools import Refused, call_values, clean, from_schema, safe_name
 from tools import mcp_relay
 from tools.mcp_config import ServerConfig, expand
 
@@ -224,7 +228,6 @@ class McpHub:
 
     async def _run(self, s: Server) -> None:
         """One server's life: connect, initialize, list its tools, wait for close."""
-        import anyio  # the SDK's; deferred with it (importing `mcp` takes ~0.6 s)
         from mcp import ClientSession
         s.runner = asyncio.current_task()
         try:
@@ -252,7 +255,6 @@ class McpHub:
         """The transport's (read, write) streams, entered on `stack`."""
         cfg = s.config
         if cfg.transport == "http":
-            import httpx2  # the SDK's HTTP client
             from mcp.client.streamable_http import streamable_http_client
             headers = {k: expand(v) for k, v in cfg.headers}
             client = await stack.enter_async_context(httpx2.AsyncClient(
@@ -280,7 +282,6 @@ class McpHub:
         return tools
 
     async def _call(self, s: Server, name: str, values: dict) -> str:
-        import anyio
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED
         try:
@@ -299,7 +300,6 @@ class McpHub:
 
     async def _ping_all(self) -> None:
         async def ping(s):
-            import anyio
             from mcp import MCPError
             try:
                 with anyio.fail_after(PING_TIMEOUT):

@@ -5,7 +5,7 @@ $NANOCODE_HOME/runs/<tag>/checkpoints (`train base --run TAG` etc.). No --model:
 `nanocode/default_model/`: the v5e speedrun's model (checkpoints/<step>: bf16 params +
 tokenizer, ~41 MB; MODEL_CARD.md; evals/), shipped inside the package.
 Resolving a model imports nothing heavy; loading it (build_agent, nanocode/load.py) imports jax. `--base-url URL`
-runs a model behind any OpenAI-compatible server instead (agent/remote.py); --model then names
+runs a model behind any OpenAI-compatible server instead (agent/samplers/remote.py); --model then names
 the server's model.
 Every failure is a nanocode.common.ModelError (the evals' too) whose message is one line; the CLI
 prints it after `error: `, no traceback.
@@ -14,9 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.loop.driver import Agent
+from agent.mcp_hub import McpHub
+from agent.samplers.sampler import SamplerError
+from agent.sessions import SessionStore
 from agent.settings import SamplerSettings, TurnSettings
-from nanocode.common import ModelError, resolve_model  # noqa: F401 - the agent's names for them
+from nanocode.common import ModelError, enable_compilation_cache, resolve_model
 from nanocode.load import load_engine
+from tools.permissions import Policy, SettingsError
 
 
 @dataclass(frozen=True)
@@ -42,15 +47,13 @@ def load_sampler(o: AgentOptions, root, model_dir):
     or model name is a one-line ModelError at start-up, not a failed first turn. Returns
     (sampler, the name the session records)."""
     if o.base_url:
-        from agent.remote import RemoteSampler
-        from agent.sampler import SamplerError
+        from agent.samplers.remote import RemoteSampler
         try:
             sampler = RemoteSampler(o.base_url, o.model, o.sampling, context=o.context)
         except SamplerError as e:  # the model server failed: exit status 6, as for a turn
             raise ModelError(str(e), code=6) from None
         return sampler, f"{o.base_url} {sampler.model}"
-    from agent.engine_sampler import EngineSampler
-    from nanocode.common import enable_compilation_cache
+    from agent.samplers.engine import EngineSampler
     enable_compilation_cache()
     return EngineSampler(load_engine(model_dir), root, o.sampling), str(model_dir)
 
@@ -75,7 +78,6 @@ class PoolModel:
                 return cls(remote=load_sampler(server, None, None)[0])
             if model is None:
                 return cls()
-            from nanocode.common import enable_compilation_cache
             enable_compilation_cache()
             return cls(engine=load_engine(model, step))
         except ModelError as e:
@@ -89,7 +91,7 @@ class PoolModel:
         """The model for one run in `root` at these settings."""
         if self.remote is not None:
             return self.remote.fork(root, sampling)
-        from agent.engine_sampler import EngineSampler  # jax: only where our engine runs
+        from agent.samplers.engine import EngineSampler  # jax: only where our engine runs
         return EngineSampler(self.engine, root, sampling)
 
 
@@ -97,10 +99,6 @@ def build_agent(o: AgentOptions, root, model_dir, messages=None, meta=None, stor
     """The Agent for these options (load_sampler), with the MCP servers its settings name
     (agent/mcp_hub.py). Every failure is a one-line ModelError; the TUI calls this on its loader
     thread."""
-    from agent.driver import Agent
-    from agent.mcp_hub import McpHub
-    from agent.sessions import SessionStore
-    from tools.permissions import Policy, SettingsError
     try:  # project settings apply once accepted (tools/workspace.project_settings) or trusted
         policy = Policy.load(root, mode=o.mode, trust_settings=o.trust_settings)
     except SettingsError as e:

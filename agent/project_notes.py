@@ -18,6 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 from nanocode.protocol import MEMORY_FILES
+from tools.closest import project_paths
+from tools.workspace import PathOutside, is_regular, open_inside
 
 LANGUAGES = {".py": "Python", ".js": "JavaScript", ".ts": "TypeScript", ".go": "Go", ".rs": "Rust",
              ".java": "Java", ".c": "C", ".cc": "C++", ".cpp": "C++", ".rb": "Ruby", ".sh": "shell"}
@@ -26,7 +28,6 @@ TITLE = re.compile(r"\A[^\n]*\n[=\-~^*+#]{3,}[ \t]*(?:\n|\Z)")  # a line underli
 
 
 def _read(root: Path, name: str, limit: int = 64 * 1024) -> str:
-    from tools.workspace import PathOutside, is_regular, open_inside
     try:
         fd, _ = open_inside(root, name)
     except (PathOutside, ValueError, OSError):
@@ -75,7 +76,6 @@ def _test_commands(root: Path, files: list[str]) -> list[str]:
 
 def starter_notes(root) -> str:
     """The text /init writes (module docstring)."""
-    from tools.closest import project_paths
     root = Path(root)
     files = project_paths(os.fspath(root))
     folders = Counter(f.split("/", 1)[0] for f in files if "/" in f)
@@ -98,7 +98,6 @@ def starter_notes(root) -> str:
 
 def write_starter_notes(root) -> str:
     """Create AGENTS.md from starter_notes; the message to show. Never overwrites."""
-    from tools.workspace import PathOutside, open_inside
     if existing := [n for n in MEMORY_FILES if os.path.lexists(os.path.join(root, n))]:
         return f"{existing[0]} exists already: edit it (/init never overwrites a memory file)"
     text = starter_notes(root)

@@ -11,7 +11,8 @@ Through a pipe (stdin not a terminal) an approval reads exactly one line as its 
 (yes, no, always, in any case); anything else is taken as no, and says so, never asked again, so
 the lines after it stay the next requests. The end of input at an approval is a no, and the
 REPL then leaves as at the prompt. At a terminal an unrecognised answer is asked again, and
-Ctrl-D cancels the turn.
+Ctrl-D cancels the turn. prompt_toolkit is imported inside the functions that use it (~0.3 s):
+`nanocode -p` and a piped REPL never load it.
 
 Safe output: Console.write and Console.dim pass every string through agent/display.printable,
 so nothing the model, a tool or a file produced can drive the terminal (its only escapes are its
@@ -24,8 +25,13 @@ import signal
 import sys
 import threading
 
-from agent.display import (CALL_MARK, RESULT_MARK, call_text, edit_diff, format_call, printable,
-                           rule_words, summarize, usage_line)
+from agent import commands
+from agent.commands import resume_hint
+from agent.display import (
+    CALL_MARK, RESULT_MARK, call_text, edit_diff, format_call, printable, rule_words, summarize, usage_line)
+from agent.loop.mentions import complete, project_files
+from agent.sessions import resume_note
+from nanocode import __version__
 from nanocode.protocol import Approval, Event, Status, Text, ToolCall, ToolResult
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -76,10 +82,9 @@ class Console:
 
 
 def mention_completer(root):
-    """prompt-toolkit completions of the `@path` word before the cursor (agent/mentions.py)."""
+    """prompt-toolkit completions of the `@path` word before the cursor (agent/loop/mentions.py)."""
     from prompt_toolkit.completion import Completer, Completion
 
-    from agent.mentions import complete, project_files
 
     class Mentions(Completer):
         files = None
@@ -99,7 +104,6 @@ def mention_completer(root):
 
 
 def run_repl(agent, model_name: str = "", console: Console | None = None) -> int:
-    from nanocode import __version__
     con = console or Console(root=agent.root)
     con.dim(f"nanocode {__version__} | model {model_name} | mode {agent.mode} | {agent.root}")
     if agent.sandbox is not None:
@@ -108,7 +112,6 @@ def run_repl(agent, model_name: str = "", console: Console | None = None) -> int
         con.write(f"warning: {agent.sandbox_status}\n")
     con.dim("/help for commands; Ctrl-C stops a turn; Ctrl-D quits")
     if agent.messages:
-        from agent.sessions import resume_note
         con.dim(resume_note(agent.conv.transcript(), agent.meta))
     state = {"open": False}
 
@@ -208,7 +211,6 @@ def ask_approval(con: Console, root, name: str, args: dict, decision) -> str:
 def _leave(agent, con) -> int:
     """Quit: say how to come back to a conversation that has turns."""
     if agent.meta.get("turns"):
-        from agent.commands import resume_hint
         con.dim(resume_hint(agent.meta["id"]))
     return 0
 
@@ -216,7 +218,6 @@ def _leave(agent, con) -> int:
 def slash(agent, text: str, con):
     """Run one slash command (agent/commands.py, the table both faces share): True to quit, a
     request to send (a custom command's prompt), else None."""
-    from agent import commands
     match commands.run(text, agent, agent.root):
         case commands.Quit():
             return True

@@ -6,11 +6,11 @@
 
 GET /v1/models (with the model's context_length); POST /v1/chat/completions, plain or streamed;
 either asked with the other method is a 405 naming the one it takes (ROUTES, an Allow header).
-What a request may ask and how the reply looks on the wire is agent/openai_wire.py: parameters
+What a request may ask and how the reply looks on the wire is agent/samplers/openai_wire.py: parameters
 the server cannot honour are a 400, never ignored; the tools are nanocode's own and the client's
 own function tools (listed in the system message, their parameters in the schema subset the
-grammar writes: agent/foreign_tools.py), offered through the grammar mask (agent/grammar.py),
-with agent/loop_guard.py keeping a reply out of loops. A reply is prose and at most one tool
+grammar writes: agent/samplers/foreign_tools.py), offered through the grammar mask (agent/masks/grammar.py),
+with agent/masks/loop_guard.py keeping a reply out of loops. A reply is prose and at most one tool
 call, handed back as `tool_calls` (nothing is run here). Requests run one at a time (one engine,
 batch 1).
 
@@ -45,10 +45,14 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from agent.foreign_tools import call_values
-from agent.openai_wire import (DONE_EVENT, RequestError, StopText, call_chunk, completion,
-                               error_body, first_chunk, last_chunk, parse_json, parse_request,
-                               reply_head, text_chunk)
+from agent.masks.grammar import CONTENT, Grammar
+from agent.masks.loop_guard import LoopGuard
+from agent.samplers.foreign_tools import call_values
+from agent.samplers.openai_wire import (
+    DONE_EVENT, RequestError, StopText, call_chunk, completion, error_body, first_chunk, last_chunk, parse_json,
+    parse_request, reply_head, text_chunk)
+from nanocode.common import ModelError, enable_compilation_cache, resolve_model
+from nanocode.load import load_engine
 from nanocode.protocol import TOOLS
 
 MAX_BODY = 4 << 20  # bytes of one request body
@@ -60,7 +64,6 @@ class Server:
     """The engine, its tokenizer and grammar, and one lock: what the handler calls."""
 
     def __init__(self, engine, model_name: str):
-        from agent.grammar import Grammar
         self.engine, self.tok, self.name = engine, engine.tokenizer, model_name
         self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
         self.lock = threading.Lock()
@@ -83,16 +86,14 @@ class Server:
     def complete(self, job: dict, on_text=None) -> dict:
         """One chat completion of a prepared request: {"content", "tool_call" or None,
         "finish_reason", "usage"}. on_text(piece) streams the prose as it is sampled
-        (agent/reply_stream.py). finish_reason: "tool_calls" for a call that parsed, "length"
+        (agent/samplers/reply_stream.py). finish_reason: "tool_calls" for a call that parsed, "length"
         when the budget or the context cut the reply, else "stop" (a malformed call included:
         its prose is the reply). With job["stop"], the prose ends before the first stop string
         in it (StopText: what on_text gets holds none of it), sampling stops there, and the
         reply has no call. With job["must_call"], the reply opens with the call."""
-        from agent.grammar import CONTENT
-        from agent.loop_guard import LoopGuard
-        from agent.reply_stream import stream_reply
+        from agent.samplers.reply_stream import stream_reply  # deferred: it loads jax
         state = self.grammar.state(tools=job["tools"])
-        loops = LoopGuard.shared(self.grammar).reply()  # no reply extends a loop (agent/loop_guard.py)
+        loops = LoopGuard.shared(self.grammar).reply()  # no reply extends a loop (agent/masks/loop_guard.py)
         stop, sent, cancel = StopText(job["stop"]), [], threading.Event()
 
         def allowed(out):
@@ -142,7 +143,7 @@ def client_tools_prompt(messages: list[dict], tools) -> list[dict]:
 
 def client_call(call: dict | None, tools) -> dict | None:
     """A call as the client gets it: for one of its own tools, the values as its JSON schema
-    types them (5, 2.5, true: agent/foreign_tools.call_values)."""
+    types them (5, 2.5, true: agent/samplers/foreign_tools.call_values)."""
     tool = next((t for t in tools if call and t.name == call["name"] and t.name not in TOOLS), None)
     if tool is None:
         return call
@@ -161,7 +162,6 @@ class HTTPServer(ThreadingHTTPServer):
     """The listening socket, at most `max_connections` connection threads, and a reaper thread
     that shuts a connection down when its request has not arrived in full `read_timeout` seconds
     after it began (a socket timeout alone would let a client drip a byte at a time forever)."""
-
     request_queue_size = 128  # a burst of connections waits to be accepted (and refused)
 
     def __init__(self, address, handler, *, max_connections: int = 32, read_timeout: float = 10.0,
@@ -461,8 +461,6 @@ def server_token(args) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    from nanocode.common import ModelError, resolve_model
-    from nanocode.load import load_engine
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.max_connections < 1 or not args.read_timeout > 0:
@@ -473,7 +471,6 @@ def main(argv: list[str]) -> int:
         parser.error(str(e))
     try:
         ckpt, tag = resolve_model(args.model)
-        from nanocode.common import enable_compilation_cache
         enable_compilation_cache()
         engine = load_engine(ckpt)
     except ModelError as e:

@@ -7,7 +7,7 @@ JSONL) plus a "meta" key the renderer ignores: id, created/updated, cwd, model, 
 approvals asked this session ({"turn", "name", "args", "reason", "answer": yes|no|always,
 "rule"?}), one record per turn (steps, stop_reason, files_changed, checkpoint id for undo, the
 request as typed) and, after a /rewind, "rewinds": one entry per rewind holding the messages,
-turn records and approvals it took out (agent/conversation.py), so "messages" is the rewound
+turn records and approvals it took out (agent/loop/conversation.py), so "messages" is the rewound
 conversation (what a resumed session shows) and nothing said is lost.
 Rewriting (not appending a state per turn) keeps files small and a reader never has to pick
 which line is current; a crash mid-write leaves the previous version (atomic replace).
@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from nanocode.common import write_atomic
+from tools.workspace import is_inside, user_settings_dir
 
 MAX_SESSION_BYTES = 64 << 20
 MANIFEST = "saved-sessions.json"
@@ -50,7 +51,6 @@ def sessions_dir(root) -> Path:
 
 
 def manifest_path() -> Path:
-    from tools.workspace import user_settings_dir
     return user_settings_dir() / MANIFEST
 
 
@@ -98,7 +98,6 @@ class SessionStore:
         it in the manifest. OSError when the folder is a link out of the project or a write fails."""
         folder = self.path.parent
         folder.mkdir(parents=True, exist_ok=True)
-        from tools.workspace import is_inside
         if not is_inside(self.root, os.path.realpath(folder)):
             raise OSError(f"{folder} resolves outside {self.root}: remove the link to save sessions")
         _ignore_all(folder)

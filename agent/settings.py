@@ -1,5 +1,5 @@
 """What an agent is set to, as frozen values passed whole: how its model samples
-(SamplerSettings, agent/sampler.py) and how it runs a turn (TurnSettings, agent/driver.py). A
+(SamplerSettings, agent/samplers/sampler.py) and how it runs a turn (TurnSettings, agent/loop/driver.py). A
 copy for a rollout or a fork is a `dataclasses.replace`, so a setting added here reaches every
 copy without being threaded through constructors. Imports nothing heavy: the CLI builds these
 before it loads a model. A field's default here is its flag's default (agent/run_options.py, where
@@ -50,7 +50,7 @@ class SamplerSettings:
 @dataclass(frozen=True)
 class TurnSettings:
     """How the agent runs a turn. max_steps: tool calls per user turn. retries: take-backs per
-    step (agent/call_rules.py). tool_timeout: seconds a Bash call may run. memory: put the
+    step (agent/loop/call_rules.py). tool_timeout: seconds a Bash call may run. memory: put the
     project's memory file (NANOCODE.md / AGENTS.md) in the system prompt. snapshots: undo
     snapshots before a change (False: no undo). sandbox: run every Bash call in the OS sandbox
     (tools/sandbox.py; network: let it reach the network); where none can be had, or with

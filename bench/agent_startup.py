@@ -2,7 +2,7 @@
 
 1. `nanocode --version` wall time (a subprocess of the installed entry point; median of --runs):
    argparse only, no jax.
-2. The TUI (agent/tui.py) started the way `nanocode` starts it (cli.parse_args, resolve_model,
+2. The TUI (agent/tui/app.py) started the way `nanocode` starts it (cli.parse_args, resolve_model,
    tui.Loader, NanocodeApp), in a fresh process per run, timed from the spawn: until the input is
    focused and enabled (the model is still loading on the loader thread: checked and reported),
    until the model is loaded (the Agent is built), and until a first reply of 8 tokens is done
@@ -45,12 +45,13 @@ sys.path[:0] = [str(ROOT)]
 
 
 def make_checkpoint(preset: str, out: Path) -> Path:
+    import jax
+
     from nanocode.checkpoint import save
     from nanocode.config import GPTConfig, preset as named
     from nanocode.gpt import init_params
-    from nanocode.tokenizer import train_tokenizer
     from nanocode.protocol import system_prompt
-    import jax
+    from nanocode.tokenizer import train_tokenizer
     texts = [system_prompt("{cwd}")] * 3 + ["def main():\n    return 1\n" * 20, "let me look. done: x is 1.\n" * 5]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -65,8 +66,9 @@ def make_checkpoint(preset: str, out: Path) -> Path:
 
 def tui_child(ckpt: str, cwd: str) -> None:
     """One `nanocode` start in this fresh process; prints wall-clock stamps as JSON."""
-    from agent import cli, tui
+    from agent import cli
     from agent.model import resolve_model
+    from agent.tui import app as tui
     args = cli.parse_args(["--model", ckpt, "--cwd", cwd, "--max-tokens", "8"])
     loader = tui.Loader(cli.agent_options(args), Path(cwd), resolve_model(args.model)[0])
     app = tui.NanocodeApp(loader=loader, model_name=loader.name)
@@ -119,8 +121,9 @@ def session_rows(engine, work: Path, replies) -> list[dict]:
     """One scripted session: per turn, tokens prefilled / generated, context after, the
     context a no-reuse engine would prefill at every generation, wall ms."""
     import numpy as np
-    from agent.driver import Agent
-    from agent.engine_sampler import EngineSampler
+
+    from agent.loop.driver import Agent
+    from agent.samplers.engine import EngineSampler
     from agent.settings import SamplerSettings
     from tools.permissions import Policy
     at, starts = [-1], []  # reply index; context length at the start of each generation

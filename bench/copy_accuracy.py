@@ -49,8 +49,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.engine_sampler import EngineSampler  # noqa: E402
 from agent.run_options import add_options, settings  # noqa: E402
+from agent.samplers.engine import EngineSampler  # noqa: E402
 from evals.agent import task_jobs  # noqa: E402
 from evals.copying import CHANNELS, channels, copy_report, project_symbols, summarize  # noqa: E402
 from nanocode.checkpoint import load_tokenizer  # noqa: E402

@@ -9,7 +9,7 @@ weights and a 32k tokenizer trained on the standard library's sources):
   mask work    the agent's hook along the oracle's replies of --tasks synth tasks (one per family,
                replayed on their projects: Grounding refreshed after Edit/Bash, as the loop does):
                GrammarState.allowed (whole names and backticked spans included), the loop
-               guard (agent/loop_guard.py) and a device copy of every mask not seen before.
+               guard (agent/masks/loop_guard.py) and a device copy of every mask not seen before.
                The grammar (one per tokenizer per process: Grammar.shared) is warmed first; each
                conversation gets a fresh Grounding, so a project's listing, anchors and word
                scan are counted every time, as in a new session
@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from agent.grammar import CONTENT, Grammar  # noqa: E402
-from agent.grounding import Grounding  # noqa: E402
-from agent.loop_guard import LoopGuard  # noqa: E402
+from agent.masks.grammar import CONTENT, Grammar  # noqa: E402
+from agent.masks.grounding import Grounding  # noqa: E402
+from agent.masks.loop_guard import LoopGuard  # noqa: E402
 from nanocode.common import DEFAULT_MODEL, enable_compilation_cache  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
 from nanocode.gpt import init_params  # noqa: E402

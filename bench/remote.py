@@ -23,10 +23,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agent.model import load_engine, resolve_model  # noqa: E402
-from agent.engine_sampler import EngineSampler  # noqa: E402
-from agent.remote import RemoteSampler  # noqa: E402
-from agent.settings import SamplerSettings, TurnSettings  # noqa: E402
+from agent.samplers.engine import EngineSampler  # noqa: E402
+from agent.samplers.remote import RemoteSampler  # noqa: E402
 from agent.serve import Server, make_server  # noqa: E402
+from agent.settings import SamplerSettings, TurnSettings  # noqa: E402
 from tasks import build_task, drive, setup_env, task_agent  # noqa: E402
 
 TASKS = (("fix_bug", 5), ("run_command", 3), ("fix_bug", 11))

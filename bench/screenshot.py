@@ -1,6 +1,6 @@
 """docs/screenshot.svg: the TUI after a turn with a Read card and an Edit with its highlighted diff.
 
-The session is real (agent/tui.py on agent/driver.Agent, real tools on a temporary git repo) but the
+The session is real (agent/tui/app.py on agent/loop/driver.Agent, real tools on a temporary git repo) but the
 model is a tiny random one whose every token is forced by a script through `EngineSampler(extra_mask=...)`
 (as in tests/test_agent_tui.py), so the picture is reproducible and needs no trained checkpoint.
 Textual's pilot drives it and App.save_screenshot writes the SVG (a few seconds on a CPU). The
@@ -24,10 +24,10 @@ sys.path[:0] = [str(ROOT)]
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from agent.driver import Agent  # noqa: E402
-from agent.engine_sampler import EngineSampler  # noqa: E402
-from agent.tui import NanocodeApp  # noqa: E402
-from agent.tui_input import HistoryInput  # noqa: E402
+from agent.loop.driver import Agent  # noqa: E402
+from agent.samplers.engine import EngineSampler  # noqa: E402
+from agent.tui.app import NanocodeApp  # noqa: E402
+from agent.tui.input import HistoryInput  # noqa: E402
 from nanocode.config import GPTConfig  # noqa: E402
 from nanocode.engine import Engine  # noqa: E402
 from nanocode.gpt import init_params  # noqa: E402

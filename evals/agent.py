@@ -29,7 +29,7 @@ Trade-offs and numbers:
   (55) take 78 s with the oracle and 18 s doing nothing, 2 workers on a shared 2-core box.
 - Baselines (no model): --policy oracle replays task.rollout() and must resolve 100%; --policy
   nothing answers "" with no tool calls and must resolve 0%.
-- --best-of N (agent/best_of.py): N rollouts per task, each in its own copy of the task's project
+- --best-of N (agent/loop/best_of.py): N rollouts per task, each in its own copy of the task's project
   (rollout 0 at --temperature with the task seed, the others at --best-of-temperature with seed +
   i), the verifier picks one (the project's tests for a change, agreement for a question; never
   the hidden check; a rollout that tampered with the tests is never picked), and the hidden check
@@ -45,14 +45,14 @@ Trade-offs and numbers:
 A server as the model (--base-url URL [--model NAME]): the same tasks, checks, metrics and
 result JSON for any OpenAI-compatible server (vLLM, llama.cpp, Ollama, `nanocode serve`, a
 vendor's API), so a server, the default model and a checkpoint of one's own compare side by side
-(`evals compare`). The agent of each task runs on a RemoteSampler (agent/remote.py, its key
+(`evals compare`). The agent of each task runs on a RemoteSampler (agent/samplers/remote.py, its key
 handling unchanged: $NANOCODE_API_KEY), made once per worker by agent/model.load_sampler with the
 model the parent found (--model, else the first the server lists), forked per run. The server is
 asked for its models before any task runs: a bad URL is exit status 2, a server that cannot be
 reached or lacks the model exit status 6 (the model server failed, as `nanocode -p --base-url`
 says it), each a one-line error. The flags that set our engine (--step, --no-ground,
 --no-whole-names, --no-loop-guard, --copy-bias) are a usage error with --base-url (exit 2): a
-server samples its own way (agent/remote.py checks loops and calls after the fact). The summary
+server samples its own way (agent/samplers/remote.py checks loops and calls after the fact). The summary
 has the keys of a checkpoint run: model "<url> <model>", base_url, checkpoint and step None, and
 None for the engine-only settings (ENGINE_ONLY). A turn the server failed (stop reason
 model_error) scores as unresolved, and the run warns with their count.
@@ -88,16 +88,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from agent.best_of import BestOfOptions, best_of
+from agent.loop.best_of import BestOfOptions, best_of
 from agent.model import AgentOptions, PoolModel, load_sampler
-from agent.remote import base_url_error
 from agent.run_options import COMMANDS, FLAGS, default, settings
+from agent.samplers.remote import base_url_error
 from evals.agent_score import audit, oracle_calls, print_table, score, summarize
 from evals.codegen import ModelError, out_dir, resolve_model, write_results
 from evals.copying import copy_report, project_symbols
 from tasks import (
-    EVAL_ONLY_FAMILIES, FAMILIES, SPLITS, TRAIN_FAMILIES, WORLD_FAMILIES, build_task, drive,
-    eval_seed, oracle_first_call, setup_env, task_agent)
+    EVAL_ONLY_FAMILIES, FAMILIES, SPLITS, TRAIN_FAMILIES, WORLD_FAMILIES, build_task, drive, eval_seed,
+    oracle_first_call, setup_env, task_agent)
 from tools.checks import gate_or_exit
 from tools.sandbox import bash_sandbox, unattended_warning
 

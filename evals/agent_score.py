@@ -35,12 +35,11 @@ import re
 import shlex
 from collections import Counter
 
-from agent.request_kind import is_question
+from agent.loop.request_kind import is_question
 from evals.copying import summarize as copy_summary
 from evals.reply_audit import invented_spans, looping_replies
 from nanocode.protocol import REJECTED, check_call
 from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, pattern_symbol, resolved, snapshot
-
 
 # ---- metrics of one task -------------------------------------------------------------------------
 
@@ -104,7 +103,7 @@ def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | No
 def audit(task, messages: list[dict], calls: list[dict], root: str) -> dict:
     """What the transcript shows beyond the verdict (evals/reply_audit.py): replies that loop,
     answer spans found nowhere the model could read them, and Edits that ran although the
-    request was a question (agent/request_kind.py)."""
+    request was a question (agent/loop/request_kind.py)."""
     edits = [c for c in calls if c["name"] == "Edit" and not str(c["result"]).startswith(("error", REJECTED))]
     return {"looping_replies": looping_replies(messages),
             "invented_spans": invented_spans(messages, snapshot(root)),

@@ -3,24 +3,24 @@ backticked spans of its answers that occur nowhere it could have read them (inve
 the replies that loop.
 
 Contracts. `invented_spans(messages, project)`: every `span` in a final answer (an assistant
-message without a tool call; fenced blocks are left out, as agent/prose.py leaves them free) that is not a substring of the request, a tool output, an earlier
+message without a tool call; fenced blocks are left out, as agent/masks/prose.py leaves them free) that is not a substring of the request, a tool output, an earlier
 tool call's arguments or a project file (`project`: path -> text, the tree as the run left it);
 a `path:line` span counts as real when the file exists and has that line (a citation is checked,
 not searched). `looping_replies(messages)`: assistant messages whose prose or any call argument
-agent/loop_guard.py would call a loop, the one definition the mask uses too.
+agent/masks/loop_guard.py would call a loop, the one definition the mask uses too.
 """
 from __future__ import annotations
 
 import json
 import re
 
-from agent.loop_guard import first_loop
+from agent.masks.loop_guard import first_loop
 
 CITATION = re.compile(r"((?:[\w.-]+/)*[\w.-]+):(\d+)")
 
 
 def backticked_spans(text: str) -> list[str]:
-    """The closed `spans` of prose read left to right as agent/prose.py reads them: three
+    """The closed `spans` of prose read left to right as agent/masks/prose.py reads them: three
     backticks outside a span open a fenced block (free text) up to the next three; one opens a
     span up to the next backtick."""
     spans, i = [], 0

@@ -26,7 +26,7 @@ Numbers below: bench/infer.py, cpu-d4, random weights, 2-core CPU, max_len 512.
   the budget inside the loop, with no host round trip per token. The fused loop does NOT support the logits hook (a host
   callable); constrain or bias output through the streaming path.
 - The streaming hook returns, per draw, None, a bool (V,) mask (False = never drawn) or a float
-  (V,) additive bias (-inf = never drawn, 0 = neutral, +beta = favoured: agent/copy_bias.py).
+  (V,) additive bias (-inf = never drawn, 0 = neutral, +beta = favoured: agent/masks/copy_bias.py).
   The step is traced per hook kind (none / bool / float32), so each kind compiles once per kv_len
   bucket: bool-only callers compile exactly what they did before the float kind existed.
 - Sampling settings are static (`Sampling`, hashable): greedy compiles to a bare argmax, and only

@@ -43,10 +43,10 @@ class Tool:
     it changed nothing (then the agent may take the call back and resample), and which argument
     names the path the permission policy judges.
 
-    A tool from outside (an MCP server's, a `nanocode serve` client's: agent/foreign_tools.py)
+    A tool from outside (an MCP server's, a `nanocode serve` client's: agent/samplers/foreign_tools.py)
     also has `kinds`: per argument "string", "integer", "number", "boolean" or a tuple of the
     strings it may be; the grammar writes each value as its kind allows. Ours have none (their
-    values are INT_ARGS digits or the grounded automata of agent/grammar.py)."""
+    values are INT_ARGS digits or the grounded automata of agent/masks/grammar.py)."""
     name: str
     args: tuple[str, ...]
     required: tuple[str, ...]
@@ -105,7 +105,7 @@ def mode_tools(mode: str, extra: tuple[Tool, ...] = ()) -> tuple[Tool, ...]:
 # fixed tool results and notes: the data and the agent write exactly these
 REJECTED = "rejected by user"
 CANCELLED = "cancelled by user: the call was not run"
-BLOCKED = "error: blocked by a hook: "  # then the hook's stderr (agent/hooks.py)
+BLOCKED = "error: blocked by a hook: "  # then the hook's stderr (agent/loop/hooks.py)
 DROPPED = "[output dropped to save context]"
 REPEATED = "error: the same call three times in a row; stopped so the user can step in"
 PLAN_REASON = "plan mode is read-only: switch mode to edit files or run commands"
@@ -259,7 +259,7 @@ def _split(ids: list[int], sep: int) -> list[list[int]]:
     return parts
 
 
-# --- events the agent loop emits (agent/driver.py); faces render them ------------------------------
+# --- events the agent loop emits (agent/loop/driver.py); faces render them ------------------------------
 # Faces `match` on the classes; `kind` names each one where an event leaves the process (a
 # stream-json line's "type").
 

@@ -266,7 +266,7 @@ def user_rejects(p: Project, rng, ph) -> dict:
     before = snapshot(p.root)
 
     def policy(r: OracleRollout):
-        # A rejection ends the turn (agent/driver.py): the user speaks next, as at inference.
+        # A rejection ends the turn (agent/loop/driver.py): the user speaks next, as at inference.
         for t, n, a in reads:
             r.call(t, n, a)
         r.reject(thought, name, args)

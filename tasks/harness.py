@@ -24,10 +24,10 @@ from pathlib import Path
 
 from agent.settings import TurnSettings
 from nanocode.protocol import REJECTED
-from tools import test_guard
 from tasks.families import make_task
 from tasks.oracle import Task
 from tasks.seeds import ATTEMPTS, attempt_seeds
+from tools import test_guard
 
 
 def build_task(family: str, seed: int, heldout: bool, base: str, world: str | None = None) -> Task:
@@ -45,7 +45,7 @@ def task_agent(sampler, task: Task, root: str, turn=None):
     """The headless Agent for `task` in `root` (its project or a copy) with `sampler` (made for
     that root): mode auto (ask for user_rejects, whose user refuses), a Policy with no settings
     files, `turn` (agent/settings.TurnSettings) without undo snapshots."""
-    from agent.driver import Agent  # local: `train --help` and `evals --help` import tasks (KEEP_LOCAL)
+    from agent.loop.driver import Agent  # local: `train --help` and `evals --help` import tasks (KEEP_LOCAL)
     from tools.permissions import Policy  # local: as agent.driver
     mode = "ask" if task.followup is not None else "auto"
     return Agent(sampler, root, Policy(Path(os.path.realpath(root)), mode),

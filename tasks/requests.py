@@ -6,7 +6,7 @@ Slot values (names, paths, literals) appear exactly as given, sometimes in backt
 re-cased or misspelt. Every held-out request contains a `heldout_fragments()` entry (the
 [bracketed] words of the held-out tables) and no training request contains one, so an eval on
 held-out requests measures whether the model follows an intent worded in ways it never saw.
-agent/request_kind.is_question reads no change request as a question; a typo never changes its verdict.
+agent/loop/request_kind.is_question reads no change request as a question; a typo never changes its verdict.
 
 A request is a core (an "ask" question, a "do" imperative or a "say" statement) with optional
 parts: an opener, politeness, a closer, a trailing remark, Sentence case and, in one request in
@@ -20,7 +20,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from agent.request_kind import is_question
+from agent.loop.request_kind import is_question
 
 # intent -> the slots its requests may use (callers pass all of them; a request uses some)
 INTENTS: dict[str, tuple[str, ...]] = {

@@ -4,8 +4,8 @@ max_steps=3, ...)` sends each setting to the value that has a field of its name.
 import os
 from dataclasses import fields
 
-from agent.driver import Agent
-from agent.engine_sampler import EngineSampler
+from agent.loop.driver import Agent
+from agent.samplers.engine import EngineSampler
 from agent.settings import SamplerSettings, TurnSettings
 from tools.permissions import Policy
 

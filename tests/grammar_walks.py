@@ -1,4 +1,4 @@
-"""Driving the tool-call grammar's mask from a test (agent/grammar.py, with or without a
+"""Driving the tool-call grammar's mask from a test (agent/masks/grammar.py, with or without a
 Grounding): random calls walked through the mask, a call tokenized every way (canonically, byte
 by byte, at random splits), whether a call is admitted, and the word and identifier sets the
 grounded Grep patterns are checked against. Plus write_files, for the projects these walk.

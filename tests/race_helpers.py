@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from agent.sampler import Reply
+from agent.samplers.sampler import Reply
 from agent.settings import SamplerSettings
 
 FLIPPER = textwrap.dedent("""
@@ -66,7 +66,7 @@ def race_target(proj, what):
 
 
 class ScriptedModel:
-    """agent/sampler.Sampler with no model behind it: each reply is the next scripted call
+    """agent/samplers/sampler.Sampler with no model behind it: each reply is the next scripted call
     [(name, args), ...], then a plain answer. Fast enough for thousands of driver calls."""
     settings = SamplerSettings(max_tokens=64)
     max_len, reserve, n_replies = 1 << 16, 1024, 0

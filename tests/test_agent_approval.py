@@ -1,9 +1,9 @@
-"""Asking for approval (agent/approval.py) alone, against a real Policy: the answers a face may
+"""Asking for approval (agent/loop/approval.py) alone, against a real Policy: the answers a face may
 give, headless (nobody says yes), Ctrl-C and a cancelled turn, and "always", which stores only a
 rule the Policy can keep (a destructive command is asked every time)."""
 import threading
 
-from agent.approval import ask
+from agent.loop.approval import ask
 from tools.permissions import Policy
 
 

@@ -1,6 +1,6 @@
-"""agent/call_rules.py alone: when a call is taken back and resampled, when it stands, when three
+"""agent/loop/call_rules.py alone: when a call is taken back and resampled, when it stands, when three
 in a row end the turn. The driver's use of these rules runs in test_agent_driver.py."""
-from agent.call_rules import CallRules, call_key
+from agent.loop.call_rules import CallRules, call_key
 
 READ = call_key("Read", {"file_path": "a.py"})
 EDIT = call_key("Edit", {"file_path": "a.py", "old_string": "x", "new_string": "y"})

@@ -1,15 +1,15 @@
-"""Context budgeting (agent/context.py) alone and through the real driver on a tiny engine: each
+"""Context budgeting (agent/loop/context.py) alone and through the real driver on a tiny engine: each
 result and the memory file cut to its share with a note, old outputs then old turns dropped
 when a request does not fit, /compact's digests, a request too long for any context."""
 import pytest
+from scripted_agent import call, make, reply
 
 from nanocode.protocol import DROPPED
-from scripted_agent import call, make, reply
 
 
 def test_drop_oldest_takes_outputs_then_whole_turns_never_the_request():
-    from agent.context import drop_oldest
-    from agent.conversation import Conversation
+    from agent.loop.context import drop_oldest
+    from agent.loop.conversation import Conversation
     count = len  # characters stand in for tokens
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "one"},
             {"role": "assistant", "content": "", "tool_call": {"name": "Bash", "args": {"command": "ls"}}},
@@ -113,7 +113,7 @@ def test_big_results_are_cut_to_their_share(engine, tok, repo):
      "cut to fit the context"),
 ])
 def test_fit_result_stays_in_budget(tok, name, result, says):
-    from agent.context import fit_result
+    from agent.loop.context import fit_result
     count = lambda text: len(tok.encode(text))  # noqa: E731
     for budget in (64, 200):
         out = fit_result(name, result, count, budget)
@@ -126,7 +126,7 @@ def test_fit_result_stays_in_budget(tok, name, result, says):
 
 
 def test_digest_says_what_a_dropped_output_held():
-    from agent.context import digest
+    from agent.loop.context import digest
     read = "    1→import os\n    2→def parse(x):\n    3→class Tok:"
     assert digest({"name": "Read", "args": {"file_path": "p.py"}}, read) == \
         f"{DROPPED} Read p.py: 3 lines, defines parse, Tok"
@@ -140,7 +140,7 @@ def test_digest_says_what_a_dropped_output_held():
 def test_a_long_memory_file_fits_its_share(engine, tok, repo):
     """A 4.8 KB AGENTS.md made every request of that project fail: it is cut to its share of
     the context (the note says /memory shows it all) and requests run."""
-    from agent.context import memory_budget
+    from agent.loop.context import memory_budget
     (repo / "AGENTS.md").write_text("".join(f"- rule {i}: always run the tests in tests/unit_{i} "
                                             f"before committing a change\n" for i in range(80)))
     assert len((repo / "AGENTS.md").read_text()) > 4800

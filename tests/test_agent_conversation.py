@@ -1,10 +1,10 @@
-"""The conversation store (agent/conversation.py) alone, saved by the real SessionStore: defaults
+"""The conversation store (agent/loop/conversation.py) alone, saved by the real SessionStore: defaults
 filled in, turns recorded and marked, saved to the session file, and cleared into a new session."""
 import json
 
 import pytest
 
-from agent.conversation import Conversation
+from agent.loop.conversation import Conversation
 from agent.sessions import SessionStore
 
 

@@ -1,4 +1,4 @@
-"""The agent loop (agent/driver.py) on a REAL engine (tiny random model, real tokenizer, real
+"""The agent loop (agent/loop/driver.py) on a REAL engine (tiny random model, real tokenizer, real
 tools in a temp git repo). The model is scripted (tests/scripted_agent.py): at each step only the
 next scripted token is allowed, so the engine really runs (prefill, decode, cache reuse) and the
 loop's own grammar mask and loop guard stay in the path."""
@@ -9,12 +9,12 @@ import time
 
 import numpy as np
 import pytest
-
-from agent.loop_guard import first_loop
-from agent.sessions import find_session, load_session
 from agent_builder import new_agent
-from nanocode.protocol import REJECTED, REPEATED, check_call
 from scripted_agent import call, make, reply, same_text
+
+from agent.masks.loop_guard import first_loop
+from agent.sessions import find_session, load_session
+from nanocode.protocol import REJECTED, REPEATED, check_call
 from tools.dispatch import run_tool
 from tools.permissions import Policy
 
@@ -219,7 +219,7 @@ def test_at_mention_pins_the_file_as_a_read(engine, tok, repo):
     """`@a.py` pins the file as a Read step before the model's first reply; words that are
     not project files (`@property`, an address, a path outside) pin nothing; a re-Read of the
     pinned file is a repeat (resampled)."""
-    from agent.mentions import mentioned
+    from agent.loop.mentions import mentioned
     (repo / "sub").mkdir()
     (repo / "sub" / "b.py").write_text("y = 2\n")
     assert mentioned("look at @a.py and @sub/b.py, not @property or me@x.org or @../x or @a.py",
@@ -372,7 +372,7 @@ def test_copy_bias_runs_in_prose(engine, tok, repo):
     assert agent.sampler._copy is not None and agent.sampler._copy_seen > 0 and res.stop_reason in ("done", "max_tokens")
 
 
-# ---- the loop guard (agent/loop_guard.py) in the loop ------------------------------------------
+# ---- the loop guard (agent/masks/loop_guard.py) in the loop ------------------------------------------
 def test_loops_are_masked_in_arguments_and_a_looping_answer_stops(engine, tok, repo):
     """The scripted model tries to write `tests/tests/...` as a Read path and a Bash command, then
     `isisis...` as its answer: the loop guard turns each loop away (the real model then writes

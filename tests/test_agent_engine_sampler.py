@@ -1,14 +1,15 @@
-"""The engine sampler (agent/engine_sampler.py) replying on a conversation with no driver around it:
+"""The engine sampler (agent/samplers/engine.py) replying on a conversation with no driver around it:
 the real tiny engine, scripted through its extra_mask (tests/scripted_agent.py), streams the
 reply's prose, appends the message with its parsed call, and keeps its cache exactly the rendered
 conversation, prefilling only the new tokens of a tool result."""
 import threading
 
-from agent.conversation import Conversation
-from agent.engine_sampler import EngineSampler
+from scripted_agent import Script, call
+
+from agent.loop.conversation import Conversation
+from agent.samplers.engine import EngineSampler
 from agent.settings import SamplerSettings
 from nanocode.protocol import TurnResult
-from scripted_agent import Script, call
 
 
 def test_engine_sampler_replies_on_a_conversation_alone(engine, tok, repo):

@@ -1,4 +1,4 @@
-"""The tool-call grammar (agent/grammar.py) alone, without grounding, over the scripted agent's
+"""The tool-call grammar (agent/masks/grammar.py) alone, without grounding, over the scripted agent's
 tokenizer: random walks through the mask only finish calls that parse to a known tool with valid
 arguments, and computing a mask stays cheap. The grounded grammar is tests/test_grounding.py's,
 whole names and prose spans tests/test_whole_names.py's."""
@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from agent.grammar import Grammar
+from agent.masks.grammar import Grammar
 from nanocode.protocol import check_call
 
 

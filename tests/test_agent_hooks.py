@@ -1,4 +1,4 @@
-"""Hooks (agent/hooks.py) on a real Agent: the scripted tiny model (tests/scripted_agent.py) in a
+"""Hooks (agent/loop/hooks.py) on a real Agent: the scripted tiny model (tests/scripted_agent.py) in a
 temp git project, real hook commands from real settings files, and every effect checked where
 it lands (on disk, in the conversation, in the Status events)."""
 import json
@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from scripted_agent import call, make, reply
+
 from nanocode.protocol import BLOCKED
 from tools import sandbox as sbx
 from tools.permissions import Hook, Policy, SettingsError
@@ -63,7 +63,7 @@ def test_pre_tool_use_exit_2_blocks_rm_and_the_model_reads_why(engine, tok, repo
 
 
 def test_a_blocked_read_reaches_the_model_and_is_not_resampled(engine, tok, repo):
-    """A Read, Grep or Edit that fails is taken back and resampled unseen (agent/call_rules.py);
+    """A Read, Grep or Edit that fails is taken back and resampled unseen (agent/loop/call_rules.py);
     one a hook blocked is the user's verdict, so the model reads the block's reason instead."""
     (repo / ".env").write_text("TOKEN=secret\n")
     user_hooks({"PreToolUse": [{"matcher": "Read", "command": py(

@@ -1,16 +1,16 @@
-"""agent/settings.py and the Sampler protocol (agent/sampler.py): settings are frozen values passed
+"""agent/settings.py and the Sampler protocol (agent/samplers/sampler.py): settings are frozen values passed
 whole, so a fork or a rollout agent is a `replace` and keeps every setting it does not change;
 both samplers and the test double keep the protocol."""
 from dataclasses import FrozenInstanceError, fields, replace
 
 import pytest
-
-from agent.engine_sampler import EngineSampler
-from agent.headless import rollout_agent
-from agent.sampler import Sampler
-from agent.settings import SamplerSettings, TurnSettings
 from agent_builder import new_agent
 from race_helpers import ScriptedModel
+
+from agent.headless import rollout_agent
+from agent.samplers.engine import EngineSampler
+from agent.samplers.sampler import Sampler
+from agent.settings import SamplerSettings, TurnSettings
 
 ODD = SamplerSettings(temperature=0.3, top_k=7, top_p=0.9, seed=11, max_tokens=33, reserve=40,
                       retry_temperature=0.5, constrain=False, ground=False, names=False,
@@ -45,7 +45,7 @@ def test_settings_are_frozen_and_checked():
 def test_samplers_keep_the_protocol(engine, repo):
     assert isinstance(EngineSampler(engine, str(repo)), Sampler)
     assert isinstance(ScriptedModel([]), Sampler)
-    from agent.remote import RemoteSampler
+    from agent.samplers.remote import RemoteSampler
     assert all(hasattr(RemoteSampler, name) for name in ("reply", "sync", "invalidate", "reset",
                                                           "tree_changed", "fork", "context_used", "describe"))
 

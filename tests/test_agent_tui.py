@@ -1,4 +1,4 @@
-"""The Textual TUI's flow (agent/tui.py), driven by Textual's pilot on a REAL tiny engine (random
+"""The Textual TUI's flow (agent/tui/app.py), driven by Textual's pilot on a REAL tiny engine (random
 weights, real tokenizer, real tools in a temp git repo): a prompt streams its reply, tool cards
 fill in, a reply taken back and resampled leaves the screen, slash commands (echoed), a resumed
 session, Ctrl-C mid-turn, queued prompts, the model loading behind a live input. The engine, the
@@ -9,16 +9,16 @@ test_agent_tui_input.py; completion and keys: test_agent_tui_keys.py."""
 import threading
 
 import pytest
-
-from agent.driver import Agent
-from agent.sessions import SessionStore, find_session, load_session
-from agent.tui import NanocodeApp
-from agent.tui_input import ApprovalPanel, HistoryInput
-from agent.tui_transcript import ReplyView, ToolCard
-from nanocode.protocol import DROPPED
 from scripted_agent import call, reply
 from tiny_models import random_params, tiny
 from tui_pilot import approval_text, drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
+
+from agent.loop.driver import Agent
+from agent.sessions import SessionStore, find_session, load_session
+from agent.tui.app import NanocodeApp
+from agent.tui.input import ApprovalPanel, HistoryInput
+from agent.tui.transcript import ReplyView, ToolCard
+from nanocode.protocol import DROPPED
 
 
 def test_prompt_streams_text_and_history(engine, tok, repo):
@@ -316,7 +316,7 @@ def test_prompt_waits_for_the_loading_model(engine, tok, repo):
 
 
 def test_load_failure_is_shown(repo):
-    from agent.tui import LoadError
+    from agent.tui.app import LoadError
 
     def loader():
         raise LoadError("error: cannot load the model at /x: nope", 2)
@@ -339,7 +339,8 @@ def test_load_failure_is_shown(repo):
 def test_cli_hands_the_tui_a_loader(tok, repo, tmp_path, monkeypatch):
     """`nanocode` (no -p, no --plain) starts the TUI before loading the model; the Loader builds
     the Agent as the other faces get it (mode, sampling flags, model path, session store)."""
-    from agent import cli, tui
+    from agent import cli
+    from agent.tui import app as tui
     from nanocode.checkpoint import save
     cfg = tiny(vocab_size=tok.vocab_size, sequence_len=256)
     ckpt = tmp_path / "run" / "checkpoints"
@@ -364,7 +365,7 @@ def test_usage_under_each_turn_and_how_to_resume_on_exit(engine, tok, repo, monk
     --plain prints), and leaving the app prints how to resume the session, only once it has turns."""
     import re
 
-    from agent import tui
+    from agent.tui import app as tui
     agent, _ = make(engine, repo, [reply(tok, "done: it returns 1.")])
 
     async def body(pilot):

@@ -1,20 +1,19 @@
-"""The TUI's approvals (agent/tui_approval.py) and prompt (agent/tui_input.py) as people use them,
+"""The TUI's approvals (agent/tui/approval.py) and prompt (agent/tui/input.py) as people use them,
 driven by Textual's pilot on the real tiny engine of tests/tui_pilot.py: y / n answers, an
 approval that takes the keys but keeps the draft (and lets typing under way go on into it), Esc
 or Ctrl-C at an approval, "always" that says what it allows, Edit diffs numbered in the file, a
 small or narrow terminal (the state and every choice stay visible), multi-line paste, @path
 completion in both faces. Completion and the other keys: test_agent_tui_keys.py."""
 import pytest
-
-from agent import tui_approval
-from agent.tui import NanocodeApp
-from agent.tui_input import ApprovalPanel, HistoryInput
-from agent.tui_transcript import ToolCard
-from nanocode.protocol import REJECTED
 from scripted_agent import call, reply
 from tiny_models import commit_all
-from tui_pilot import (approval_text, drive, engine, make, repo, screen_text, submit, tok,  # noqa: F401 - fixtures
-                       until)
+from tui_pilot import approval_text, drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
+
+from agent.tui import approval as tui_approval
+from agent.tui.app import NanocodeApp
+from agent.tui.input import ApprovalPanel, HistoryInput
+from agent.tui.transcript import ToolCard
+from nanocode.protocol import REJECTED
 
 
 def test_edit_rejected_with_n(engine, tok, repo):

@@ -1,17 +1,18 @@
-"""The TUI prompt's keys (agent/tui_input.py, agent/tui_complete.py, agent/tui.py) as people use
+"""The TUI prompt's keys (agent/tui/input.py, agent/tui/complete.py, agent/tui/app.py) as people use
 them, driven by Textual's pilot on the real tiny engine of tests/tui_pilot.py: Tab completes and
 cycles `@path` candidates and never leaves the prompt; `/` lists the commands with their help,
 filtered as you type (Tab / Enter take one, up/down choose, Esc hides); Shift+Enter and Ctrl+J
 insert newlines and Enter sends every line; Esc stops a running turn; Ctrl-D on an empty prompt
 quits; Shift+Tab cycles the permission mode, shown in the status line; a custom command is listed
 and sends its request."""
-from agent.tui import NanocodeApp
-from agent.tui_complete import CompletionList
-from agent.tui_input import HistoryInput
-from agent.tui_transcript import ReplyView
 from scripted_agent import reply
 from tiny_models import commit_all
 from tui_pilot import drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
+
+from agent.tui.app import NanocodeApp
+from agent.tui.complete import CompletionList
+from agent.tui.input import HistoryInput
+from agent.tui.transcript import ReplyView
 
 
 def test_tab_cycles_candidates_and_never_leaves_the_prompt(engine, tok, repo):

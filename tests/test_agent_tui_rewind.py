@@ -1,19 +1,20 @@
-"""The TUI's rewind (agent/tui.py, agent/tui_rewind.py) and type-ahead at an approval
-(agent/tui_approval.py), driven by Textual's pilot on the real tiny engine of tests/tui_pilot.py
+"""The TUI's rewind (agent/tui/app.py, agent/tui/rewind.py) and type-ahead at an approval
+(agent/tui/approval.py), driven by Textual's pilot on the real tiny engine of tests/tui_pilot.py
 in a real git project: Esc twice on an idle prompt lists the requests, newest selected; picking
 one puts the files and the transcript back to before it and its text in the prompt (the draft
 that was there goes to the history) and the session resumed later shows the rewound
 conversation; /rewind opens the same list and Esc closes it with nothing changed; /usage shows
 the counted tokens. Keys typed while an approval waits go to the draft,
 except the approval's own (y / n answer it; Enter does nothing)."""
-from agent import tui_approval
-from agent.tui import NanocodeApp
-from agent.tui_approval import ApprovalPanel
-from agent.tui_input import HistoryInput
-from agent.sessions import SessionStore, load_session
-from agent.tui_rewind import RewindScreen
 from scripted_agent import call, reply
 from tui_pilot import drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
+
+from agent.sessions import SessionStore, load_session
+from agent.tui import approval as tui_approval
+from agent.tui.app import NanocodeApp
+from agent.tui.approval import ApprovalPanel
+from agent.tui.input import HistoryInput
+from agent.tui.rewind import RewindScreen
 
 
 def edit(tok, old, new):

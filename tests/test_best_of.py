@@ -1,4 +1,4 @@
-"""Best-of-N (agent/best_of.py) on a REAL engine and loop: a tiny random model scripted per rollout
+"""Best-of-N (agent/loop/best_of.py) on a REAL engine and loop: a tiny random model scripted per rollout
 (test_agent_driver's Script), real tools in copies of a real temp git repo. Checked on disk: the
 user's tree (and .git) is untouched while rollouts run, then gets exactly the winner's changes as
 one turn that Snapshots.undo restores; uncommitted and ignored files survive; copies are
@@ -14,15 +14,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from agent.best_of import BestOfError, BestOfOptions, agreement_scores, best_of, choose, citations
 from agent_builder import new_agent
-from nanocode.engine import Engine
-from nanocode.gpt import init_params
-from nanocode.protocol import TurnResult, system_prompt
 from proc_state import with_cmdline
 from scripted_agent import Script, call, reply
 from tiny_models import commit_all, tiny, tiny_tokenizer
+
+from agent.loop.best_of import BestOfError, BestOfOptions, agreement_scores, best_of, choose, citations
+from nanocode.engine import Engine
+from nanocode.gpt import init_params
+from nanocode.protocol import TurnResult, system_prompt
 from tools.permissions import Policy
 from tools.test_guard import run_tests
 from tools.undo import Snapshots
@@ -259,6 +259,7 @@ def test_a_test_run_leaves_no_process_behind(user, leftover, route, request):
     process does not outlive run_tests, in the sandbox (its pid namespace) and without one
     (the process-group kill and the call's marker)."""
     import time
+
     from tools.sandbox import bash_sandbox
     if route == "unsandboxed":
         request.getfixturevalue("unsandboxed")

@@ -1,4 +1,4 @@
-"""The copy bias (agent/copy_bias.py): what it favours, longest match, backticks, incremental
+"""The copy bias (agent/masks/copy_bias.py): what it favours, longest match, backticks, incremental
 context, off at beta 0, per-step cost, and a real tiny model that copies a span from its prompt
 when the bias is large."""
 
@@ -7,11 +7,11 @@ import time
 import jax
 import numpy as np
 import pytest
+from tiny_models import tiny, tiny_tokenizer
 
-from agent.copy_bias import CopyBias
+from agent.masks.copy_bias import CopyBias
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
-from tiny_models import tiny, tiny_tokenizer
 
 DOC = ("def merge_obsidian(vault, notes):\n    return [n for n in notes if n.title in vault]\n\n"
        "Call `merge_obsidian` on the vault, then `split_notes(vault)`.\n")

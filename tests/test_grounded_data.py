@@ -1,7 +1,7 @@
 """The training data and the grounded grammar agree: every assistant message `train synth` writes
-is admitted token by token by the grammar the agent samples under (agent/grammar.py with
-agent/grounding.py, names on: whole Grep names, backticked spans of prose from the context,
-agent/prose.py), replayed on the project as it was at that step and fed to the grounding as the
+is admitted token by token by the grammar the agent samples under (agent/masks/grammar.py with
+agent/masks/grounding.py, names on: whole Grep names, backticked spans of prose from the context,
+agent/masks/prose.py), replayed on the project as it was at that step and fed to the grounding as the
 sampler feeds it (Grounding.add_message), and every tool result replays byte for byte. A conversation the grammar refused would teach the model a move it can
 never make at inference (the train/inference identity).
 
@@ -14,16 +14,15 @@ import random
 from collections import Counter
 
 import pytest
+from tiny_models import untimed
 
-from agent.grammar import Grammar
-from agent.grounding import Grounding
+from agent.masks.grammar import Grammar
+from agent.masks.grounding import Grounding
+from nanocode.checkpoint import load_tokenizer
 from nanocode.common import DEFAULT_MODEL
 from nanocode.protocol import MODE_TOOLS, REJECTED
-from nanocode.checkpoint import load_tokenizer
-from tools.dispatch import run_tool
 from tasks import ATTEMPT_STRIDE, ATTEMPTS, EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
-
-from tiny_models import untimed
+from tools.dispatch import run_tool
 
 FAMILIES = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES
 

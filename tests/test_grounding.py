@@ -1,4 +1,4 @@
-"""The grounded tool-call grammar (agent/grammar.py over agent/grounding.py) with real tokenizers,
+"""The grounded tool-call grammar (agent/masks/grammar.py over agent/masks/grounding.py) with real tokenizers,
 real git repos and the real tools: random walks through the mask (seeded numpy RNG, stop tokens
 boosted) only ever write calls the project backs, checked by running them and looking at the disk;
 every valid call is admitted whatever the tokenizer split (canonical, byte by byte, random)."""
@@ -12,14 +12,14 @@ import time
 
 import numpy as np
 import pytest
-
-import agent.grounding as grounding
-from agent.grammar import PATTERN_BYTES, Grammar
-from agent.grounding import MAX_PATHS, NAME_BYTES, Grounding
 from grammar_walks import admits, calls, ident_runs, prefix, sp, words_of, write_files
+from tiny_models import commit_all, tiny_tokenizer
+
+import agent.masks.grounding as grounding
+from agent.masks.grammar import PATTERN_BYTES, Grammar
+from agent.masks.grounding import MAX_PATHS, NAME_BYTES, Grounding
 from nanocode.protocol import MODE_TOOLS, TOOLS
 from nanocode.tokenizer import train_tokenizer
-from tiny_models import commit_all, tiny_tokenizer
 from tools.dispatch import run_tool
 from tools.files import strip_prefixes
 

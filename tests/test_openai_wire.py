@@ -1,17 +1,17 @@
-"""The OpenAI wire format (agent/openai_wire.py) both ways: our conversation -> to_openai ->
+"""The OpenAI wire format (agent/samplers/openai_wire.py) both ways: our conversation -> to_openai ->
 to_conversation comes back the same, but for the two cases the module says cannot (a tool_result
 that answers no call; a call with no result yet); a call sent out (openai_call, openai_message,
 to_openai) reads back through schema_args to the same arguments; the tool schemas list exactly
 protocol.TOOLS' arguments; a reply streamed as `nanocode serve` writes it reads back, through
-the reader agent/remote.py uses, to the same content, call, finish reason and usage."""
+the reader agent/samplers/remote.py uses, to the same content, call, finish reason and usage."""
 import json
 
 import pytest
 
-from agent.openai_wire import (DONE, DONE_EVENT, RequestError, StreamedReply, StreamError,
-                               call_chunk, completion, first_chunk, last_chunk, openai_call,
-                               openai_message, read_event, reply_head, schema_args, text_chunk,
-                               to_conversation, to_openai, tool_schema)
+from agent.samplers.openai_wire import (
+    DONE, DONE_EVENT, RequestError, StreamedReply, StreamError, call_chunk, completion, first_chunk, last_chunk,
+    openai_call, openai_message, read_event, reply_head, schema_args, text_chunk, to_conversation, to_openai,
+    tool_schema)
 from nanocode.protocol import INT_ARGS, TOOLS
 
 CALLS = [  # every tool, ints and strings, in wire order
@@ -96,7 +96,7 @@ def test_a_servers_malformed_or_deeply_nested_arguments_are_an_error_not_a_crash
 
 
 def read_stream(data: bytes) -> tuple[str, StreamedReply]:
-    """A stream's bytes read as agent/remote.py reads them: (its content, the reader)."""
+    """A stream's bytes read as agent/samplers/remote.py reads them: (its content, the reader)."""
     got, text = StreamedReply(), []
     for line in data.split(b"\n"):
         event = read_event(line)

@@ -1,4 +1,4 @@
-"""The agent on an OpenAI-compatible server (`nanocode --base-url`, agent/remote.py).
+"""The agent on an OpenAI-compatible server (`nanocode --base-url`, agent/samplers/remote.py).
 
 End to end against our own server on loopback: the shipped model served by `nanocode serve`
 drives the agent through the same tool calls, edits and answers as the engine in-process; the
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.engine_sampler import EngineSampler
-from agent.openai_wire import schema_args, to_conversation, to_openai
-from agent.remote import RemoteSampler
-from agent.sampler import SamplerError
+from agent.samplers.engine import EngineSampler
+from agent.samplers.openai_wire import schema_args, to_conversation, to_openai
+from agent.samplers.remote import RemoteSampler
+from agent.samplers.sampler import SamplerError
 from agent.settings import SamplerSettings, TurnSettings
 from nanocode.protocol import DROPPED
 from tools.permissions import Policy
@@ -210,7 +210,7 @@ def scripted(tmp_path):
 
 
 def remote_agent(url, root, **turn):
-    from agent.driver import Agent
+    from agent.loop.driver import Agent
     return Agent(RemoteSampler(url), root, Policy.load(root, mode="auto"),
                  TurnSettings(snapshots=False, **turn))
 
@@ -274,7 +274,7 @@ def test_a_looping_answer_is_cut_and_a_looping_argument_is_resampled(scripted, t
     ends the reply there (stop "loop", the text before it kept); a call whose argument loops is
     malformed, taken back and resampled."""
     from agent.headless import EXIT_CODES
-    from agent.loop_guard import first_loop
+    from agent.masks.loop_guard import first_loop
     Scripted.script = [
         [*call_pieces(0, "Bash", '{"command": "ls ' + "tests/" * 8 + '"}'), finish("tool_calls")],
         [*call_pieces(0, "Bash", '{"command": "ls tests/"}'), finish("tool_calls")],
@@ -358,9 +358,11 @@ def test_the_tui_runs_on_a_remote_model(scripted, tmp_path, monkeypatch):
     """`nanocode --base-url URL` opens the TUI: its loader builds the agent on the server, the
     status line names the model and its context, a turn streams the server's reply and runs its
     call; the session is saved with the server as its model."""
-    from agent import cli, tui
-    from agent.sessions import list_sessions
     from tui_pilot import drive, submit, until
+
+    from agent import cli
+    from agent.sessions import list_sessions
+    from agent.tui import app as tui
     monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
     (tmp_path / "a.py").write_text("x = 1\n")
     got = {}
@@ -390,7 +392,7 @@ def test_a_continued_conversation_goes_on_with_its_seeds(scripted, tmp_path):
             {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
             {"role": "assistant", "content": "d"}]
     Scripted.script = [[delta(content="e"), finish("stop")], [delta(content="f"), finish("stop")]]
-    from agent.driver import Agent
+    from agent.loop.driver import Agent
     agent = Agent(RemoteSampler(scripted, settings=SamplerSettings(seed=100)), tmp_path,
                   Policy.load(tmp_path), TurnSettings(snapshots=False), messages=said)
     agent.run_turn("go on")

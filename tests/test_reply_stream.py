@@ -1,4 +1,4 @@
-"""The reply streamer (agent/reply_stream.py) on its own: ids built with a real tiny tokenizer
+"""The reply streamer (agent/samplers/reply_stream.py) on its own: ids built with a real tiny tokenizer
 (tok.encode, tok.encode_tool_call) fed as the engine's iterator would yield them. Prose streams in
 whole characters (a character split across tokens comes out once), nothing after the call's start
 is streamed, a call is parsed, a cut or malformed call is an `error:`, and a cancel stops reading
@@ -6,9 +6,9 @@ before the next token unless the token read was a stop."""
 import threading
 
 import pytest
-
-from agent.reply_stream import stream_reply
 from tiny_models import tiny_tokenizer
+
+from agent.samplers.reply_stream import stream_reply
 
 TEXTS = ["let me look at the file first.\n" * 20, "def f(x):\n    return x\n" * 20]
 PROSE = "héllo → wörld 🙂 done"  # none of these characters is in TEXTS: one token per byte

@@ -6,11 +6,11 @@ change request's Edit in auto mode."""
 import random
 
 import pytest
-
-from agent.request_kind import is_question
 from scripted_agent import call, make, reply
-from tools.permissions import QUESTION_EDIT
+
+from agent.loop.request_kind import is_question
 from tasks.requests import CHANGE_INTENTS, INTENTS, phrase
+from tools.permissions import QUESTION_EDIT
 
 SLOTS = dict(fn="mean_price", cls="Stack", file="pkg/core.py", test="tests/test_core.py",
              new="avg_price", param="scale", default="1", doc="return the sum", pkg="pkg",

@@ -1,4 +1,4 @@
-"""/rewind (agent/driver.Agent.rewind, agent/conversation.py, agent/turn_undo.py, agent/commands.py):
+"""/rewind (agent/loop/driver.Agent.rewind, agent/loop/conversation.py, agent/loop/turn_undo.py, agent/commands.py):
 going back to just before an earlier request puts the conversation and the files back as they
 were there, on a real git project with a scripted model on the real tiny engine.
 
@@ -17,13 +17,14 @@ import io
 import os
 import sys
 
+from scripted_agent import call, make, reply
+from tiny_models import commit_all
+
 from agent import commands
-from agent.driver import Agent
+from agent.loop.driver import Agent
 from agent.repl import Console, run_repl
 from agent.sessions import SessionStore, load_session
 from nanocode.protocol import mode_note
-from scripted_agent import call, make, reply
-from tiny_models import commit_all
 
 
 def edit(tok, path, old, new):

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent import best_of
-from agent.grounding import Grounding
-from agent.driver import Agent
-from agent.turn_undo import TurnUndo
+from agent.loop import best_of
+from agent.loop.driver import Agent
+from agent.loop.turn_undo import TurnUndo
+from agent.masks.grounding import Grounding
 from tools import closest, snapshot
 from tools.git import safe_env
 from tools.grep import grep
@@ -434,7 +434,7 @@ def test_undo_is_scoped_to_the_session(repo):
 
 def bare_agent(root, sid="sess"):
     """The turn driver's call path with no model behind it (sizes counted in words)."""
-    from agent.conversation import Conversation
+    from agent.loop.conversation import Conversation
     from tools.permissions import Policy
     a = object.__new__(Agent)
     from agent.settings import TurnSettings
@@ -443,7 +443,7 @@ def bare_agent(root, sid="sess"):
                           {"id": sid, "turns": [], "approvals": []})
     a.sampler = SimpleNamespace(count=lambda text: len(text.split()), tree_changed=lambda: None)
     a.undo_log, a.sandbox, a._said_no_snapshot = TurnUndo(str(root)), None, False
-    from agent.hooks import Hooks
+    from agent.loop.hooks import Hooks
     a.hooks = Hooks(a.root, a.policy, None)  # the settings have none: a no-op
     a.result_budget, a.read_limit = 10**9, 100
     a.events = []

@@ -1,6 +1,6 @@
 """Check = use through the agent: a Read or Grep runs on exactly what the permission check judged,
 and a path that changes under a check never crashes the agent. Every case drives the real
-driver (agent/driver.Agent.run_turn with a scripted model, the real Policy and tools) while a
+driver (agent/loop/driver.Agent.run_turn with a scripted model, the real Policy and tools) while a
 separate process swaps a directory or file of a real git repository for a symlink to an outside
 secret with renameat2 in a loop; the damage checked is the secret's bytes in any result the
 model would read, and any exception out of the agent."""
@@ -9,10 +9,10 @@ import subprocess
 import time
 
 import pytest
-
-from agent.driver import Agent
-from agent.settings import TurnSettings
 from race_helpers import ScriptedModel, flipper, race_target  # noqa: F401 - flipper is a fixture
+
+from agent.loop.driver import Agent
+from agent.settings import TurnSettings
 from tools.dispatch import run_tool
 from tools.files import CHANGED
 from tools.permissions import Policy
@@ -152,7 +152,7 @@ def test_a_path_changing_under_the_check_is_an_error_result(repo):
     d = Policy(root=repo, mode="auto").check("Read", {"file_path": "one.txt"})
     os.replace(repo / "two.txt", repo / "one.txt")  # another inode now has the judged name
     use = lambda args, d: run_tool(repo, "Read", args, allow_outside=d.inside is False,  # noqa: E731
-                                   same_as=d.identity)  # as agent/driver.py runs a judged call
+                                   same_as=d.identity)  # as agent/loop/driver.py runs a judged call
     result = use({"file_path": "one.txt"}, d)
     assert result.startswith("error: the path changed after it was checked") and "two" not in result
     missing = Policy(root=repo, mode="auto").check("Read", {"file_path": "new.txt"})

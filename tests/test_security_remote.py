@@ -1,4 +1,4 @@
-"""Attacks on the `--base-url` client (agent/remote.py) by hostile servers on loopback: real
+"""Attacks on the `--base-url` client (agent/samplers/remote.py) by hostile servers on loopback: real
 http.server and raw-socket servers in threads, the real RemoteSampler and Agent against them.
 
 Damage is checked where it lands: which Authorization headers a second server received, how
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.remote import MAX_LINE, MAX_REPLY, RemoteSampler, key_for
-from agent.sampler import SamplerError
+from agent.samplers.remote import MAX_LINE, MAX_REPLY, RemoteSampler, key_for
+from agent.samplers.sampler import SamplerError
 from agent.settings import TurnSettings
 from tools.permissions import Policy
 
@@ -101,7 +101,7 @@ def sse_forever(piece: bytes, every: float = 0.0, sent: list | None = None):
 
 def turn(url, tmp_path, **kw):
     """One agent turn on the server: (stop_reason, status notes, seconds)."""
-    from agent.driver import Agent
+    from agent.loop.driver import Agent
     agent = Agent(RemoteSampler(url, **kw), tmp_path, Policy.load(tmp_path, mode="auto"),
                   TurnSettings(snapshots=False))
     events, t0 = [], time.monotonic()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.openai_wire import openai_message, to_conversation
+from agent.samplers.openai_wire import openai_message, to_conversation
 from agent.serve import CANNOT_LISTEN, Server, build_parser, server_token
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import threading
 import openai
 import pytest
 
-from agent.openai_wire import tool_schema
+from agent.samplers.openai_wire import tool_schema
 from agent.serve import Server, make_server
 
 KEY = "client-tools-key"

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from agent.openai_wire import StopText, tool_schema
+from agent.samplers.openai_wire import StopText, tool_schema
 from agent.serve import Server, make_server
 from nanocode.protocol import TOOLS, system_prompt
 
@@ -145,7 +145,7 @@ def test_another_models_name_is_a_404_in_openais_shape(port):
     assert got["error"]["param"] == "model" and got["error"]["code"] == "model_not_found"
     assert "'gpt-4o'" in got["error"]["message"] and repr(NAME) in got["error"]["message"]
     assert refused(port, {**RUN_TESTS, "model": 3}, "model").startswith("model must be a string")
-    # the listed name, or none at all, is served; agent/remote.py's request shape included
+    # the listed name, or none at all, is served; agent/samplers/remote.py's request shape included
     with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=30)) as conn:
         conn.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
         listed = json.loads(conn.getresponse().read())["data"][0]["id"]

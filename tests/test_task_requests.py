@@ -1,15 +1,14 @@
 """The request grammars (tasks/requests.py): every intent in both grammars, slots verbatim,
 deterministic, thousands of distinct requests, an exact held-out split, typos off slots and
-fragments, and no change request that agent/request_kind could read as a question."""
+fragments, and no change request that agent/loop/request_kind could read as a question."""
 
 import random
 import re
 
 import pytest
 
-from agent.request_kind import QUESTION_STARTS, is_question
-from tasks.requests import (
-    CHANGE_INTENTS, HELDOUT, INTENTS, TRAINING, heldout_fragments, phrase, strings, templates)
+from agent.loop.request_kind import QUESTION_STARTS, is_question
+from tasks.requests import CHANGE_INTENTS, HELDOUT, INTENTS, TRAINING, heldout_fragments, phrase, strings, templates
 
 # awkward values: underscores, upper case, paths with a package, a dotted module, literals
 SLOTS = dict(fn="parse_header", cls="HeaderParser", file="email/quoprimime.py",

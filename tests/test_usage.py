@@ -1,4 +1,4 @@
-"""/usage and its alias /cost (agent/commands.py, totals kept by agent/driver.Agent): the tokens
+"""/usage and its alias /cost (agent/commands.py, totals kept by agent/loop/driver.Agent): the tokens
 the model read and wrote, tok/s and the time, added up over every turn since nanocode started,
 equal to the sum of the turns' own counts (and a continued session's first prefill); with --base-url, what the server reported in
 `usage`, and a plain word when it reported none. The plain face through a real pipe; the remote
@@ -7,10 +7,11 @@ import io
 import os
 import sys
 
-from agent import commands
-from agent.repl import Console, run_repl
 from scripted_agent import call, make, reply
 from test_remote import Scripted, delta, finish, remote_agent, scripted  # noqa: F401 - fixture
+
+from agent import commands
+from agent.repl import Console, run_repl
 
 
 def test_usage_adds_up_the_turns_and_cost_is_its_alias(engine, tok, repo, monkeypatch):

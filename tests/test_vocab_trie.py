@@ -1,4 +1,4 @@
-"""agent/vocab_trie.py against brute force over a real tiny tokenizer's vocabulary: the trie holds
+"""agent/masks/vocab_trie.py against brute force over a real tiny tokenizer's vocabulary: the trie holds
 every token, `walk_sorted` finds exactly the prefixes a SortedStrings set can continue with,
 `walk_occurrences` exactly the tokens that occur at the given text positions, and SortedStrings
 answers span / has_prefix / holds / grown as a scan of its strings would. Each walk has several
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from tiny_models import tiny_tokenizer
 
-from agent import vocab_trie
-from agent.spans import AnchorText
-from agent.vocab_trie import ANY, SortedStrings, VocabTrie
+from agent.masks import vocab_trie
+from agent.masks.spans import AnchorText
+from agent.masks.vocab_trie import ANY, SortedStrings, VocabTrie
 
 CORPUS = [
     "def parse_config(path):\n    with open(path) as f:\n        return json.load(f)\n",

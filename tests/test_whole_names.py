@@ -1,4 +1,4 @@
-"""Whole names only (agent/grammar.py's Grep patterns, agent/prose.py's backticked spans and
+"""Whole names only (agent/masks/grammar.py's Grep patterns, agent/masks/prose.py's backticked spans and
 `path:line` citations), with the shipped tokenizer and a real git project: what the context
 backs is admitted under any split, a garbled or misspelt name never closes, names=False is the
 substring-and-free-prose behaviour."""
@@ -7,15 +7,15 @@ import re
 
 import numpy as np
 import pytest
+from grammar_walks import calls, ident_runs, sp, words_of, write_files
+from tiny_models import commit_all
 
-from agent.grammar import Grammar
-from agent.grounding import Grounding
+from agent.masks.grammar import Grammar
+from agent.masks.grounding import Grounding
+from evals.reply_audit import backticked_spans
 from nanocode.checkpoint import load_tokenizer
 from nanocode.common import DEFAULT_MODEL
 from nanocode.protocol import TOOLS
-from evals.reply_audit import backticked_spans
-from grammar_walks import calls, ident_runs, sp, words_of, write_files
-from tiny_models import commit_all
 
 CART = ("class Stack:\n    def push(self, item):\n        self.items.append(item)\n\n\n"
         "def mean_price(items):\n    return sum(i.price for i in items) / len(items)\n")

@@ -37,7 +37,7 @@ Design trade-offs (read these first):
   widen its own permissions or plant code that runs later.
   Unknown settings keys are errors (a typo must not drop deny rules). `"env": [names]` lists
   environment variables Bash may see beyond tools/bash.ENV_ALLOW (API keys never pass unlisted).
-  `"hooks"` is parsed here into `Hook`s (`policy.hooks`, user file first) and run by agent/hooks.py,
+  `"hooks"` is parsed here into `Hook`s (`policy.hooks`, user file first) and run by agent/loop/hooks.py,
   so a project's hooks, like the rest of its file, apply only once the user accepted it.
 * MCP tools (agent/mcp.py; `external`, set by the agent, holds the ones offered now) are named
   `mcp__server__tool`; a rule names one, or `mcp__server` / `mcp__server__*` all of a server's
@@ -72,10 +72,9 @@ from pathlib import Path
 
 from nanocode.protocol import MODE_TOOLS, MODES, PLAN_REASON, TOOLS, call_path
 from tools.destructive import INTERPRETERS, destructive, dynamic, side_effects
-from tools.mcp_config import FIX as MCP_FIX
-from tools.mcp_config import merge, parse_mcp_json, server_names
-from tools.settings_file import (HOOK_EVENTS, KINDS, Hook, SettingsError, default_user_file,  # noqa: F401 - theirs
-                                 load_file, parse, parse_rule)
+from tools.mcp_config import FIX as MCP_FIX, merge, parse_mcp_json, server_names
+from tools.settings_file import (  # noqa: F401 - theirs
+    HOOK_EVENTS, KINDS, Hook, SettingsError, default_user_file, load_file, parse, parse_rule)
 from tools.shell import normalized, split_command
 from tools.workspace import PathOutside, identity, is_inside, project_settings, protected, real_root, resolve
 
@@ -222,7 +221,7 @@ class Policy:
     sources: list = field(default_factory=list)  # the settings files that were read (/settings)
     question: bool = False  # this turn's request is a question: the mode alone allows no Edit
     env: list = field(default_factory=list)  # variable names Bash gets beyond tools/bash.ENV_ALLOW
-    hooks: list = field(default_factory=list)  # Hook, in settings order (agent/hooks.py runs them)
+    hooks: list = field(default_factory=list)  # Hook, in settings order (agent/loop/hooks.py runs them)
     mcp_servers: list = field(default_factory=list)  # tools/mcp_config.ServerConfig that apply
     mcp_ignored: list = field(default_factory=list)  # (server name, why it does not start)
     external: dict = field(default_factory=dict)  # name -> protocol.Tool: the MCP tools now offered

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nanocode.protocol import MODES, TOOLS
-from tools.mcp_config import FIX as MCP_FIX
-from tools.mcp_config import parse_servers
+from tools.mcp_config import FIX as MCP_FIX, parse_servers
 from tools.workspace import user_settings_dir
 
 KINDS = ("allow", "ask", "deny")
@@ -22,12 +21,12 @@ class SettingsError(ValueError):
     """A malformed settings file; the message names the file, the problem and the fix."""
 
 
-HOOK_EVENTS = ("PreToolUse", "PostToolUse", "Stop")  # what each one does: agent/hooks.EVENTS
+HOOK_EVENTS = ("PreToolUse", "PostToolUse", "Stop")  # what each one does: agent/loop/hooks.EVENTS
 
 
 @dataclass(frozen=True)
 class Hook:
-    """One hook of the settings file `source`: a shell command run at `event` (agent/hooks.py) for
+    """One hook of the settings file `source`: a shell command run at `event` (agent/loop/hooks.py) for
     the tools whose whole name the regex `matcher` matches (None: every tool; Stop has none)."""
     event: str
     command: str

@@ -1,5 +1,5 @@
 """Writing a set of file states into the user's project without ever following a link: the
-last step of best-of (agent/best_of.py), where the files come from a model's rollout.
+last step of best-of (agent/loop/best_of.py), where the files come from a model's rollout.
 
 Each directory on the way is opened from the project's real root one component at a time
 without following symlinks (tools/workspace.open_dir; a link there raises UnsafeWrite and

@@ -36,7 +36,7 @@ engine each) run tasks in parallel; the bar shows rate, ETA and resolves.
 
 A server as the teacher (--base-url URL [--model NAME]): any OpenAI-compatible server (a capable
 model behind vLLM, llama.cpp, Ollama, a vendor's API) rolls out instead of our engine, each
-worker on a RemoteSampler (agent/remote.py, its key handling unchanged: $NANOCODE_API_KEY) made
+worker on a RemoteSampler (agent/samplers/remote.py, its key handling unchanged: $NANOCODE_API_KEY) made
 by agent/model.load_sampler for the model the parent found (--model, else the first the server
 lists). Everything else is as for our model: the same tasks, the same verdict (the hidden check,
 the tests as they were before the change, never a tampered rollout), resolved rollouts as SFT
@@ -65,13 +65,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from agent.model import AgentOptions, ModelError, PoolModel, load_sampler
-from agent.remote import base_url_error
 from agent.run_options import settings
+from agent.samplers.remote import base_url_error
 from nanocode.common import find_checkpoints
 from nanocode.protocol import DROPPED
 from tasks import (
-    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive,
-    pattern_symbol, resolved, setup_env, task_agent, world_of)
+    EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive, pattern_symbol,
+    resolved, setup_env, task_agent, world_of)
 from tools.checks import gate_or_exit
 from tools.sandbox import unattended_warning
 

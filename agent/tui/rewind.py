@@ -1,8 +1,8 @@
-"""The rewind picker of the Textual face (agent/tui.py): Esc twice on an idle prompt, or /rewind,
+"""The rewind picker of the Textual face (agent/tui/app.py): Esc twice on an idle prompt, or /rewind,
 lists the conversation's requests (agent/commands.Requests), newest last and selected; Enter (or a
-click) picks one and the app runs `/rewind N` (agent/driver.Agent.rewind: the conversation back
+click) picks one and the app runs `/rewind N` (agent/loop/driver.Agent.rewind: the conversation back
 to just before it, its files as they were, its text back in the prompt); Esc closes it and
-nothing changes. Every label is escaped (agent/tui_transcript.plain).
+nothing changes. Every label is escaped (agent/tui/transcript.plain).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from agent.commands import request_line
-from agent.tui_transcript import plain
+from agent.tui.transcript import plain
 
 
 class RewindScreen(ModalScreen[int | None]):

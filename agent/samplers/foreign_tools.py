@@ -1,7 +1,7 @@
 """Tools from outside as protocol.Tool: an MCP server's (agent/mcp.py) and a `nanocode serve`
-client's (agent/openai_wire.py), from a name, a description and a JSON schema.
+client's (agent/samplers/openai_wire.py), from a name, a description and a JSON schema.
 
-Our model's calls are written under the grammar mask (agent/grammar.py), key by key, each value
+Our model's calls are written under the grammar mask (agent/masks/grammar.py), key by key, each value
 as its argument's kind allows, so a tool is taken only when its input schema lies in the subset
 the grammar can express: an object (`"type": "object"` or none) whose properties are each
 
@@ -145,7 +145,7 @@ def from_schema(name: str, description, schema, read_only: bool = False) -> Tool
 
 
 def client_tool(name, description, parameters) -> Tool:
-    """A `nanocode serve` client's function tool (agent/openai_wire.py); Refused when its name is
+    """A `nanocode serve` client's function tool (agent/samplers/openai_wire.py); Refused when its name is
     not 1 to 64 of [A-Za-z0-9_-] (OpenAI's own rule) or the grammar cannot write its parameters."""
     if not isinstance(name, str) or not ARG_NAME.fullmatch(name):
         raise Refused("its name must be 1 to 64 of A-Z a-z 0-9 _ -")

@@ -1,4 +1,4 @@
-"""The approval panel of the Textual face (agent/tui.py): the call the policy asks about, in
+"""The approval panel of the Textual face (agent/tui/app.py): the call the policy asks about, in
 full, and the choices that answer it.
 
 When an approval is pending the panel takes the keys (focus), as in Claude Code: y yes, n no,
@@ -19,7 +19,7 @@ but the status line's and the prompt's, and a few for the transcript from 19 row
 below, a call that does not fit hides the transcript until the answer). When it is cut, the
 panel's bottom border says how many lines are below and how to see them: it scrolls inside the
 panel (up/down, page up/down, the wheel) and Ctrl+E expands the panel to the whole screen and
-back. Everything shown is escaped (agent/tui_transcript.plain / code_view).
+back. Everything shown is escaped (agent/tui/transcript.plain / code_view).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from agent.display import call_text, edit_diff, printable, rule_words
-from agent.tui_transcript import code_view, plain
+from agent.tui.transcript import code_view, plain
 
 GUARD_S = 0.8  # a pause in typing this long before a key may answer a new approval
 

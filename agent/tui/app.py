@@ -1,18 +1,18 @@
-"""`nanocode`: the full-screen face of the loop (Textual). Only renders agent/driver.Agent events.
+"""`nanocode`: the full-screen face of the loop (Textual). Only renders agent/loop/driver.Agent events.
 
 Layout: the transcript (user messages and slash commands as typed, the assistant's prose
 streamed as it is written, one card per tool call: a Collapsible titled like `Edit src/app.py`
 holding the result, and for Edit a highlighted diff of the change; status notes dimmed; a reply
 the driver takes back and resamples is removed again), an approval panel when the policy asks
-(agent/tui_approval.py: the whole call, y yes / n no / a always for this session; it takes the
-keys, and the ones that do not answer it go on into the draft), a status line that fits its width (agent/tui_status.py: model,
+(agent/tui/approval.py: the whole call, y yes / n no / a always for this session; it takes the
+keys, and the ones that do not answer it go on into the draft), a status line that fits its width (agent/tui/status.py: model,
 mode, context used/total, tokens/s of the last reply, and always the state), the prompt
-(agent/tui_input.py: multi-line, Enter sends, Shift+Enter or Ctrl+J a newline, up/down history)
-and under it the completions (agent/tui_complete.py: `/` commands, `@path` files; Tab cycles).
+(agent/tui/input.py: multi-line, Enter sends, Shift+Enter or Ctrl+J a newline, up/down history)
+and under it the completions (agent/tui/complete.py: `/` commands, `@path` files; Tab cycles).
 
 Keys: Esc or Ctrl-C stops a running turn (its cancel Event: generation or a running command
 stops; at an approval it is a cancel, not a rejection); idle, Esc twice within ESC_TWICE_S opens
-the rewind picker (agent/tui_rewind.py, as /rewind does; the request picked comes back to the
+the rewind picker (agent/tui/rewind.py, as /rewind does; the request picked comes back to the
 prompt, a draft there goes to the history), Ctrl-C clears the prompt and twice within 2 s quits,
 as does Ctrl-D on an empty prompt, /quit or Ctrl-Q. Shift+Tab cycles the
 permission mode (ask -> accept-edits -> auto -> plan -> ask), shown in the status line.
@@ -24,9 +24,9 @@ safe, non-blocking, in order); `approve` blocks the worker on a threading.Event 
 answers. /compact also runs on a worker (it rebuilds the KV cache: a prefill). A resumed session
 is replayed into the transcript.
 
-The widgets live beside it: agent/tui_transcript.py (the transcript, a turn's events as widgets,
-the tool cards), agent/tui_input.py (the prompt), agent/tui_complete.py (its completions) and
-agent/tui_approval.py (the approval panel). Every string shown goes in as a Text or Syntax made
+The widgets live beside it: agent/tui/transcript.py (the transcript, a turn's events as widgets,
+the tool cards), agent/tui/input.py (the prompt), agent/tui/complete.py (its completions) and
+agent/tui/approval.py (the approval panel). Every string shown goes in as a Text or Syntax made
 by tui_transcript's `plain` / `code_view` (escaped by agent/display.printable, never parsed as
 markup): no model output, tool result or file reaches the terminal as a control sequence, and
 `[bold]` shows as written.
@@ -45,13 +45,15 @@ from textual.widgets import Static
 
 from agent import commands
 from agent.display import edit_diff, usage_line
+from agent.model import ModelError, build_agent
 from agent.sessions import resume_note, undone_requests
-from agent.tui_approval import ApprovalPanel, PendingApproval
-from agent.tui_complete import CompletionList
-from agent.tui_input import HistoryInput
-from agent.tui_rewind import RewindScreen
-from agent.tui_status import next_mode, status_line
-from agent.tui_transcript import LiveTurn, Transcript, code_view, plain
+from agent.tui.approval import ApprovalPanel, PendingApproval
+from agent.tui.complete import CompletionList
+from agent.tui.input import HistoryInput
+from agent.tui.rewind import RewindScreen
+from agent.tui.status import next_mode, status_line
+from agent.tui.transcript import LiveTurn, Transcript, code_view, plain
+from nanocode import __version__
 from nanocode.protocol import Event, ToolCall
 
 PLACEHOLDER = "ask nanocode… (/ commands, @path pins a file, Shift+Enter newline)"
@@ -85,7 +87,6 @@ class Loader:
         self.name = (options.model or "") if model_dir is None else model_label(model_dir)
 
     def __call__(self):
-        from agent.model import ModelError, build_agent
         try:
             return build_agent(self.options, self.root, self.model_dir, self.messages, self.meta,
                                self.store)
@@ -164,7 +165,6 @@ class NanocodeApp(App):
         yield CompletionList(id="completions")
 
     def on_mount(self) -> None:
-        from nanocode import __version__
         self.note(f"nanocode {__version__} in {self.root}. /help for commands; Esc stops a turn; "
                   "Shift+Tab changes the mode; Ctrl-D quits")
         if self.agent is None and self.loader is not None:
@@ -373,7 +373,7 @@ class NanocodeApp(App):
             self._esc_at = time.monotonic()
 
     def action_cycle_mode(self) -> None:
-        """Shift+Tab: the next permission mode (agent/tui_status.next_mode), in the status line."""
+        """Shift+Tab: the next permission mode (agent/tui/status.next_mode), in the status line."""
         if self.agent is None:
             self.note("the model is still loading; the mode can change once it is ready")
             return

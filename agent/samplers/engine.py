@@ -1,5 +1,5 @@
-"""Our engine as the agent's model (agent/sampler.Sampler): KV-cached, grammar-masked, grounded in
-the project. The turn driver (agent/driver.py) hands it the conversation and gets back one
+"""Our engine as the agent's model (agent/samplers/sampler.Sampler): KV-cached, grammar-masked, grounded in
+the project. The turn driver (agent/loop/driver.py) hands it the conversation and gets back one
 assistant message.
 
 Token history. `cache` (an engine Decoder: KV cache + ids) always holds exactly the rendered
@@ -12,29 +12,30 @@ call): then the message keeps what can be represented and the cache is rebuilt f
 re-rendered conversation (one prefill of the history).
 
 Context. Before new tokens go in, they plus `reserve` slots for the reply must fit; if not,
-agent/context.fit drops old tool outputs and then old turns from the conversation in place, the
+agent/loop/context.fit drops old tool outputs and then old turns from the conversation in place, the
 cache is rebuilt and a status event says what was dropped.
 
-Masks. Every sampled token goes through the grammar (agent/grammar.py: only well-formed calls to
+Masks. Every sampled token goes through the grammar (agent/masks/grammar.py: only well-formed calls to
 the mode's tools; with `ground`, paths, edit anchors and grep names that exist in the project),
-ANDed with the loop guard's (agent/loop_guard.py: no token that would complete a loop in the
+ANDed with the loop guard's (agent/masks/loop_guard.py: no token that would complete a loop in the
 prose or an argument value; after repeated near loops the prose may only end, and the reply's stop
 is "loop") and with `extra_mask(out)` when given (tests script the model with it); `copy_bias`
-adds +beta to tokens that continue a copy of the context, in prose only (agent/copy_bias.py).
+adds +beta to tokens that continue a copy of the context, in prose only (agent/masks/copy_bias.py).
 """
 from __future__ import annotations
 
 import time
 
+import jax
 import numpy as np
 
-from agent.context import ContextFull, fit
-from agent.copy_bias import CopyBias
-from agent.grammar import CONTENT, Grammar
-from agent.grounding import Grounding
-from agent.loop_guard import LoopGuard
-from agent.reply_stream import stream_reply
-from agent.sampler import Reply
+from agent.loop.context import ContextFull, fit
+from agent.masks.copy_bias import CopyBias
+from agent.masks.grammar import CONTENT, Grammar
+from agent.masks.grounding import Grounding
+from agent.masks.loop_guard import LoopGuard
+from agent.samplers.reply_stream import stream_reply
+from agent.samplers.sampler import Reply
 from agent.settings import SamplerSettings
 from nanocode.protocol import Status, Text
 
@@ -54,10 +55,10 @@ class EngineSampler:
         self.grammar = Grammar.shared(self.tok, engine.cfg.vocab_size)
         grounded = settings.ground and settings.constrain and root is not None
         self.grounding = Grounding(root, names=settings.names) if grounded else None
-        self.loops = LoopGuard.shared(self.grammar) if settings.loop_guard else None  # agent/loop_guard.py
+        self.loops = LoopGuard.shared(self.grammar) if settings.loop_guard else None  # agent/masks/loop_guard.py
         self._grounded = 0  # messages[:_grounded] were given to grounding.add_message
         self._notes = 0  # grounding.notes[:_notes] were shown
-        self._copy, self._copy_cache, self._copy_seen = None, None, 0  # agent/copy_bias.py
+        self._copy, self._copy_cache, self._copy_seen = None, None, 0  # agent/masks/copy_bias.py
         self._full = np.ones(engine.cfg.vocab_size, bool)
         self._device_masks: dict = {}  # id(numpy mask) -> (mask, device copy); masks are memoised
         self.mask_time = 0.0  # seconds spent in the mask hook (for the overhead number)
@@ -111,7 +112,6 @@ class EngineSampler:
     # ---- generation ------------------------------------------------------------------------------
     def _hook(self, tools, loops):
         """The engine's mask hook for one reply; `loops`: its ReplyLoops, or None."""
-        import jax
         state = self.grammar.state(tools=tools, ground=self.grounding) if self.settings.constrain else None
         extra, full, dev, copy = self.extra_mask, self._full, self._device_masks, self._copy
 
@@ -143,7 +143,7 @@ class EngineSampler:
         return allowed
 
     def _generate(self, conv, tools, emit, cancel, usage, retry: bool):
-        """Sample one reply (agent/reply_stream.py): (the StreamedReply, its stop, "loop" when
+        """Sample one reply (agent/samplers/reply_stream.py): (the StreamedReply, its stop, "loop" when
         the loop guard ended it)."""
         self._flush(conv, emit, usage, open_reply=True)
         if self.grounding is not None:
@@ -233,7 +233,7 @@ class EngineSampler:
         usage["prompt_tokens"] += self.cache.stats["prefilled_total"] - before
 
     def _fit(self, conv, emit, extra: int) -> list[int]:
-        """The render, compacted (agent/context.fit) to leave `extra` slots free."""
+        """The render, compacted (agent/loop/context.fit) to leave `extra` slots free."""
         ids: list[int] = []
 
         def size(messages) -> int:  # the render plus the slots kept free; the last one is kept

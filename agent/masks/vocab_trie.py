@@ -6,7 +6,7 @@ automaton can read, so a mask costs about the size of that intersection, not V t
 length; sorted-string sets (SortedStrings: paths, words, program names) are walked by bisecting
 spans, occurrence sets (an Edit's old_string, the context of a backticked span) by vectorised edge
 lookups. `Value`, the automaton of one argument (or of prose) that masks are made from, is the
-base of agent/grammar.py's values and agent/prose.py's Prose.
+base of agent/masks/grammar.py's values and agent/masks/prose.py's Prose.
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import copy
 from bisect import bisect_left
 
 import numpy as np
-
 
 FEW_STRINGS = 4        # a span this small is walked string by string
 FEW_CHILDREN = 8       # a trie node with this few children probes each
@@ -170,7 +169,7 @@ class Value:
     """One argument value's automaton walked with the vocabulary: start() -> state,
     step(state, piece) -> state, key(state) (equal keys: equal futures), fill(state, m) sets
     the admissible ordinary tokens in m and says whether the value may stop here. `g` is the
-    agent/grammar.Grammar it serves (its vocabulary size and ordinary-token mask); masks are
+    agent/masks/grammar.Grammar it serves (its vocabulary size and ordinary-token mask); masks are
     memoised per (key, stop tokens), at most MEMO_MASKS per value."""
 
     def __init__(self, g, automaton=None):

@@ -1,7 +1,7 @@
 """Is a request a question? The driver lets a question end in an answer, not an edit: in a turn
 whose request is a question, an Edit that only the mode would allow (accept-edits, auto) asks
 first, and headless, where nobody can answer, it is refused with an error the model reads, so it
-answers instead (tools/permissions.Policy.check, agent/driver.py). What Claude Code users expect:
+answers instead (tools/permissions.Policy.check, agent/loop/driver.py). What Claude Code users expect:
 a question gets an answer; a change is made when asked.
 
 Contract: `is_question(text)` is True when the request reads as a question or a look-up (it ends

@@ -4,7 +4,7 @@ current user request sits (`turn_start`, which compaction moves when it drops ol
 what the turn driver writes, the samplers read and trim, and agent/sessions.SessionStore saves.
 
 Two views of one conversation. `messages` is the model's context: a full context shortens old
-tool outputs in place and drops old turns (agent/context.py, through `shorten` and `drop_turn`).
+tool outputs in place and drops old turns (agent/loop/context.py, through `shorten` and `drop_turn`).
 `transcript()` is everything that happened, as it happened: the dropped turns (`earlier`) back
 in their place and every shortened output whole (`originals`). The session file holds the
 transcript, and each turn record's "user_index" points into it, so a saved session never loses a

@@ -15,14 +15,14 @@ it, an unknown role, a call with no result) is an error saying which message and
 schema_args: a call's JSON arguments as a server streams them, checked into the schema (ints for
 INT_ARGS, strings otherwise, wire order), or the `error:` result the agent answers them with.
 
-Ours -> OpenAI. to_openai: a conversation as agent/remote.py sends it (a call gets the id
+Ours -> OpenAI. to_openai: a conversation as agent/samplers/remote.py sends it (a call gets the id
 `call_<index>`, its tool_result a `tool` message answering that id); tool_schema: one of our
 tools as a function tool (protocol.TOOLS: its arguments, which are required, which are integers);
 openai_message and openai_call: a reply as `nanocode serve` answers it.
 
 Replies. completion: a whole reply as one body; first_chunk .. last_chunk and DONE_EVENT: the
 same as server-sent events, written by `nanocode serve`. read_event and StreamedReply read any
-OpenAI-compatible server's stream back (agent/remote.py): content as it comes, a call's argument
+OpenAI-compatible server's stream back (agent/samplers/remote.py): content as it comes, a call's argument
 pieces joined by index, the finish reason and usage.
 
 Round trip: to_conversation(to_openai(conv)) == conv for a conversation whose tool_results each
@@ -39,8 +39,8 @@ import time
 import uuid
 from typing import NamedTuple
 
-from agent.foreign_tools import Refused, client_tool, json_schema, wire_calls, wire_values
-from agent.loop_guard import first_loop
+from agent.masks.loop_guard import first_loop
+from agent.samplers.foreign_tools import Refused, client_tool, json_schema, wire_calls, wire_values
 from nanocode.protocol import INT_ARGS, TOOLS, Tool, canonical_args, check_shape
 
 MAX_DEPTH = 64  # nesting of its JSON (and of a tool call's arguments)

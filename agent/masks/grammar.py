@@ -5,7 +5,7 @@ Phases, driven one generated token at a time:
            `<|assistant_end|>` (never another special: a stray `<|user_start|>` in prose would
            decode to text that re-encodes as plain tokens, breaking the train/inference identity).
            Grounded with names on, backticked spans and `path:line` citations come from the
-           context (agent/prose.py) and the reply stops only outside a span; else it is free
+           context (agent/masks/prose.py) and the reply stops only outside a span; else it is free
   name     tokens extending the name so far towards an offered tool (any split); once whole,
            `<|tool_arg|>`
   key      the next argument in TOOLS[name].args order: optional ones may be skipped, required
@@ -23,13 +23,13 @@ end right after the name. Without grounding (or where it has nothing to offer) E
 free text and the paths and Grep.pattern free text with a non-blank byte: an empty one names
 nothing (`nanocode serve` has no project to ground in, and a forced Read there wrote file_path
 ""). With a
-Grounding (agent/grounding.py): Read.file_path, Grep.path and Edit.file_path are admissible
+Grounding (agent/masks/grounding.py): Read.file_path, Grep.path and Edit.file_path are admissible
 paths, Edit.old_string a unique substring of the file's current bytes, Grep.pattern at most
 PATTERN_BYTES whose identifier runs are prefixes of known words while written and close (a
 non-identifier byte or the end) only at a whole word (names off: lie inside known words; a
 backslash and the byte after it are regex syntax, so `\\b`, `\\w`, `\\(` are not identifiers).
 
-Everything is byte-level: the ordinary tokens form a trie (agent/vocab_trie.py) walked with the
+Everything is byte-level: the ordinary tokens form a trie (agent/masks/vocab_trie.py) walked with the
 value's automaton, so every split of an admissible value is admissible and nothing else is.
 Masks are memoised per (automaton state, stop tokens): the same array object for the same
 situation (the loop keeps device copies by identity), at most MEMO_MASKS per automaton.
@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.grounding import NAME_CHARS
-from agent.kind_values import kind_value
-from agent.spans import IDENT, IDENT_BYTES
-from agent.prose import Prose
-from agent.vocab_trie import BYTE, MEMO_MASKS, SortedStrings, Value, VocabTrie
+from agent.masks.grounding import NAME_CHARS
+from agent.masks.kind_values import kind_value
+from agent.masks.prose import Prose
+from agent.masks.spans import IDENT, IDENT_BYTES
+from agent.masks.vocab_trie import BYTE, MEMO_MASKS, SortedStrings, Value, VocabTrie
 from nanocode.protocol import INT_ARGS, TOOLS, Tool
 
 PATTERN_BYTES = 256
@@ -333,7 +333,7 @@ class Grammar:
         return self._memo[key]
 
     def prose_value(self, ground):
-        """The content phase's automaton (agent/prose.py) over ground's context, or None: free
+        """The content phase's automaton (agent/masks/prose.py) over ground's context, or None: free
         prose (no grounding, names off, a project that could not be listed)."""
         text = ground.spans(self.trie.max_len + 1) if ground is not None else None
         if text is None:
@@ -386,7 +386,7 @@ class GrammarState:
         self.tool, self.last, self.existing = "", -1, None  # last: index of the last argument given
         self.value, self.vstate, self.stops, self.file_path = None, None, (), b""
         self.in_path = False  # the value being written is a file_path (kept for old_string)
-        self.prose, self.pstate = False, None  # prose: agent/prose.Prose, None (free), False (not asked yet)
+        self.prose, self.pstate = False, None  # prose: agent/masks/prose.Prose, None (free), False (not asked yet)
 
     def next_keys(self) -> tuple:
         """The arguments that may come next, in wire order, up to the first required one."""

@@ -3,12 +3,12 @@ REPL and headless mode drive it through `Agent.run_turn(user_text, approve, on_e
 only render its events (protocol's typed events); run_turn returns a TurnResult. It may run on a
 worker thread (approve then blocks that thread); set `cancel` from any thread.
 
-It is built from parts with small interfaces, each testable alone: the model (agent/sampler.py's
-Sampler: our engine or any OpenAI-compatible server), the call rules (agent/call_rules.py: take a
+It is built from parts with small interfaces, each testable alone: the model (agent/samplers/sampler.py's
+Sampler: our engine or any OpenAI-compatible server), the call rules (agent/loop/call_rules.py: take a
 reply back and resample it, let it stand, end on repeats), the conversation
-(agent/conversation.py), permissions (tools/permissions.Policy), undo (agent/turn_undo.py: a
+(agent/loop/conversation.py), permissions (tools/permissions.Policy), undo (agent/loop/turn_undo.py: a
 snapshot before a turn's first change; no change without undo unless TurnSettings.snapshots is
-off) and the context budget (agent/context.py: each result and the memory file cut to its share).
+off) and the context budget (agent/loop/context.py: each result and the memory file cut to its share).
 
 One user turn: append the user message -> the sampler replies (prose, and at most one tool call)
 -> for a call: check it, ask the policy (allow / deny -> `error: <reason>` / ask -> approve: "no"
@@ -25,19 +25,19 @@ import os
 import threading
 import time
 
-from agent.approval import ask
-from agent.call_rules import CallRules, call_key
-from agent.context import ContextFull, compact, fit_memory, fit_result, memory_budget, read_limit, result_budget
-from agent.conversation import Conversation
-from agent.hooks import Hooks
-from agent.mentions import mentioned
-from agent.request_kind import is_question
-from agent.sampler import Reply, Sampler, SamplerError
+from agent.loop.approval import ask
+from agent.loop.call_rules import CallRules, call_key
+from agent.loop.context import ContextFull, compact, fit_memory, fit_result, memory_budget, read_limit, result_budget
+from agent.loop.conversation import Conversation
+from agent.loop.hooks import Hooks
+from agent.loop.mentions import mentioned
+from agent.loop.request_kind import is_question
+from agent.loop.turn_undo import TurnUndo
+from agent.samplers.sampler import Reply, Sampler, SamplerError
 from agent.settings import TurnSettings
-from agent.turn_undo import TurnUndo
 from nanocode.protocol import (
-    CANCELLED, MODE_TOOLS, MODES, REJECTED, REPEATED, TOOLS, Approval, Status, ToolCall, ToolResult,
-    TurnEnd, TurnResult, check_call, mode_note, mode_tools, system_prompt)
+    CANCELLED, MODE_TOOLS, MODES, REJECTED, REPEATED, TOOLS, Approval, Status, ToolCall, ToolResult, TurnEnd,
+    TurnResult, check_call, mode_note, mode_tools, system_prompt)
 from tools.dispatch import run_tool
 from tools.files import read_memory
 from tools.permissions import QUESTION_EDIT, Policy
@@ -52,7 +52,7 @@ REPLY_STOPS = {"stop": "done", "cancelled": "cancelled", "loop": "loop", "length
 class Agent:
     """One conversation with `sampler` in the project at `root` under `policy` (a
     tools.permissions.Policy: mode, rules, settings). messages / meta / store: a conversation to
-    continue and where to save it (agent/conversation.py). `sandbox_status` says what contains
+    continue and where to save it (agent/loop/conversation.py). `sandbox_status` says what contains
     the commands. `mcp`: an agent/mcp_hub.McpHub whose servers' tools the model may call too
     (None: ours only)."""
 
@@ -62,13 +62,13 @@ class Agent:
         self.sampler, self.policy, self.settings, self.mcp = sampler, policy, settings, mcp
         self.sandbox, self.sandbox_status = for_commands(settings.sandbox, settings.network)
         policy.sandboxed = self.sandbox is not None  # no sandbox: every Bash asks
-        self.hooks = Hooks(self.root, policy, self.sandbox)  # the settings' "hooks" (agent/hooks.py)
-        self.result_budget = result_budget(sampler.max_len, sampler.reserve)  # agent/context.py
+        self.hooks = Hooks(self.root, policy, self.sandbox)  # the settings' "hooks" (agent/loop/hooks.py)
+        self.result_budget = result_budget(sampler.max_len, sampler.reserve)  # agent/loop/context.py
         self.read_limit = read_limit(self.result_budget)
         self.conv = Conversation(self.root, messages, meta, store)
         # a continued conversation goes on with its seeds: reply n uses seed + n
         sampler.n_replies = sum(m["role"] == "assistant" for m in self.conv.messages)
-        self.undo_log = TurnUndo(self.root, settings.snapshots)  # agent/turn_undo.py
+        self.undo_log = TurnUndo(self.root, settings.snapshots)  # agent/loop/turn_undo.py
         self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
         self._said_no_snapshot = False  # the "could not snapshot" note is said once
         self.totals = dict(TurnResult().usage, turns=0)  # the turns' usage added up, and load_context's
@@ -221,7 +221,7 @@ class Agent:
         self.totals["turns"] += turns
 
     def compact(self, keep: int = 1) -> int:
-        """/compact (agent/context.compact): old outputs become one-line digests; tokens freed."""
+        """/compact (agent/loop/context.compact): old outputs become one-line digests; tokens freed."""
         return compact(self.conv, self.sampler, keep)
 
     def _system_prompt(self) -> str:
@@ -281,7 +281,7 @@ class Agent:
     def _open_turn(self, user_text: str, emit) -> None:
         """The user's message, after the notes it carries: the system prompt for a new
         conversation, a mode switch, what /undo restored."""
-        raw_text = user_text  # the request as the user wrote it (agent/request_kind.py)
+        raw_text = user_text  # the request as the user wrote it (agent/loop/request_kind.py)
         for note in self._startup_notes:
             emit(Status(note))
         self._startup_notes = []
@@ -380,7 +380,7 @@ class Agent:
 
     # ---- one call ----------------------------------------------------------------------------------
     def _pin(self, path: str, res: TurnResult, emit) -> str:
-        """An @-mentioned file as a Read step in the conversation (agent/mentions.py): the call
+        """An @-mentioned file as a Read step in the conversation (agent/loop/mentions.py): the call
         and its result, cut to the result's share; returns the call's key for the repeat check."""
         args = {"file_path": path}
         result = run_tool(self.root, "Read", {**args, "limit": self.read_limit}, allow_outside=False)
@@ -409,7 +409,7 @@ class Agent:
         if blocked:
             return blocked
         if d.action == "ask":
-            answer, rule = ask(self.policy, d, name, args, approve, cancel)  # agent/approval.py
+            answer, rule = ask(self.policy, d, name, args, approve, cancel)  # agent/loop/approval.py
             self.meta["approvals"].append({"turn": len(self.meta["turns"]), "name": name,
                                            "args": args, "reason": d.reason, "answer": answer,
                                            **({"rule": rule} if rule else {})})

@@ -2,11 +2,11 @@
 server (vLLM, llama.cpp, Ollama, LM Studio, `nanocode serve`) runs under nanocode's permissions,
 sandbox, undo and session format, so its sessions can be distilled (`train export-sessions`).
 
-RemoteSampler keeps agent/sampler.Sampler. A reply is one streamed
+RemoteSampler keeps agent/samplers/sampler.Sampler. A reply is one streamed
 POST /chat/completions: the conversation as OpenAI messages (our assistant message with a
 tool_call -> `tool_calls` with an id, its tool_result -> a `tool` message answering that id), the
 mode's tools as function schemas (protocol.TOOLS: arguments, which are required, integers; an MCP
-tool's kinds as its JSON schema: agent/foreign_tools.py), one
+tool's kinds as its JSON schema: agent/samplers/foreign_tools.py), one
 call per reply (`parallel_tool_calls: false`; a server that sends more gets the first run and a
 status note). Content deltas stream as Text events; the call's JSON arguments are checked into
 the conversation schema (ints for offset/limit/-A/-B, strings otherwise, wire order) so the
@@ -17,9 +17,9 @@ Context. The server's tokenizer is not ours, so sizes are estimated (`count`: UT
 on the high side for code): tool results and the memory file get their shares of `max_len`
 (the server's context_length / max_model_len from /v1/models, else --context, else 8,192); a
 conversation estimated over max_len - reserve has old outputs, then old turns, dropped before it
-is sent (agent/context.drop_oldest), and a 400 that names the context drops one more and resends.
+is sent (agent/loop/context.drop_oldest), and a 400 that names the context drops one more and resends.
 No grammar mask here: a remote model's calls are checked after the fact (`nanocode serve` masks
-on its side), and so are loops (agent/loop_guard.py's detector on the streamed text): prose that
+on its side), and so are loops (agent/masks/loop_guard.py's detector on the streamed text): prose that
 completes a loop is cut there (the text up to it kept, the reply's stop "loop"), and a call whose
 argument value holds one is malformed (an `error:` result, resampled). An unreachable or failing
 server ends the turn with stop_reason "model_error".
@@ -51,11 +51,10 @@ import urllib.parse
 import urllib.request
 from urllib.parse import urlsplit
 
-from agent.context import ContextFull, Dropped, drop_oldest, fit
-from agent.loop_guard import Tail
-from agent.openai_wire import (DONE, StreamedReply, StreamError, read_event, schema_args,
-                               to_openai, tool_schema)
-from agent.sampler import Reply, SamplerError
+from agent.loop.context import ContextFull, Dropped, drop_oldest, fit
+from agent.masks.loop_guard import Tail
+from agent.samplers.openai_wire import DONE, StreamedReply, StreamError, read_event, schema_args, to_openai, tool_schema
+from agent.samplers.sampler import Reply, SamplerError
 from agent.settings import SamplerSettings
 from nanocode.protocol import Status, Text
 

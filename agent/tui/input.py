@@ -1,4 +1,4 @@
-"""What the user types in the Textual face (agent/tui.py): the prompt.
+"""What the user types in the Textual face (agent/tui/app.py): the prompt.
 
 The prompt is a multi-line text area that grows with its text (up to a few lines, then it
 scrolls). Keys:
@@ -7,17 +7,17 @@ scrolls). Keys:
   token that `unfold` turns back into the text on send;
 - up/down: on the first / last line they walk the history (the draft comes back at the end),
   elsewhere they move the cursor; page up/down scroll the transcript;
-- Tab completes (agent/tui_complete.py: `/command` at the start, `@path` anywhere): it puts the
+- Tab completes (agent/tui/complete.py: `/command` at the start, `@path` anywhere): it puts the
   selected candidate in, and pressed again the next one; with nothing to complete it does
   nothing: Tab never moves the focus out of the prompt, except to a waiting approval;
 - with the candidate list showing, up/down choose, Enter takes a candidate when the word is not
   one already, Esc hides the list (else Esc is the app's: it stops a running turn);
 - Ctrl-D on an empty prompt quits (as in a shell); otherwise it deletes forward.
 `typed_at` is when a key last typed into the draft (an approval waits for a pause,
-agent/tui_approval.py). `value` and `cursor_position` read and set the text and the cursor as a
+agent/tui/approval.py). `value` and `cursor_position` read and set the text and the cursor as a
 one-line Input's would.
 
-The approval panel lives in agent/tui_approval.py (ApprovalPanel and PendingApproval are
+The approval panel lives in agent/tui/approval.py (ApprovalPanel and PendingApproval are
 importable from here too).
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
-from agent.tui_approval import ApprovalPanel, PendingApproval  # noqa: F401 - importable here
-from agent.tui_complete import Completion, ProjectFiles, SlashCommands, find
+from agent.tui.approval import ApprovalPanel, PendingApproval  # noqa: F401 - importable here
+from agent.tui.complete import Completion, ProjectFiles, SlashCommands, find
 
 FOLD_LINES = 12  # a paste of more lines shows as one token in the prompt
 

@@ -1,6 +1,6 @@
 """One assistant reply read off the engine as it is sampled: its prose streamed, its call parsed.
 
-Both users of our engine read a reply this way: agent/engine_sampler.py (the agent's model; prose
+Both users of our engine read a reply this way: agent/samplers/engine.py (the agent's model; prose
 goes out as Text events) and agent/serve.py (`nanocode serve`; prose goes out as content deltas).
 They own the sampling (the mask hook, the budget, the seed) and hand over the token iterator of
 nanocode/engine.Decoder.generate; this module turns the ids it yields into a StreamedReply.
@@ -17,7 +17,7 @@ Decoder stays consistent when its iterator is left early.
 
 Why it stopped: "stop" (the last id is a stop token), "cancelled", or "length" (the iterator
 ran out: the budget or the context). The loop guard is not seen here: a caller whose guard
-ended the prose (agent/loop_guard.py: ReplyLoops.ended) reports a "stop" as "loop" itself.
+ended the prose (agent/masks/loop_guard.py: ReplyLoops.ended) reports a "stop" as "loop" itself.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Completion in the Textual prompt (agent/tui_input.py): what the word before the cursor could
+"""Completion in the Textual prompt (agent/tui/input.py): what the word before the cursor could
 become, and the list under the prompt that shows it.
 
 Two kinds of words complete:
@@ -6,7 +6,7 @@ Two kinds of words complete:
   shared table agent/commands.COMMANDS, each shown with its arguments and one-line help, then
   the user's own commands (agent/custom_commands.py, read again at each new `/`);
 - an `@path` anywhere in the prompt (`@src/pa` -> @src/parser.py), a project file
-  (agent/mentions.complete; the file list is read once and again after a miss).
+  (agent/loop/mentions.complete; the file list is read once and again after a miss).
 
 `find` returns a `Completion` (the word's place, the candidates, which one is selected) or None;
 what the keys do with it is the prompt's: Tab puts the selected candidate in and, pressed again,
@@ -22,6 +22,7 @@ from textual.widgets import Static
 
 from agent import commands
 from agent.display import printable
+from agent.loop.mentions import complete, project_files
 
 SHOWN = 8  # candidates listed at once; the list says how many more there are
 
@@ -60,7 +61,6 @@ class ProjectFiles:
         self.root, self.files = root, None
 
     def complete(self, word: str) -> list[str]:
-        from agent.mentions import complete, project_files
         if self.files is None:
             self.files = project_files(self.root)
         found = complete(word, self.files)

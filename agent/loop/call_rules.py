@@ -1,5 +1,5 @@
 """When a model's call is taken back and resampled, and when a repeat ends the turn: the rules of
-one user turn's calls, kept apart from running them (agent/driver.py) so they can be read and
+one user turn's calls, kept apart from running them (agent/loop/driver.py) so they can be read and
 tested alone.
 
 - A reply whose call is malformed, or repeats a call made since the turn's last change (a

@@ -1,6 +1,6 @@
 """The project as the grammar sees it: which paths exist, what an Edit's old_string may be, which
-words a Grep pattern may name, what a backticked span in prose may say. agent/grammar.py and
-agent/prose.py walk these automata with the vocabulary, so an argument or a name the project
+words a Grep pattern may name, what a backticked span in prose may say. agent/masks/grammar.py and
+agent/masks/prose.py walk these automata with the vocabulary, so an argument or a name the project
 cannot back is never sampled, whatever the tokenizer split.
 
 Paths. The files `git ls-files --cached --others --exclude-standard` lists for the root (less
@@ -31,7 +31,7 @@ inside one (one inside a known word adds nothing). Words only accumulate (a stal
 `no matches found`); new ones cost one merge of the sorted list.
 
 Prose (names only). `spans()`: the texts the word scan reads (UTF-8 ones), the listing and every
-add_text but the model's own prose (add_message), as an agent/spans.py SpanText, with the Citations of the listed files; agent/prose.py masks
+add_text but the model's own prose (add_message), as an agent/masks/spans.py SpanText, with the Citations of the listed files; agent/masks/prose.py masks
 backticked spans with it. None (free prose) with names off or when the project is not listed.
 
 Everything is lazy: the constructor touches nothing; the listing runs when a path argument or
@@ -48,8 +48,8 @@ import subprocess
 import time
 from collections import OrderedDict
 
-from agent.spans import BOM, SPAN_TEXT_BYTES, AnchorText, Citations, SpanText, anchor_bytes
-from agent.vocab_trie import SortedStrings
+from agent.masks.spans import BOM, SPAN_TEXT_BYTES, AnchorText, Citations, SpanText, anchor_bytes
+from agent.masks.vocab_trie import SortedStrings
 from tools.files import MAX_EDIT_BYTES, SNIFF_BYTES, is_binary_bytes
 from tools.git import git
 from tools.grep import SKIP_DIRS

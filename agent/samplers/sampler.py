@@ -1,8 +1,8 @@
-"""The model side of a conversation, as the turn driver (agent/driver.py) sees it: the `Sampler`
+"""The model side of a conversation, as the turn driver (agent/loop/driver.py) sees it: the `Sampler`
 protocol, the settings a sampler samples with, and what one reply is.
 
-Two samplers keep the protocol: agent/engine_sampler.EngineSampler (our engine: KV-cached,
-grammar-masked, grounded in the project) and agent/remote.RemoteSampler (any OpenAI-compatible
+Two samplers keep the protocol: agent/samplers/engine.EngineSampler (our engine: KV-cached,
+grammar-masked, grounded in the project) and agent/samplers/remote.RemoteSampler (any OpenAI-compatible
 server). The driver uses nothing else, so a third (tests script one: tests/race_helpers.py) only
 has to keep this. Which one an agent gets is chosen where agents are built (agent/model.py for
 the CLI, tasks/harness.py for evals and rollouts), never inside the Agent.
@@ -38,7 +38,7 @@ class Reply:
 
 @runtime_checkable
 class Sampler(Protocol):
-    """What the turn driver asks of a model. `conv` is an agent/conversation.Conversation (the
+    """What the turn driver asks of a model. `conv` is an agent/loop/conversation.Conversation (the
     sampler may drop old outputs and turns from it in place when the context is full: it says so
     in a Status event); `emit` takes protocol events; `usage` is TurnResult.usage, added to."""
     settings: SamplerSettings
@@ -48,7 +48,7 @@ class Sampler(Protocol):
 
     def reply(self, conv, tools: tuple, emit, cancel, usage, retry: bool = False) -> Reply:
         """Sample one assistant message (prose streamed as Text events) and append it to
-        conv.messages; it may call one of `tools` (protocol.Tools: the mode's, then MCP tools). Raises agent/context.ContextFull when no reply fits, SamplerError when
+        conv.messages; it may call one of `tools` (protocol.Tools: the mode's, then MCP tools). Raises agent/loop/context.ContextFull when no reply fits, SamplerError when
         the model cannot be asked."""
 
     def sync(self, conv, emit, usage) -> None:

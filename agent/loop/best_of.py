@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from nanocode.protocol import Status, TurnResult
 from tools import project_env, test_guard
 from tools.git import git as safe_git
+from tools.undo import Snapshots
 from tools.write_tree import UnsafeWrite, write_changes
 
 SAMPLE_TEMPERATURE = 0.7
@@ -345,7 +346,6 @@ def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
     if moved:
         raise BestOfError(f"not applied: {', '.join(sorted(moved))} changed in your project while the "
                           "rollouts ran; commit or discard your edits and rerun")
-    from tools.undo import Snapshots
     try:  # as in the loop: no change that /undo could not restore
         ck = Snapshots(root)
         turn = ck.begin(message[:200], session=rollout.meta.get("id"))

@@ -5,7 +5,7 @@ citation must name a file and a line in it (Citations).
 A state of an occurrence automaton is the array P of the start positions where the bytes written
 so far (L of them) occur: what a suffix automaton state stands for (its end positions), kept
 explicitly since building a suffix automaton in Python costs hundreds of bytes per text byte.
-Advancing by a token filters P (vectorised while it is large); agent/vocab_trie.py walks the
+Advancing by a token filters P (vectorised while it is large); agent/masks/vocab_trie.py walks the
 vocabulary along P. Texts are kept as an int32 array padded with 256 (matches no byte).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from agent.vocab_trie import SortedStrings
+from agent.masks.vocab_trie import SortedStrings
 from tools.files import is_binary_bytes
 
 IDENT = [chr(c).isascii() and (chr(c).isalnum() or c == 95) for c in range(256)]

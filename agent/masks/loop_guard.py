@@ -135,7 +135,7 @@ class LoopGuard:
 
     @classmethod
     def shared(cls, grammar) -> "LoopGuard":
-        """One LoopGuard per Grammar (agent/grammar.py) in this process."""
+        """One LoopGuard per Grammar (agent/masks/grammar.py) in this process."""
         hit = _SHARED.get(id(grammar))
         if hit is None or hit[0] is not grammar:
             guard = cls(grammar.pieces, grammar.n_vocab, grammar.a_end)

@@ -20,7 +20,7 @@ Contract:
   reverted. Ignored files, files too big to snapshot and what commands did outside the
   project's files are never restored; the report names them (RewindFiles.describe).
 The Snapshots object is made on first use: a project that is never edited never runs git.
-The turn id is saved as meta["turns"][i]["checkpoint"] (agent/conversation.py): users' saved
+The turn id is saved as meta["turns"][i]["checkpoint"] (agent/loop/conversation.py): users' saved
 sessions and `train export-sessions` read that field name.
 
 Words: tools/undo.py numbers its turns across all of a project's sessions, so the third snapshot
@@ -32,6 +32,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+
+from tools.snapshot import names_list
+from tools.undo import NothingToUndo, Snapshots, UndoError
 
 _TURN = re.compile(r"\bturn (\d+)\b")  # how tools/undo.py's messages name a snapshot turn
 
@@ -59,7 +62,6 @@ class RewindFiles:
     def describe(self, requests: dict[int, int]) -> list[str]:
         """The report's lines: what was put back, then what could not be and why. `requests`:
         the request number each turn id answered (the user knows requests, /undo turn ids)."""
-        from tools.snapshot import names_list
         lines = [f"{label} {names_list(sorted(set(paths)))}" for label, paths in (
             ("files restored:", self.restored), ("removed (the rewound turns created them):", self.removed),
             ("put back git's", self.git)) if paths]
@@ -94,7 +96,6 @@ class TurnUndo:
 
     def snapshots(self):
         """The project's Snapshots; UndoError when undo is off or cannot work here."""
-        from tools.undo import Snapshots, UndoError
         if not self.enabled:
             raise UndoError("undo is off for this agent (TurnSettings.snapshots=False)")
         if self._snapshots is None:
@@ -142,7 +143,6 @@ class TurnUndo:
         the module docstring says; a refusal is reported, never raised. `edited`: the real paths
         the turns' Edits wrote (one no snapshot holds is named as kept); `commands`: whether they
         ran Bash."""
-        from tools.undo import UndoError
         done = RewindFiles(commands=commands)
         if not turn_ids and not (commands or edited):
             return done
@@ -217,8 +217,6 @@ def slash_undo(agent, rest: str) -> str:
     """The /undo command of the REPL and the TUI, as the text to show: without `yes` only the
     plan (nothing changes: the user confirms by typing `/undo yes`); with it, the restore. Words
     of `rest`: all (any session's last turn), yes (do it), committed (allow_committed)."""
-    from tools.snapshot import names_list
-    from tools.undo import NothingToUndo, UndoError
     words = set(rest.split())
     unknown = words - {"all", "yes", "committed"}
     if unknown:

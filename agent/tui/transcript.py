@@ -1,4 +1,4 @@
-"""What the Textual face (agent/tui.py) shows of the conversation: the transcript, a running
+"""What the Textual face (agent/tui/app.py) shows of the conversation: the transcript, a running
 turn's events as widgets in it (`LiveTurn`: the reply streamed, one card per tool call, notes; a
 reply the driver takes back and resamples is removed again), and the two ways untrusted text
 becomes something to show (`plain`, `code_view`).
@@ -15,8 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Static
 
 from agent.display import call_title, edit_diff, printable, rule_words, summarize
-from nanocode.protocol import REJECTED, Approval, Status, ToolCall, ToolResult, TurnEnd
-from nanocode.protocol import Text as TextEvent
+from nanocode.protocol import REJECTED, Approval, Status, Text as TextEvent, ToolCall, ToolResult, TurnEnd
 
 
 def plain(text, style: str = "") -> Text:
@@ -33,7 +32,6 @@ def code_view(code: str, lexer: str = "diff") -> Syntax:
 class Transcript(VerticalScroll):
     """The conversation as it happens; it follows its end unless the user scrolled up (the app
     calls `keep_end` when the terminal is resized). `last_note` is the text of the last note."""
-
     last_note = ""
 
     def add(self, widget):
@@ -123,7 +121,7 @@ SAID = {"yes": "allowed once", "no": "rejected", "cancelled": "cancelled, not ru
 
 
 class LiveTurn:
-    """One running turn's events (agent/driver.py) as widgets in `transcript`: prose streamed
+    """One running turn's events (agent/loop/driver.py) as widgets in `transcript`: prose streamed
     into a ReplyView, a ToolCard per call (its result filled in), a note per approval and status.
 
     A step is sampled until it stands: a reply whose call the driver takes back (malformed, a

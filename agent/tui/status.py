@@ -1,4 +1,4 @@
-"""The status line of the Textual face (agent/tui.py): model, permission mode, the Python
+"""The status line of the Textual face (agent/tui/app.py): model, permission mode, the Python
 environment of the model's commands (tools/project_env.py), sandbox, context used of the
 model's, tokens/s of the last reply, and the state (loading, ready, working, waiting for your
 approval).

@@ -8,7 +8,7 @@ lines, no leading zero). `e.g. 10:30` and `x = a:1` stay free; so does a URL's p
 its host has a dot (`example.com:8080` reads as a citation and is refused: a known limit).
 
 A span in single backticks is one of
-  an occurrence  of the context (agent/spans.py SpanText: project files, their listing, every
+  an occurrence  of the context (agent/masks/spans.py SpanText: project files, their listing, every
                  message but the model's own prose, and every tool call so far), starting at an identifier boundary; it may close
                  only where the occurrence may end (`mean_pr` and `ean_price` never close where
                  only `mean_price` occurs; a snippet like `return a + b` does)
@@ -33,7 +33,7 @@ import re
 
 import numpy as np
 
-from agent.vocab_trie import BYTE, Value
+from agent.masks.vocab_trie import BYTE, Value
 
 OUT, SPAN, TICKS, FENCE, LOST = range(5)
 BAD = "bad"   # a citation that cannot be: a path-like run that is no listed file, then ':'

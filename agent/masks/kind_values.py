@@ -1,11 +1,11 @@
 """The value automata of tools from outside (protocol.Tool.kinds: an MCP server's, a serve
-client's), for agent/grammar.py: a string is free text (the grammar's own), an integer
+client's), for agent/masks/grammar.py: a string is free text (the grammar's own), an integer
 `-?digits`, a number a JSON number, a boolean `true`/`false`, an enum one of its strings.
 Each is memoised per kind on the Grammar (Grammar.cached), as the grounded values are.
 """
 from __future__ import annotations
 
-from agent.vocab_trie import SortedStrings, Value
+from agent.masks.vocab_trie import SortedStrings, Value
 
 
 class PatternBytes(Value):

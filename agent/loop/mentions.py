@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 import re
 
+from tools.closest import project_paths
+from tools.workspace import PathOutside, is_inside, resolve
+
 MENTION = re.compile(r"(?<!\S)@([^\s@]+)")
 MAX_PINS = 4  # files one request may pin (each takes a result's share of the context)
 MAX_COMPLETIONS = 20
@@ -21,7 +24,6 @@ MAX_COMPLETIONS = 20
 
 def mentioned(text: str, root) -> list[str]:
     """The project files `text` @-mentions, as written (trailing punctuation dropped), once each."""
-    from tools.workspace import PathOutside, is_inside, resolve
     out = []
     for m in MENTION.finditer(text):
         path = m.group(1).rstrip(".,;:!?)'\"")
@@ -57,5 +59,4 @@ def _is_text(name: str) -> bool:
 
 
 def project_files(root) -> list[str]:
-    from tools.closest import project_paths
     return project_paths(os.fspath(root))
