@@ -6,6 +6,7 @@ prefers within that module.
   tok, engine, repo  the scripted agent's tiny world (tests/scripted_agent.py): a 512-token BPE
                      on scripted_agent.TEXTS, a random tiny model with a 2048-token context, and
                      a committed git project (a.py, big.py) with its own NANOCODE_HOME
+  proj               that project with a.py alone (one_file_project)
   tokenizer          the fine-tuning stages' 512-token BPE (tests/train_helpers.corpus_texts)
   ckpt               a tiny random checkpoint with its tokenizer, as `train` saves one
   no_sandbox         this machine as one where no OS sandbox starts (NANOCODE_SANDBOX=off), and
@@ -95,17 +96,30 @@ def engine(tok):
     return Engine(random_params(cfg), cfg, tok, buckets=(64, 256, 1024))
 
 
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    from scripted_agent import BIG
+def one_file_project(tmp_path, monkeypatch, **more_files):
+    """tmp_path/proj, a git repository with a.py (`x = 1`) and `more_files` committed, and a
+    NANOCODE_HOME of its own (no user settings, shadow dirs or accepted files leak in)."""
     from tiny_models import commit_all
-    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))  # no user settings, shadow dirs
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
     root = tmp_path / "proj"
     root.mkdir()
-    (root / "a.py").write_text("x = 1\n")
-    (root / "big.py").write_text(BIG)
+    for name, text in {"a.py": "x = 1\n", **more_files}.items():
+        (root / name).write_text(text)
     commit_all(root)
-    return root
+    return root.resolve()
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    """The one-file project (one_file_project)."""
+    return one_file_project(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """The one-file project with big.py beside a.py (a file too long to read at once)."""
+    from scripted_agent import BIG
+    return one_file_project(tmp_path, monkeypatch, **{"big.py": BIG})
 
 
 @pytest.fixture(scope="module")

@@ -18,15 +18,6 @@ from tools.permissions import Policy
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def proj(tmp_path, monkeypatch):
-    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
-    p = tmp_path / "proj"
-    p.mkdir()
-    (p / "a.py").write_text("x = 1\n")
-    (p / "pyproject.toml").write_text("")  # a project marker: no folder-trust prompt
-    return p
-
 
 def test_help_imports_no_jax():
     code = ("import sys\nfrom agent import cli\n"

@@ -11,7 +11,7 @@ import threading
 import pytest
 from scripted_agent import call, reply
 from tiny_models import random_params, tiny
-from tui_pilot import approval_text, drive, engine, make, repo, submit, tok, until  # noqa: F401 - fixtures
+from tui_pilot import approval_text, drive, engine, make, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.loop.driver import Agent
 from agent.sessions import SessionStore, find_session, load_session
@@ -124,15 +124,22 @@ def test_read_card_then_edit_and_diff(engine, tok, repo):
     drive(app, body)
 
 
+def resumed(engine, repo, replies):
+    """A second agent going on with the session the first stored in `repo`, scripted to `replies`:
+    (agent, the stored messages, their meta, the session file)."""
+    path = find_session(repo)
+    messages, meta = load_session(path)
+    agent, _ = make(engine, repo, replies, messages=messages, meta=meta,
+                    store=SessionStore(repo, meta["id"], path))
+    return agent, messages, meta, path
+
+
 def test_resumed_session_shows_history_and_continues(engine, tok, repo):
     first, _ = make(engine, repo, [call(tok, "let me look.", "Read", file_path="a.py"),
                                    reply(tok, "x is 1.")])
     first.conv.store = SessionStore(repo, first.meta["id"])
     first.run_turn("what is x?")
-    path = find_session(repo)
-    messages, meta = load_session(path)
-    agent, _ = make(engine, repo, [reply(tok, "still 1.")], messages=messages, meta=meta,
-                    store=SessionStore(repo, meta["id"], path))
+    agent, messages, meta, path = resumed(engine, repo, [reply(tok, "still 1.")])
     app = NanocodeApp(agent=agent)
 
     async def body(pilot):
@@ -163,10 +170,7 @@ def test_a_resumed_session_shows_an_undone_request_as_undone(engine, tok, repo):
     first.run_turn("set x to 2")
     first.undo()
     first.run_turn("what is x now?")
-    path = find_session(repo)
-    messages, meta = load_session(path)
-    agent, _ = make(engine, repo, [reply(tok, "ok")], messages=messages, meta=meta,
-                    store=SessionStore(repo, meta["id"], path))
+    agent, _, meta, _ = resumed(engine, repo, [reply(tok, "ok")])
     app = NanocodeApp(agent=agent)
 
     async def body(pilot):

@@ -5,7 +5,7 @@ whole screen; and the approval shows the same diff /diff shows afterwards, a las
 a newline included (agent/display.unified_diff)."""
 from scripted_agent import call, reply
 from tiny_models import commit_all
-from tui_pilot import approval_text, drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
+from tui_pilot import approval_text, drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.tui.app import NanocodeApp
 from agent.tui.approval import ApprovalPanel

@@ -7,7 +7,7 @@ completion in both faces. Completion and the other keys: test_agent_tui_keys.py.
 import pytest
 from scripted_agent import call, reply
 from tiny_models import commit_all
-from tui_pilot import approval_text, drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
+from tui_pilot import approval_text, drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.tui import approval as tui_approval
 from agent.tui.app import NanocodeApp

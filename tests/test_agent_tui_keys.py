@@ -7,7 +7,7 @@ quits; Shift+Tab cycles the permission mode, shown in the status line; a custom 
 and sends its request."""
 from scripted_agent import reply
 from tiny_models import commit_all
-from tui_pilot import drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
+from tui_pilot import drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.tui.app import NanocodeApp
 from agent.tui.complete import CompletionList

@@ -7,7 +7,7 @@ conversation; /rewind opens the same list and Esc closes it with nothing changed
 the counted tokens. Keys typed while an approval waits go to the draft,
 except the approval's own (y / n answer it; Enter does nothing)."""
 from scripted_agent import call, reply
-from tui_pilot import drive, engine, make, repo, screen_text, submit, tok, until  # noqa: F401 - fixtures
+from tui_pilot import drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.sessions import SessionStore, load_session
 from agent.tui import approval as tui_approval

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from mcp_servers import HERE, server_config
 from race_helpers import ScriptedModel
-from tiny_models import commit_all
 
 from agent import cli, commands
 from agent.loop.driver import Agent
@@ -30,15 +29,6 @@ from tools.workspace import accepted_store
 ROOT = Path(__file__).resolve().parents[1]
 ESCAPES = ("\x1b", "\x07", "\u202e", "\x9b")
 
-
-@pytest.fixture
-def proj(tmp_path, monkeypatch):
-    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
-    p = tmp_path / "proj"
-    p.mkdir()
-    (p / "a.py").write_text("x = 1\n")
-    commit_all(p)
-    return p.resolve()
 
 
 def hub_of(root, servers: dict, **kw) -> McpHub:

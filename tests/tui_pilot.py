@@ -1,5 +1,5 @@
 """The TUI tests' world (tests/test_agent_tui.py, tests/test_agent_tui_input.py): a real tiny
-engine on its own small vocabulary, a one-file project, a scripted model whose generation a `gate`
+engine on its own small vocabulary (the project is conftest's `repo`), a scripted model whose generation a `gate`
 can hold after a few tokens (so a test knows a turn is still running while it types or presses
 Ctrl-C), and the pilot helpers that drive a Textual app from a plain asyncio loop and read what
 the terminal shows."""
@@ -9,7 +9,7 @@ import time
 
 import pytest
 from agent_builder import new_agent
-from tiny_models import commit_all, next_token_mask, random_params, tiny, tiny_tokenizer
+from tiny_models import next_token_mask, random_params, tiny, tiny_tokenizer
 
 from agent.tui.input import HistoryInput
 from nanocode.engine import Engine
@@ -29,15 +29,6 @@ def engine(tok):
     cfg = tiny(vocab_size=tok.vocab_size, sequence_len=1024)
     return Engine(random_params(cfg), cfg, tok, buckets=(64, 256, 1024))
 
-
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "a.py").write_text("x = 1\n")
-    commit_all(root)
-    return root
 
 
 class GatedScript:
