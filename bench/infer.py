@@ -36,16 +36,7 @@ REFERENCE = {"decode_b1": 590.0, "prefill": 10_700.0, "ttft_256_ms": 26.0}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="cpu-d4")
-    ap.add_argument("--seq-len", type=int, help="context (max_len); default the preset's")
-    ap.add_argument("--window-pattern", default=None, help="override the preset's (e.g. L)")
-    ap.add_argument("--vocab-size", type=int, help="override the preset's (e.g. 8192: the v5e preset's d6)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--decode-tokens", type=int, default=128)
-    ap.add_argument("--no-torch", action="store_true", help="skip the torch prefill reference")
-    args = ap.parse_args()
-
+    args = parse_args()
     enable_compilation_cache()
     over = {"sequence_len": args.seq_len} if args.seq_len else {}
     if args.window_pattern:
@@ -55,7 +46,6 @@ def main():
     cfg = preset(args.preset, **over)
     params = init_params(cfg, jax.random.PRNGKey(0))
     engine = eng.Engine(params, cfg)
-    S, R, N = engine.max_len, args.repeats, args.decode_tokens
     rng = np.random.RandomState(0)
     rows = []  # (metric, value, unit, reference or "")
 
@@ -63,23 +53,44 @@ def main():
         rows.append((name, value, unit, ref))
         print(f"  {name:<44} {value:>10.2f} {unit:<9} {ref}", flush=True)
 
+    def prompt(n):  # (1, n) random ids; every section draws from the one generator, in turn
+        return rng.randint(0, cfg.vocab_size, (1, n)).astype(np.int32)
+
     print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     print(f"{args.preset}: layers {cfg.n_layer}, width {cfg.n_embd}, vocab {cfg.vocab_size}, "
-          f"max_len {S}, windows {cfg.window_pattern}, buckets {engine.buckets}, "
+          f"max_len {engine.max_len}, windows {cfg.window_pattern}, buckets {engine.buckets}, "
           f"backend {jax.default_backend()}", flush=True)
 
     # warm-up: first call per bucket (compile, or load from the persistent cache)
     for b, secs in engine.warmup().items():
         row(f"warm-up prefill bucket {b}", secs * 1000, "ms")
+    prefill_rows(engine, cfg, prompt, row, args.repeats, args.no_torch)
+    decode_rows(engine, params, cfg, prompt, row, args.repeats, args.decode_tokens)
+    conversation_rows(engine, prompt, row)
 
-    def prompt(n):
-        return rng.randint(0, cfg.vocab_size, (1, n)).astype(np.int32)
+    print("\n| metric | value | unit | reference |\n|---|---:|---|---|")
+    for name, value, unit, ref in rows:
+        print(f"| {name.strip()} | {value:,.2f} | {unit} | {ref} |")
 
-    # time to first token and prefill throughput (fresh cache per run, allocated outside timing)
-    key = jax.random.PRNGKey(0)
-    greedy = eng.Sampling()
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="cpu-d4")
+    ap.add_argument("--seq-len", type=int, help="context (max_len); default the preset's")
+    ap.add_argument("--window-pattern", default=None, help="override the preset's (e.g. L)")
+    ap.add_argument("--vocab-size", type=int, help="override the preset's (e.g. 8192: the v5e preset's d6)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch prefill reference")
+    return ap.parse_args()
+
+
+def prefill_rows(engine, cfg, prompt, row, repeats: int, no_torch: bool) -> None:
+    """Time to first token and prefill tokens/s for prompts of 256, 1024 and 2048 tokens (those
+    that fit max_len): a fresh cache per run, allocated outside the timing; median of `repeats`."""
+    key, greedy = jax.random.PRNGKey(0), eng.Sampling()
     for n in (256, 1024, 2048):
-        if n > S:
+        if n > engine.max_len:
             continue
         ids = prompt(n)
 
@@ -92,18 +103,22 @@ def main():
             return time.perf_counter() - t
 
         ttft()  # compile this prompt's chunk plan and the sampler
-        secs = statistics.median(ttft() for _ in range(R))
+        secs = statistics.median(ttft() for _ in range(repeats))
         ref = f"nanochat ~{REFERENCE['ttft_256_ms']:.0f} ms" if n == 256 else ""
         row(f"time to first token, {n}-token prompt", secs * 1000, "ms", ref)
-        if args.no_torch:
+        if no_torch:
             ref = f"nanochat ~{REFERENCE['prefill']:,.0f}" if n == 256 else ""
         else:
-            ref_secs = torch_prefill(cfg, ids, R)
+            ref_secs = torch_prefill(cfg, ids, repeats)
             ref = f"torch nanochat forward {n / ref_secs:,.0f} tok/s, ratio {ref_secs / secs:.2f}x"
         row(f"prefill, {n}-token prompt", n / secs, "tok/s", ref)
 
-    # decode: per-token streaming steps (batch 1 and 8) and the fused loop (batch 1 and 8)
-    P = min(64, S - N)
+
+def decode_rows(engine, params, cfg, prompt, row, repeats: int, N: int) -> None:
+    """Decode tokens/s of N new tokens at batch 1 and 8 after a short prompt: per-token streaming
+    steps (a host sync per token, as a streaming consumer does) and the fused while_loop."""
+    key, greedy = jax.random.PRNGKey(0), eng.Sampling()
+    P = min(64, engine.max_len - N)
     for B in (1, 8):
         logits0, cache0 = engine.prefill(engine.new_cache(B), np.repeat(prompt(P), B, 0), 0)
 
@@ -129,13 +144,16 @@ def main():
 
         for name, fn in (("streaming steps", stream), ("fused while_loop", fused)):
             fn(fresh())  # compile
-            secs = statistics.median(fn(fresh()) for _ in range(R))
+            secs = statistics.median(fn(fresh()) for _ in range(repeats))
             ref = f"nanochat ~{REFERENCE['decode_b1']:.0f}" if B == 1 else ""
             row(f"decode batch {B}, {name}", B * N / secs, "tok/s", ref)
             row("  per step", secs / N * 1000, "ms")
 
-    # a 10-turn conversation: user turn of U tokens, then a 16-token reply, with and without reuse
-    U = max(8, S // 10 - 16 - 1)
+
+def conversation_rows(engine, prompt, row) -> None:
+    """A 10-turn conversation (user turns of ~max_len / 10 tokens, 16-token replies): the per-turn
+    prefill cost with KV-cache reuse and with the history re-prefilled; round 0 compiles, uncounted."""
+    U = max(8, engine.max_len // 10 - 16 - 1)
     turns = [prompt(U)[0].tolist() for _ in range(10)]
     for reuse, rnd in ((True, 0), (True, 1), (False, 0), (False, 1)):  # round 0 compiles
         costs, history, s = [], [], engine.decoder()
@@ -155,10 +173,6 @@ def main():
         row(f"10 turns, {label}: median turn prefill", statistics.median(costs) * 1000, "ms")
         row(f"10 turns, {label}: last turn prefill", costs[-1] * 1000, "ms")
         row(f"10 turns, {label}: total prefill", sum(costs) * 1000, "ms")
-
-    print("\n| metric | value | unit | reference |\n|---|---:|---|---|")
-    for name, value, unit, ref in rows:
-        print(f"| {name.strip()} | {value:,.2f} | {unit} | {ref} |")
 
 
 def torch_prefill(cfg, ids, repeats: int) -> float:

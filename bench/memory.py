@@ -25,18 +25,13 @@ What is compiled is exactly what `train speedrun --preset NAME` would run on the
   the base model's config (seq len raised if sft asks for more; bf16), its optimizer
   (train.finetune.sft_optimizer) and batch geometry (train.finetune.batch_geometry), on the sft args' mesh.
 
-Accelerator code paths on a CPU: gpt.py and optim.py choose by `jax.default_backend()`; while
-the optimizer is built and the step traced, `accelerator_backend(platform)` makes it answer the
-chip's platform ("tpu" or "gpu"), so the program analysed is the chip's (XLA still compiles for
-the CPU). Chips of one platform and device count share a compile.
-
-Attention: the CPU cannot compile the splash or cuDNN kernels, and its einsum path keeps the
-(B, H, T, S) probabilities for the backward. So by default `flash_standin_attention()` patches
-`nanocode.gpt.attend` (restored after) with a custom_vjp of attend's signature whose cheap forward
-saves exactly what a fused flash kernel keeps for its backward (q, k, v, the output, the per-row
-logsumexp in fp32), made real buffers by an optimization_barrier; a kernel's own scratch lives in
-on-chip memory, not HBM. `--attn real` compiles the real attention instead (with --compiler tpu,
-the default: the splash kernel itself).
+Accelerator code paths and attention on a CPU (bench/chip_standins.py): while the optimizer is
+built and the step traced, `jax.default_backend()` answers the chip's platform ("tpu" or "gpu"), so
+the program analysed is the chip's (XLA still compiles for the CPU; chips of one platform and device
+count share a compile); and by default nanocode.gpt.attend is a flash-shaped stand-in that saves
+what a fused kernel keeps for its backward (the CPU cannot compile the splash or cuDNN kernels).
+`--attn real` compiles the real attention instead (with --compiler tpu, the default: the splash
+kernel itself).
 
 Peak per device = argument + output + temp - alias, all from memory_analysis(), all printed:
 argument (params and optimizer state shards, the batch shard, live all step), output (new params
@@ -86,8 +81,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from chip_standins import accelerator_backend, flash_standin_attention  # noqa: E402  (bench/chip_standins.py)
 from nanocode.config import param_counts  # noqa: E402
 from train.cli import build_parser  # noqa: E402
 from train.speedrun import PRESETS  # noqa: E402
@@ -148,75 +144,6 @@ def preset_plan(name: str, device_batch: int | None = None, total_batch: int | N
 def devices_for(plan: dict, chip: str) -> int:
     """The preset's devices on its own chip; a chip's own count elsewhere."""
     return plan["devices"] if chip == plan["chip"] else CHIPS[chip]["devices"]
-
-
-# ---- patches: accelerator code paths, flash-shaped attention ---------------------------------------
-@contextlib.contextmanager
-def accelerator_backend(platform: str):
-    """`jax.default_backend()` answers `platform` inside: gpt.py / optim.py take the code paths the
-    chip would (see the module docstring). Restored on exit."""
-    import jax
-    saved = jax.default_backend
-    jax.default_backend = lambda: platform
-    try:
-        yield
-    finally:
-        jax.default_backend = saved
-
-
-def _make_flash_standin():
-    import jax
-    import jax.numpy as jnp
-
-    f32 = jnp.float32
-
-    def forward(q, k, v):
-        G = q.shape[2] // k.shape[2]
-        out = q + jnp.repeat(k + v, G, axis=2)  # (B, T, H, D): cheap, depends on q, k and v
-        lse = jnp.max(q.astype(f32), axis=-1).swapaxes(1, 2)  # (B, H, T) fp32, the per-row logsumexp
-        # What a flash kernel's backward reads from HBM, as real buffers (see the module docstring).
-        return jax.lax.optimization_barrier((q, k, v, out, lse))
-
-    @jax.custom_vjp
-    def flash_standin(q, k, v):
-        """Flash-attention-shaped stand-in: q (B, T, H, D), k, v (B, T, K, D) -> (B, T, H, D)."""
-        return forward(q, k, v)[3]
-
-    def fwd(q, k, v):
-        res = forward(q, k, v)
-        return res[3], res
-
-    def bwd(res, d_out):
-        q, k, v, out, lse = res
-        B, T, H, D = q.shape
-        K = k.shape[2]
-        delta = jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1)  # (B, T, H), as flash's
-        s = d_out.astype(f32) * (delta + lse.swapaxes(1, 2))[..., None]  # (B, T, H, D)
-        dkv = s.reshape(B, T, K, H // K, D).sum(axis=3)  # (B, T, K, D)
-        return ((s + q).astype(q.dtype), (dkv + k).astype(k.dtype), (dkv * v).astype(v.dtype))
-
-    flash_standin.defvjp(fwd, bwd)
-    return flash_standin
-
-
-@contextlib.contextmanager
-def flash_standin_attention():
-    """nanocode.gpt.attend -> flash_standin for training's no-cache calls (cached calls, which no
-    train step makes, keep the real attention). Restored on exit."""
-    import nanocode.gpt as gpt
-    real, standin = gpt.attend, _make_flash_standin()
-
-    def attend(q, k, v, *, window, impl, q_pos=None, valid_len=None, head_major=False):
-        if q_pos is not None or head_major:
-            return real(q, k, v, window=window, impl="xla", q_pos=q_pos, valid_len=valid_len,
-                        head_major=head_major)
-        return standin(q, k, v)
-
-    gpt.attend = attend
-    try:
-        yield
-    finally:
-        gpt.attend = real
 
 
 # ---- building and compiling one step ---------------------------------------------------------------

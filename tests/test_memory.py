@@ -28,8 +28,9 @@ SCRIPT = ROOT / "bench" / "memory.py"
 GiB = 2**30
 
 
-def _memory_module():
-    spec = importlib.util.spec_from_file_location("bench_memory", SCRIPT)
+def _standins_module():
+    """bench/chip_standins.py (the patches bench/memory.py compiles under), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("bench_chip_standins", ROOT / "bench" / "chip_standins.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -101,12 +102,12 @@ def test_flash_standin_saves_what_a_flash_kernel_saves():
     """Residuals q, k, v, out and the (B, H, T) fp32 logsumexp; gradients shaped like q, k, v;
     the patch of nanocode.gpt.attend is undone on exit."""
     import nanocode.gpt as gpt
-    memory = _memory_module()
+    standins = _standins_module()
     B, T, H, K, D = 2, 16, 4, 2, 8
     q = jax.random.normal(jax.random.PRNGKey(0), (B, T, H, D), jnp.bfloat16)
     k, v = (jax.random.normal(jax.random.PRNGKey(i), (B, T, K, D), jnp.bfloat16) for i in (1, 2))
     real = gpt.attend
-    with memory.flash_standin_attention():
+    with standins.flash_standin_attention():
         assert gpt.attend is not real
         f = lambda q, k, v: gpt.attend(q, k, v, window=T, impl="splash")  # noqa: E731
         out, vjp = jax.vjp(f, q, k, v)
@@ -114,15 +115,15 @@ def test_flash_standin_saves_what_a_flash_kernel_saves():
     assert gpt.attend is real
     assert out.shape == q.shape and out.dtype == q.dtype
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
-    _, saved = memory._make_flash_standin().fwd(q, k, v)  # the custom_vjp's residuals
+    _, saved = standins.make_flash_standin().fwd(q, k, v)  # the custom_vjp's residuals
     shapes = sorted((tuple(a.shape), str(a.dtype)) for a in saved)
     assert shapes == sorted([(q.shape, "bfloat16"), (k.shape, "bfloat16"), (v.shape, "bfloat16"),
                              (q.shape, "bfloat16"), ((B, H, T), "float32")])
 
 
 def test_accelerator_backend_is_scoped():
-    memory = _memory_module()
+    standins = _standins_module()
     before = jax.default_backend()
-    with memory.accelerator_backend("tpu"):
+    with standins.accelerator_backend("tpu"):
         assert jax.default_backend() == "tpu"
     assert jax.default_backend() == before
