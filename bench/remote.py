@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from agent.model import load_engine, resolve_model  # noqa: E402
 from agent.samplers.engine import EngineSampler  # noqa: E402
 from agent.samplers.remote import RemoteSampler  # noqa: E402
-from agent.serve import Server, make_server  # noqa: E402
+from agent.serve import Server  # noqa: E402
+from agent.serve_http import make_server  # noqa: E402
 from agent.settings import SamplerSettings, TurnSettings  # noqa: E402
 from tasks import build_task, drive, setup_env, task_agent  # noqa: E402
 

@@ -41,7 +41,8 @@ def default_engine():
 
 @pytest.fixture(scope="module")
 def our_server(default_engine):
-    from agent.serve import Server, make_server
+    from agent.serve import Server
+    from agent.serve_http import make_server
     httpd = make_server(Server(default_engine, "default"))  # no key: loopback, in this process
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"

@@ -1,4 +1,4 @@
-"""Attacks on `nanocode serve` (agent/serve.py), executed over real loopback sockets against the
+"""Attacks on `nanocode serve` (agent/serve.py, its HTTP front agent/serve_http.py), executed over real loopback sockets against the
 real server (make_server, as `nanocode serve` builds it) on a tiny random checkpoint.
 
 Each attack is checked by its damage: whether the engine did any work (a counter on
@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from agent.serve import MAX_BODY, Server, make_server
+from agent.serve import Server
+from agent.serve_http import MAX_BODY, make_server
 
 KEY = "k3y-for-the-tests"
 CHAT = "/v1/chat/completions"
@@ -85,9 +86,9 @@ def test_no_key_no_model(srv, monkeypatch):
         before = srv.work
         assert ask(port, "POST", CHAT, GOOD, key=None)[0] == 200 and srv.work == before + 1
     compared = []
-    import agent.serve
-    real = agent.serve.hmac.compare_digest
-    monkeypatch.setattr(agent.serve.hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))
+    import agent.serve_http
+    real = agent.serve_http.hmac.compare_digest
+    monkeypatch.setattr(agent.serve_http.hmac, "compare_digest", lambda a, b: compared.append(1) or real(a, b))
     bad = [None, "Bearer wrong", f"Bearer {KEY}x", f"Bearer {KEY[:-1]}", f"Basic {KEY}", KEY,
            "Bearer", f"Bearer {KEY.upper()}", f"Token {KEY}"]
     with serving(srv) as port:

@@ -181,7 +181,7 @@ def stopper(ckpt):
     import numpy as np
 
     from agent.model import load_engine
-    from agent.serve import make_server
+    from agent.serve_http import make_server
     from nanocode.engine import Engine
     from nanocode.gpt import init_params
     tok, cfg = (e := load_engine(ckpt)).tokenizer, e.cfg

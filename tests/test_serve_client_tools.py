@@ -9,7 +9,8 @@ import openai
 import pytest
 
 from agent.samplers.openai_wire import tool_schema
-from agent.serve import Server, make_server
+from agent.serve import Server
+from agent.serve_http import make_server
 
 KEY = "client-tools-key"
 UNIT = {"type": "function", "function": {

@@ -12,7 +12,8 @@ import threading
 import pytest
 
 from agent.samplers.openai_wire import StopText, tool_schema
-from agent.serve import Server, make_server
+from agent.serve import Server
+from agent.serve_http import make_server
 from nanocode.protocol import TOOLS, system_prompt
 
 KEY = "k3y-for-the-tests"

@@ -120,22 +120,7 @@ class Call(Message):
 # ---- the app ----------------------------------------------------------------------------------
 class NanocodeApp(App):
     TITLE = "nanocode"
-    CSS = """
-    #transcript { height: 1fr; padding: 0 1; }
-    .user { color: $accent; text-style: bold; margin-top: 1; }
-    .assistant { margin-top: 1; }
-    .tool { margin: 0 0 0 2; padding: 0; border: none; }
-    .tool.failed CollapsibleTitle { color: $error; }
-    #approval { display: none; height: auto; border: round $warning; padding: 0 1; }
-    #approval.show { display: block; }
-    #approval-scroll { height: auto; }  /* its max-height: ApprovalPanel.fit */
-    #approval-head, #approval-choices { height: auto; }
-    #status { height: 1; background: $panel; padding: 0 1; }
-    #prompt { height: auto; min-height: 3; max-height: 8; }
-    #completions { display: none; height: auto; padding: 0 1; text-wrap: nowrap;
-                   text-overflow: ellipsis; }
-    #completions.show { display: block; }
-    """
+    CSS_PATH = "app.tcss"  # the layout, beside this file
     BINDINGS = [Binding("ctrl+c", "interrupt", "stop / quit", priority=True, show=False),
                 Binding("shift+tab", "cycle_mode", "mode", priority=True, show=False),
                 Binding("escape", "stop", "stop the turn", show=False)]
