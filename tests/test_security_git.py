@@ -14,8 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.loop import best_of
+from agent.loop import project_copy
 from agent.loop.driver import Agent
+from agent.loop.turn import Turn
 from agent.loop.turn_undo import TurnUndo
 from agent.masks.grounding import Grounding
 from tools import closest, snapshot
@@ -149,10 +150,10 @@ def site_grounding(root, kind, tmp_path):
 
 
 def site_best_of(root, kind, tmp_path):
-    top, info = best_of._probe(str(root))
+    top, info = project_copy.probe(str(root))
     assert info is not None
-    files = best_of._list(top, True)
-    best_of._make_copy(top, info, files, str(tmp_path / "copy"))
+    files = project_copy.project_files(top, True)
+    project_copy.make_copy(top, info, files, str(tmp_path / "copy"))
     assert (tmp_path / "copy" / "a.txt").read_text() == "hello a\n"
 
 
@@ -457,18 +458,18 @@ def test_loop_refuses_the_call_when_the_snapshot_fails(repo):
     os.makedirs(ck.meta_dir, exist_ok=True)
     open(os.path.join(ck.meta_dir, "index.lock"), "w").close()  # another snapshot "in progress"
     args = {"file_path": "a.py", "old_string": "x = 1", "new_string": "x = 9"}
-    result, stop = a._run_call("Edit", args, None, a._emit, None)
+    result, stop = Turn(a, None, a._emit, None).run_call("Edit", args)
     assert result.startswith("error: not run: the project could not be snapshotted") and stop is None
     assert (repo / "a.py").read_text() == "x = 1\n"
     assert any("so the call was not run" in getattr(e, "text", "") for e in a.events)
-    result, _ = a._run_call("Bash", {"command": "echo hi > made.txt"}, None, a._emit, None)
+    result, _ = Turn(a, None, a._emit, None).run_call("Bash", {"command": "echo hi > made.txt"})
     assert result.startswith("error: not run") and not (repo / "made.txt").exists()
     os.unlink(os.path.join(ck.meta_dir, "index.lock"))
-    result, _ = a._run_call("Edit", args, None, a._emit, None)
+    result, _ = Turn(a, None, a._emit, None).run_call("Edit", args)
     assert not result.startswith("error") and (repo / "a.py").read_text() == "x = 9\n"
     a2 = bare_agent(repo)
     a2.undo_log = TurnUndo(str(repo), enabled=False)  # the opt-out: runs without a snapshot
-    result, _ = a2._run_call("Bash", {"command": "echo hi > made.txt"}, None, a2._emit, None)
+    result, _ = Turn(a2, None, a2._emit, None).run_call("Bash", {"command": "echo hi > made.txt"})
     assert (repo / "made.txt").exists() and not a2.undo_log.made
 
 

@@ -5,7 +5,7 @@ tree, as one turn that /undo restores.
 Rollout 0 runs as the user configured it (greedy stays greedy, the user's seed); rollout i > 0
 samples at `sample_temperature` with seed + i. They run one after another on one engine; every
 copy is made before the first, so all start from the same state, and the user's tree is only read
-until the pick is applied. A copy (_make_copy) holds the work tree's listed files and a .git that
+until the pick is applied. A copy (agent/loop/project_copy.py) holds the work tree's listed files and a .git that
 borrows the user's objects, so git works there and can never write to the user's repository.
 
 The verifier is never a hidden check: for a change, the project's tests as they were
@@ -20,33 +20,26 @@ user should get; the cost is a partial change when a test needed that link.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
-import stat
 import sys
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
+from agent.loop.project_copy import BestOfError, copy_file, digest, make_copy, manifest, probe, project_files
 from nanocode.protocol import Status, TurnResult
 from tools import project_env, test_guard
-from tools.git import git as safe_git
 from tools.undo import Snapshots
 from tools.write_tree import UnsafeWrite, write_changes
 
 SAMPLE_TEMPERATURE = 0.7
 TEST_TIMEOUT = 120.0
-_SKIP = {".git", ".nanocode", "__pycache__", ".pytest_cache"}  # never copied, never a change
 _CITE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]*\w\.\w+):(\d+)\b")
 _SPAN = re.compile(r"`([^`\n]+)`")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
-
-
-class BestOfError(Exception):
-    """The pick could not be applied; the message names the files and the fix."""
 
 
 @dataclass
@@ -113,118 +106,6 @@ class BestOf:
                 "refused": self.refused, "tests_before": self.tests_before,
                 "checkpoint": self.checkpoint, "test_command": self.test_command,
                 "pass_at_1": rolls[0] if rolls else None, "rollouts": rolls}
-
-
-# ---- the project and its copies ----------------------------------------------------------------
-
-def _git(cwd: str, *args: str, check: bool = True) -> bytes | None:
-    """stdout of a git command run through tools/git.py (nothing the repo's config names runs);
-    failure: BestOfError, or None when check is False."""
-    r = safe_git(cwd, *args, timeout=None)
-    if r.returncode == 0:
-        return r.stdout
-    if check:
-        raise BestOfError(f"git {args[0]} failed in {cwd}: {r.stderr.decode(errors='replace').strip()}")
-    return None
-
-
-def _probe(root: str) -> tuple[str, dict | None]:
-    """(work tree top, the git facts a copy needs, or None outside git)."""
-    out = _git(root, "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-path",
-               "objects", "--git-path", "index", "--git-path", "info/exclude", check=False)
-    if out is None:
-        return root, None
-    top, objects, index, exclude = os.fsdecode(out).splitlines()[:4]
-    top = os.path.realpath(top)
-    head = _git(top, "rev-parse", "-q", "--verify", "HEAD^{commit}", check=False)
-    ref = _git(top, "symbolic-ref", "-q", "HEAD", check=False)
-    return top, {"objects": objects, "index": index, "exclude": exclude,
-                 "head": head.decode().strip() if head else None,
-                 "ref": ref.decode().strip() if ref else None}
-
-
-def _skipped(path: str) -> bool:
-    return any(part in _SKIP for part in path.split("/"))
-
-
-def _list(top: str, git: bool) -> list[str]:
-    """Work-tree-relative paths of the project's files (git: tracked + untracked-not-ignored)."""
-    if git:
-        names = os.fsdecode(_git(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard"))
-        paths = dict.fromkeys(p for p in names.split("\0") if p)  # unmerged entries come thrice
-    else:
-        paths = {}
-        for dirpath, dirs, files in os.walk(top):
-            rel = os.path.relpath(dirpath, top).replace(os.sep, "/")
-            links = [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]
-            dirs[:] = sorted(d for d in dirs if d not in _SKIP and d not in links)
-            for name in sorted(files + links):
-                paths[name if rel == "." else f"{rel}/{name}"] = None
-    out = []
-    for p in paths:
-        full = os.path.join(top, p)
-        if not _skipped(p) and os.path.lexists(full) and (os.path.islink(full) or not os.path.isdir(full)):
-            out.append(p)  # a tracked file deleted in the work tree, or a submodule, is left out
-    return out
-
-
-def _digest(full: str) -> str | None:
-    """What a change compares: symlink target, or exec bit + content sha1; None when absent."""
-    try:
-        st = os.lstat(full)
-    except OSError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        return "l:" + os.readlink(full)
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    h = hashlib.sha1()
-    with open(full, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return ("x:" if st.st_mode & 0o111 else "f:") + h.hexdigest()
-
-
-def _manifest(top: str, git: bool) -> dict[str, str]:
-    return {p: d for p in _list(top, git) if (d := _digest(os.path.join(top, p))) is not None}
-
-
-def _copy_file(src: str, dst: str) -> None:
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if os.path.islink(src):
-        os.symlink(os.readlink(src), dst)
-    else:
-        shutil.copy2(src, dst)
-
-
-def _make_copy(top: str, git: dict | None, files: list[str], dest: str) -> None:
-    """A copy at `dest`: `files` (git's tracked and untracked-not-ignored files, symlinks as
-    symlinks; outside git every file). Its .git is a fresh repository that borrows the user's
-    objects through objects/info/alternates and has a copy of the user's index, info/exclude and
-    HEAD (branch name and commit), so `git status`, `git diff`, `git log` and commits work in the
-    copy, cost O(index) rather than O(history) to set up, and never write to the user's
-    repository. Not copied, by design: ignored files (build outputs, .env, an in-project venv:
-    tests that need them fail in every copy alike), _SKIP (a Python run recreates the caches; they
-    never count as changes), submodule contents, the repo's config, other refs and the stash."""
-    os.makedirs(dest)
-    for p in files:
-        _copy_file(os.path.join(top, p), os.path.join(dest, p))
-    if git is None:
-        return
-    _git(dest, "init", "-q", "--template=")
-    dot = os.path.join(dest, ".git")
-    os.makedirs(os.path.join(dot, "objects", "info"), exist_ok=True)
-    with open(os.path.join(dot, "objects", "info", "alternates"), "w") as f:
-        f.write(git["objects"] + "\n")
-    if os.path.isfile(git["exclude"]):
-        os.makedirs(os.path.join(dot, "info"), exist_ok=True)
-        shutil.copyfile(git["exclude"], os.path.join(dot, "info", "exclude"))
-    if os.path.isfile(git["index"]):
-        shutil.copyfile(git["index"], os.path.join(dot, "index"))
-    if git["ref"]:
-        _git(dest, "symbolic-ref", "HEAD", git["ref"])
-    if git["head"]:
-        _git(dest, "update-ref", *([] if git["ref"] else ["--no-deref"]), "HEAD", git["head"])
 
 
 # ---- verification ---------------------------------------------------------------------------------
@@ -342,7 +223,7 @@ def apply_changes(root: str, top: str, rollout: Rollout, message: str, emit):
     tools.undo.Snapshots turn wraps the writes, and the user's other uncommitted and ignored
     files, index and HEAD are never touched. Nothing is written through a symlink
     (tools/write_tree.py: a folder on the way that is a link is a BestOfError)."""
-    moved = [p for p, (before, _) in rollout.changes.items() if _digest(os.path.join(top, p)) != before]
+    moved = [p for p, (before, _) in rollout.changes.items() if digest(os.path.join(top, p)) != before]
     if moved:
         raise BestOfError(f"not applied: {', '.join(sorted(moved))} changed in your project while the "
                           "rollouts ran; commit or discard your edits and rerun")
@@ -405,9 +286,9 @@ def best_of(make_agent, root, prompt: str, opts: BestOfOptions, *, drive=None, o
     if drive is None:
         def drive(agent, text):
             return [agent.run_turn(text, approve=None, on_event=emit, cancel=cancel)]
-    top, git = _probe(root)
+    top, git = probe(root)
     rel = os.path.relpath(root, top)
-    files = _list(top, git is not None)
+    files = project_files(top, git is not None)
     env = project_env.choose(root)
     command = opts.test_command or detect_tests(files, env.path)
     # the copies leave an in-project venv out: their commands keep the project's environment
@@ -423,7 +304,7 @@ def best_of(make_agent, root, prompt: str, opts: BestOfOptions, *, drive=None, o
         tops = [os.path.join(base, str(i), name) for i in range(n)]
         baseline = os.path.join(base, "before", name) if command else None  # the tree as it was
         for t in tops + ([baseline] if baseline else []):
-            _make_copy(top, git, files, t)
+            make_copy(top, git, files, t)
         rollouts = []
         for i, t in enumerate(tops):
             if cancel is not None and cancel.is_set():
@@ -453,21 +334,21 @@ def _rollout(i, top, rel, git, make_agent, drive, prompt, emit, seed, temp, comm
     emit(Status(f"rollout {i + 1}/{n}: seed {seed + i}, {how}"))
     t0 = time.perf_counter()
     root = os.path.normpath(os.path.join(top, rel))
-    before = _manifest(top, git)
+    before = manifest(top, git)
     agent = make_agent(root, temp, seed + i)
     turns = list(drive(agent, prompt))
     messages, meta, sandbox = agent.messages, agent.meta, getattr(agent, "sandbox", None)
     del agent  # its KV cache goes with it
-    after = _manifest(top, git)
+    after = manifest(top, git)
     for p in set(before) - set(after):  # one the rollout made ignored is still there, unchanged
-        if (d := _digest(os.path.join(top, p))) is not None:
+        if (d := digest(os.path.join(top, p))) is not None:
             after[p] = d
     changes = {p: (before.get(p), after.get(p)) for p in sorted(set(before) | set(after))
                if before.get(p) != after.get(p)}
     stash = os.path.dirname(top) + ".changes"  # <base>/<i>.changes: beside the copy, never in it
     for p, (_, d) in changes.items():
         if d is not None:
-            _copy_file(os.path.join(top, p), os.path.join(stash, p))
+            copy_file(os.path.join(top, p), os.path.join(stash, p))
     guarded, allowed, view = guard
     r = Rollout(i, seed + i, temp, root, top, turns, messages, meta, sorted(changes),
                 changes=changes, stash=stash, tampered=test_guard.tampered(top, guarded, allowed, view),
