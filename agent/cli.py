@@ -96,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with -p: the answer as text (the default); JSON with answer, tool_calls, "
                    "files_changed, steps, stop_reason, usage; or stream-json, one JSON event per "
                    "line as it happens (text deltas, tool calls and results, then the result)")
+    add_best_of_flags(p)
+    add_project_flags(p)
+    return p
+
+
+def add_best_of_flags(p: argparse.ArgumentParser) -> None:
+    """--best-of N and what it runs: the rollouts' temperature, the verifier's command and its
+    sandbox flag (tools/checks.py)."""
     p.add_argument("--best-of", type=int, default=1, metavar="N",
                    help="with -p: run the request N times in copies of the project and apply only "
                    "the best (tests pass for a change, agreement for a question) as one undoable "
@@ -106,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --best-of: the shell command that verifies a change (default: "
                    "python -m pytest -q when the project has tests)")
     add_flag(p)  # --best-of's verifier runs the rollouts' changes (tests)
+
+
+def add_project_flags(p: argparse.ArgumentParser) -> None:
+    """Which folder, whether to trust it and its settings, and which session to go on with."""
     p.add_argument("--trust-settings", action="store_true",
                    help="use the project's .nanocode settings without asking (by default they "
                    "apply only once you have accepted them in an interactive start)")
@@ -121,7 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--cwd", metavar="DIR", default=".",
         help="project directory to work in (default: the current directory)",
     )
-    return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
