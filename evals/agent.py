@@ -57,7 +57,7 @@ has the keys of a checkpoint run: model "<url> <model>", base_url, checkpoint an
 None for the engine-only settings (ENGINE_ONLY). A turn the server failed (stop reason
 model_error) scores as unresolved, and the run warns with their count.
 
-A checkpoint's model loads jax and orbax (~3.5 s): nanocode.checkpoint is imported inside main
+A checkpoint's model loads jax and orbax (~3.5 s): nanocode.checkpoint is imported inside model_under_test
 for it, so a server (--base-url) and the baselines run without them, in every worker process.
 
 Checks (every policy's: the project as it was left) run model-written code, so they run through
@@ -255,60 +255,56 @@ def split_suffix(split: str) -> str:
     return "" if split == "eval" else "_" + split.replace("-", "_")
 
 
-def main(args) -> int:
-    t0 = time.perf_counter()
+def usage_problem(args) -> str | None:
+    """What is wrong with the numbers and the model flags, in one line, or None."""
+    if args.per_family < 1 or args.max_steps < 1 or args.max_tokens < 1 or args.best_of < 1:
+        return "--per-family, --max-steps, --max-tokens and --best-of must be >= 1"
+    if args.retries < 0 or args.best_of_temperature <= 0:
+        return "--retries must be >= 0 and --best-of-temperature > 0"
+    if args.best_of > 1 and args.policy != "model":
+        return "--best-of needs --policy model (the baselines are deterministic)"
+    if args.context is not None and (args.base_url is None or args.context < 64):
+        return "--context goes with --base-url and is at least 64 tokens"
+    if args.base_url is None:
+        return None
+    engine_flags = ["--step"] * (args.step is not None) + [
+        FLAGS[f].name for f in ENGINE_ONLY if f in COMMANDS["evals agent"]
+        and getattr(args, f) != default("evals agent", f)]
+    if args.policy != "model":
+        return f"--base-url goes with --policy model, not {args.policy}"
+    if engine_flags:
+        return (f"{', '.join(engine_flags)} set our engine (a checkpoint's step, its grammar, "
+                "its sampling); a server behind --base-url samples its own way: drop them, "
+                "or score a checkpoint with --model")
+    return base_url_error(args.base_url)
+
+
+def task_families(args) -> tuple[list[str], str | None]:
+    """The families to run (--families, else all of the split's world) and what is wrong with
+    --families (None: nothing)."""
     trained, eval_only = list(TRAIN_FAMILIES), list(EVAL_ONLY_FAMILIES)
     world = SPLITS[args.split][0]
     known = [f for f in trained + eval_only if f in WORLD_FAMILIES[world]]
     families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else known
     bad = [f for f in families if f not in known]
-    if bad:
-        print(f"error: unknown task family {', '.join(bad)} in the {world} world (trained: "
-              f"{', '.join(f for f in trained if f in known)}; eval-only: "
-              f"{', '.join(f for f in eval_only if f in known)})", file=sys.stderr)
-        return 2
-    if args.per_family < 1 or args.max_steps < 1 or args.max_tokens < 1 or args.best_of < 1:
-        print("error: --per-family, --max-steps, --max-tokens and --best-of must be >= 1",
-              file=sys.stderr)
-        return 2
-    if args.retries < 0 or args.best_of_temperature <= 0:
-        print("error: --retries must be >= 0 and --best-of-temperature > 0", file=sys.stderr)
-        return 2
-    if args.best_of > 1 and args.policy != "model":
-        print("error: --best-of needs --policy model (the baselines are deterministic)", file=sys.stderr)
-        return 2
-    if args.context is not None and (args.base_url is None or args.context < 64):
-        print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
-        return 2
-    if args.base_url is not None:
-        engine_flags = ["--step"] * (args.step is not None) + [
-            FLAGS[f].name for f in ENGINE_ONLY if f in COMMANDS["evals agent"]
-            and getattr(args, f) != default("evals agent", f)]
-        if args.policy != "model":
-            problem = f"--base-url goes with --policy model, not {args.policy}"
-        elif engine_flags:
-            problem = (f"{', '.join(engine_flags)} set our engine (a checkpoint's step, its grammar, "
-                       "its sampling); a server behind --base-url samples its own way: drop them, "
-                       "or score a checkpoint with --model")
-        else:
-            problem = base_url_error(args.base_url)
-        if problem:
-            print(f"error: {problem}", file=sys.stderr)
-            return 2
-    # every policy's check runs the project as it was left (a server's edits with --base-url)
-    unsandboxed = gate_or_exit("evals agent", args.unsandboxed)
-    info: dict = {"policy": args.policy, "unsandboxed": unsandboxed}
+    if not bad:
+        return families, None
+    return families, (f"unknown task family {', '.join(bad)} in the {world} world (trained: "
+                      f"{', '.join(f for f in trained if f in known)}; eval-only: "
+                      f"{', '.join(f for f in eval_only if f in known)})")
+
+
+def model_under_test(args, sampling, turn):
+    """What runs the tasks: (the summary's fields on it, checkpoint, step, server options, results
+    folder, results name); a server is asked now, so a wrong URL or model fails here in one line.
+    Raises ModelError, whose code is the exit status."""
+    info: dict = {}
     model = step = server = None
-    sampling, turn = settings(args, "evals agent")
     chosen = {**asdict(sampling), **asdict(turn)}
     del chosen["seed"]  # each task samples with its own seed; "seed" is the tasks' (below)
-    if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
-        try:
-            remote, label = load_sampler(AgentOptions(model=args.model, base_url=args.base_url,
-                                                      context=args.context), None, None)
-        except ModelError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return e.code  # 6: the model server failed
+    if args.base_url is not None:
+        remote, label = load_sampler(AgentOptions(model=args.model, base_url=args.base_url,
+                                                  context=args.context), None, None)
         server = AgentOptions(model=remote.model, base_url=args.base_url, context=args.context)
         info.update(model=label, base_url=args.base_url, checkpoint=None, step=None,
                     **{**chosen, **dict.fromkeys(ENGINE_ONLY)})
@@ -319,19 +315,36 @@ def main(args) -> int:
         try:
             ckpt, tag = resolve_model(args.model)
         except ModelError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            raise ModelError(str(e), 2) from e
         step = args.step if args.step is not None else latest_step(ckpt)
         if step is None:
-            print(f"error: no complete checkpoint in {ckpt}; train one with `train base` and "
-                  "`train sft`", file=sys.stderr)
-            return 2
+            raise ModelError(f"no complete checkpoint in {ckpt}; train one with `train base` and `train sft`", 2)
         model = str(ckpt)
         info.update(model=tag, base_url=None, checkpoint=model, step=int(step), **chosen)
         dest, name = out_dir(args.out, tag), f"agent{split_suffix(args.split)}_step{step}"
     else:
         info["model"] = args.policy
         dest, name = out_dir(args.out, "reference"), f"agent{split_suffix(args.split)}_{args.policy}"
+    return info, model, step, server, dest, name
+
+
+def main(args) -> int:
+    t0 = time.perf_counter()
+    families, problem = task_families(args)
+    if problem is None:
+        problem = usage_problem(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    # every policy's check runs the project as it was left (a server's edits with --base-url)
+    unsandboxed = gate_or_exit("evals agent", args.unsandboxed)
+    sampling, turn = settings(args, "evals agent")
+    try:
+        fields, model, step, server, dest, name = model_under_test(args, sampling, turn)
+    except ModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code  # 6: the model server failed; 2: no such model or checkpoint
+    info = {"policy": args.policy, "unsandboxed": unsandboxed, **fields}
     if args.policy == "model":  # the baselines run their calls directly; the model's need approval
         info["best_of"] = args.best_of
         if args.best_of > 1:

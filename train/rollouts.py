@@ -257,27 +257,90 @@ def _write_jsonl(path: Path, rows) -> int:
     return n
 
 
-def main(args) -> int:
+def run_jobs(jobs, todo, args, server, tasks_dir: Path) -> list[str]:
+    """Run the `todo` jobs (of `jobs`) on --workers processes with a progress bar, writing each
+    task's record as it ends; returns the ids not recorded (the server failed every rollout).
+    Raises ModelError when a worker cannot load the model or reach the server."""
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="rollouts", unit="task",
+               file=sys.stderr, dynamic_ncols=True)
+    solved, unrecorded = [0], []
+
+    def done(rec):
+        bar.update()
+        if rec["samples"] and all("model_error" in x["stops"] for x in rec["samples"]):
+            unrecorded.append(rec["id"])  # the server failed every rollout: a rerun retries it
+            return
+        tmp = tasks_dir / f".{rec['id']}.json.tmp"
+        tmp.write_text(json.dumps(rec, ensure_ascii=False))
+        os.replace(tmp, tasks_dir / f"{rec['id']}.json")
+        solved[0] += rec["resolved"]
+        bar.set_postfix(resolved=solved[0])
+    try:
+        if args.workers <= 1 or len(todo) <= 1:
+            _init(args.model, server)
+            for job in todo:
+                done(run_task(job))
+        elif todo:
+            with mp.get_context("spawn").Pool(args.workers, initializer=_init,
+                                              initargs=(args.model, server)) as pool:
+                for rec in pool.imap_unordered(run_task, todo):
+                    done(rec)
+    finally:
+        bar.close()
+    return unrecorded
+
+
+def write_outputs(out: Path, records: list[dict], args, label: str, unsandboxed: bool, t0: float) -> dict:
+    """sft.jsonl and preference.jsonl from every task's record, and the summary (returned and
+    written as summary.json): resolved, rows, pairs, errors and tampering, per family and world."""
+    n_rows = _write_jsonl(out / "sft.jsonl", (r for rec in records for r in rec["rows"]))
+    n_pairs = _write_jsonl(out / "preference.jsonl", (rec["pair"] for rec in records if "pair" in rec))
+    by_family = {}
+    for rec in records:
+        fam = by_family.setdefault(rec["family"], {"tasks": 0, "resolved": 0, "pairs": 0})
+        fam["tasks"] += 1
+        fam["resolved"] += rec["resolved"]
+        fam["pairs"] += "pair" in rec
+    worlds = {}
+    for rec in records:
+        w = worlds.setdefault(rec.get("world", "generated"), {"tasks": 0, "resolved": 0})
+        w["tasks"] += 1
+        w["resolved"] += rec["resolved"]
+    summary = {"model": label, "base_url": args.base_url, "unsandboxed": unsandboxed, "tasks": len(records),
+               "resolved": sum(r["resolved"] for r in records),
+               "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
+               "tampered_samples": sum(bool(x.get("tampered")) for r in records for x in r["samples"]),
+               "samples": args.samples, "seed": args.seed, "real_ratio": args.real_ratio,
+               "families": by_family, "worlds": worlds,
+               "seconds": round(time.perf_counter() - t0, 1)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def usage_problem(args) -> str | None:
+    """What is wrong with the flags, in one line, or None."""
     if args.n < 1 or args.samples < 1 or args.max_steps < 1 or args.seed < 0:
-        print("error: --n, --samples and --max-steps must be >= 1 and --seed >= 0", file=sys.stderr)
-        return 2
+        return "--n, --samples and --max-steps must be >= 1 and --seed >= 0"
     if not 0 <= args.real_ratio <= 1:
-        print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}", file=sys.stderr)
-        return 2
+        return f"--real-ratio must be between 0 and 1, not {args.real_ratio}"
     if args.base_url is None and args.model is None:
-        print("error: train rollouts needs --model (a checkpoint dir, run dir or run tag) or "
-              "--base-url URL (a server as the teacher)", file=sys.stderr)
-        return 2
+        return ("train rollouts needs --model (a checkpoint dir, run dir or run tag) or "
+                "--base-url URL (a server as the teacher)")
     if args.context is not None and (args.base_url is None or args.context < 64):
-        print("error: --context goes with --base-url and is at least 64 tokens", file=sys.stderr)
+        return "--context goes with --base-url and is at least 64 tokens"
+    if args.base_url is not None:
+        return base_url_error(args.base_url)
+    return None
+
+
+def main(args) -> int:
+    if (problem := usage_problem(args)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     # the hidden checks run the project as the model (or a server) left it
     unsandboxed = gate_or_exit("train rollouts", args.unsandboxed)
     server = None
     if args.base_url is not None:  # asked now: a wrong URL or model fails here, in one line
-        if (problem := base_url_error(args.base_url)) is not None:
-            print(f"error: {problem}", file=sys.stderr)
-            return 2
         try:
             remote, label = load_sampler(AgentOptions(model=args.model, base_url=args.base_url,
                                                       context=args.context), None, None)
@@ -313,58 +376,15 @@ def main(args) -> int:
     if len(todo) < len(jobs):
         print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} tasks done already")
     t0 = time.perf_counter()
-    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="rollouts", unit="task",
-               file=sys.stderr, dynamic_ncols=True)
-    solved, unrecorded = [0], []
-
-    def done(rec):
-        bar.update()
-        if rec["samples"] and all("model_error" in x["stops"] for x in rec["samples"]):
-            unrecorded.append(rec["id"])  # the server failed every rollout: a rerun retries it
-            return
-        tmp = tasks_dir / f".{rec['id']}.json.tmp"
-        tmp.write_text(json.dumps(rec, ensure_ascii=False))
-        os.replace(tmp, tasks_dir / f"{rec['id']}.json")
-        solved[0] += rec["resolved"]
-        bar.set_postfix(resolved=solved[0])
     try:
-        if args.workers <= 1 or len(todo) <= 1:
-            _init(args.model, server)
-            for job in todo:
-                done(run_task(job))
-        elif todo:
-            with mp.get_context("spawn").Pool(args.workers, initializer=_init,
-                                              initargs=(args.model, server)) as pool:
-                for rec in pool.imap_unordered(run_task, todo):
-                    done(rec)
+        unrecorded = run_jobs(jobs, todo, args, server, tasks_dir)
     except ModelError as e:  # a worker could not reach the server
         print(f"error: {e}", file=sys.stderr)
         return 6
-    finally:
-        bar.close()
     records = [json.loads((tasks_dir / f"rollout-{f}-{s}.json").read_text()) for f, s, _, _ in jobs
                if (tasks_dir / f"rollout-{f}-{s}.json").exists()]
-    n_rows = _write_jsonl(out / "sft.jsonl", (r for rec in records for r in rec["rows"]))
-    n_pairs = _write_jsonl(out / "preference.jsonl", (rec["pair"] for rec in records if "pair" in rec))
-    by_family = {}
-    for rec in records:
-        fam = by_family.setdefault(rec["family"], {"tasks": 0, "resolved": 0, "pairs": 0})
-        fam["tasks"] += 1
-        fam["resolved"] += rec["resolved"]
-        fam["pairs"] += "pair" in rec
-    worlds = {}
-    for rec in records:
-        w = worlds.setdefault(rec.get("world", "generated"), {"tasks": 0, "resolved": 0})
-        w["tasks"] += 1
-        w["resolved"] += rec["resolved"]
-    summary = {"model": label, "base_url": args.base_url, "unsandboxed": unsandboxed, "tasks": len(records),
-               "resolved": sum(r["resolved"] for r in records),
-               "sft_rows": n_rows, "pairs": n_pairs, "errors": sum("error" in r for r in records),
-               "tampered_samples": sum(bool(x.get("tampered")) for r in records for x in r["samples"]),
-               "samples": args.samples, "seed": args.seed, "real_ratio": args.real_ratio,
-               "families": by_family, "worlds": worlds,
-               "seconds": round(time.perf_counter() - t0, 1)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    summary = write_outputs(out, records, args, label, unsandboxed, t0)
+    n_rows, n_pairs = summary["sft_rows"], summary["pairs"]
     print(f"{summary['resolved']}/{len(records)} tasks resolved: {n_rows} sft rows, {n_pairs} preference "
           f"pairs ({summary['errors']} errors, {summary['tampered_samples']} samples edited the tests) "
           f"in {summary['seconds']} s -> {out}")
