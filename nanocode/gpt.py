@@ -177,73 +177,94 @@ REMAT = {"block": jax.checkpoint_policies.nothing_saveable,  # keep only each la
          "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}  # keep matmul outputs
 
 
-def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None = None,
-           n_valid=None, kv_len: int | None = None) -> tuple[jax.Array, KVCache | None]:
-    """The trunk of `forward` (same arguments): idx (B, T) -> (normalised last hidden state
-    (B, T, C) that the head multiplies, updated cache or None).
-
-    The layers run as a `lax.scan` over groups of `layer_period(cfg)` layers, so XLA compiles one
-    group whatever the depth. Parameters stay one dict per layer (the names checkpoints, the
-    optimizer and the sharding rules use); each step stacks a group position's weights over the
-    groups, cast to the compute dtype first (value-embedding tables stay in their storage dtype so
-    their scatter-add gradient accumulates in it). The trade: one copy of the (sharded) weights
-    per step, for compile time that does not grow with depth. cfg.remat recomputes each layer's
-    activations in the backward pass (REMAT): `block` keeps only layer inputs, `dots` also keeps
-    matmul outputs."""
+def embed(params: Params, cfg: GPTConfig, idx: jax.Array, positions: jax.Array,
+          cache: KVCache | None, n_valid) -> tuple[jax.Array, jax.Array]:
+    """The trunk's input: idx (B, T) -> (x (B, T, C) in the compute dtype, the next smear state
+    (B, C)). x is the normalised token embedding, smeared (cfg.smear) with the previous token's:
+    x[t] += lambda * sigmoid(gate(x[t, :24])) * x[t-1], where x[-1] is the cache's carried state
+    (zeros without a cache) and the token at absolute position 0 gets nothing. The next smear state
+    is the unsmeared embedding of token n_valid - 1 (the last real one)."""
     dt = jnp.dtype(cfg.compute_dtype)
-    B, T = idx.shape
-    H, K, D, L = cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.n_layer
-    impl = resolve_attn_impl(cfg)
-    start = jnp.zeros((), jnp.int32) if cache is None else cache.pos
-    positions = start + jnp.arange(T, dtype=jnp.int32)  # (T,) absolute positions
-    windows = cfg.window_sizes()
-    p = layer_period(cfg)
-    G = L // p
-
     x = rmsnorm(own_rows(params["wte"][idx]).astype(dt))  # (B, T, C)
-    n_valid = T if n_valid is None else n_valid
     new_prev = jax.lax.dynamic_index_in_dim(x, n_valid - 1, axis=1, keepdims=False)  # (B, C) smear state
-    if cfg.smear:  # x[t] += lambda * sigmoid(gate(x[t, :24])) * x[t-1]
+    if cfg.smear:
         first_prev = jnp.zeros_like(x[:, :1]) if cache is None else cache.prev_embed[:, None]
         x_prev = jnp.concatenate([first_prev.astype(dt), x[:, :-1]], axis=1)  # (B, T, C)
         gate = jax.nn.sigmoid(dense(x[..., :SMEAR_CHANNELS], params["smear_gate"]))  # (B, T, 1)
         gate = params["smear_lambda"].astype(dt) * gate * (positions > 0)[None, :, None].astype(dt)
         x = x + gate * x_prev
-    x0 = x
+    return x, new_prev
 
-    def block(j, x, w, lam, ve_table, kv, i):
-        """Layer i (position j of its group): x (B, T, C) -> x, this layer's cache (k, v) or None."""
-        if cfg.lambdas:
-            x = lam[0] * x + lam[1] * x0
-        a, xn = w["attn"], rmsnorm(x)
-        q = dense(xn, a["c_q"]).reshape(B, T, H, D)
-        k = dense(xn, a["c_k"]).reshape(B, T, K, D)
-        v = dense(xn, a["c_v"]).reshape(B, T, K, D)
-        if ve_table is not None:  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
-            ve = own_rows(ve_table[idx]).astype(dt).reshape(B, T, K, D)
-            ve_gate = 3 * jax.nn.sigmoid(dense(xn[..., :VE_GATE_CHANNELS], a["ve_gate"]))  # (B, T, K)
-            v = v + ve_gate[..., None] * ve
-        q = rmsnorm(rotary(q, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
-        k = rmsnorm(rotary(k, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
-        if kv is None:
-            y = attend(q, k, v, window=windows[j], impl=impl)
-        else:
-            ck, cv = kv  # (L, B, K, D, S), (L, B, K, S, D): the whole cache, updated in place
-            ck = jax.lax.dynamic_update_slice(
-                ck, k.transpose(0, 2, 3, 1)[None].astype(ck.dtype), (i, 0, 0, 0, cache.pos))
-            cv = jax.lax.dynamic_update_slice(
-                cv, v.transpose(0, 2, 1, 3)[None].astype(cv.dtype), (i, 0, 0, cache.pos, 0))
-            kk = jax.lax.dynamic_index_in_dim(ck, i, keepdims=False)[..., :kv_len]  # (B, K, D, S')
-            vv = jax.lax.dynamic_index_in_dim(cv, i, keepdims=False)[:, :, :kv_len]  # (B, K, S', D)
-            y = attend(q, kk.astype(dt), vv.astype(dt), window=windows[j], impl=impl,
-                       q_pos=positions, valid_len=cache.pos + n_valid, head_major=True)
-            kv = (ck, cv)
-        x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
-        m = w["mlp"]  # MLP: proj(relu(fc(x))^2)
-        h = jax.nn.relu(dense(rmsnorm(x), m["c_fc"]))  # (B, T, 4C)
-        return x + dense(h * h, m["c_proj"]), kv
 
-    layers = [functools.partial(block, j) for j in range(p)]
+def block(cfg: GPTConfig, j: int, x: jax.Array, w: Params, lam: jax.Array, ve_table: jax.Array | None,
+          kv: tuple[jax.Array, jax.Array] | None, i: jax.Array, *, x0: jax.Array, idx: jax.Array,
+          positions: jax.Array, cache_pos: jax.Array | None, n_valid, kv_len: int | None):
+    """Layer i, position j of its group (j fixes its attention window): x (B, T, C) -> (x, kv).
+    w: the layer's weights in the compute dtype; lam: its (resid, x0) lambdas (2,); ve_table: its
+    value-embedding table (V, K*D) or None; x0: the trunk's input (`embed`); positions (T,):
+    absolute. Without a cache kv is None; with one kv is the whole cache (k (L, B, K, D, S),
+    v (L, B, K, S, D)), returned with this layer's keys/values written at cache_pos, and queries
+    attend to its first kv_len slots, of which cache_pos + n_valid exist."""
+    dt = jnp.dtype(cfg.compute_dtype)
+    B, T = idx.shape
+    H, K, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+    window, impl = cfg.window_sizes()[j], resolve_attn_impl(cfg)
+    if cfg.lambdas:
+        x = lam[0] * x + lam[1] * x0
+    a, xn = w["attn"], rmsnorm(x)
+    q = dense(xn, a["c_q"]).reshape(B, T, H, D)
+    k = dense(xn, a["c_k"]).reshape(B, T, K, D)
+    v = dense(xn, a["c_v"]).reshape(B, T, K, D)
+    if ve_table is not None:  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
+        ve = own_rows(ve_table[idx]).astype(dt).reshape(B, T, K, D)
+        ve_gate = 3 * jax.nn.sigmoid(dense(xn[..., :VE_GATE_CHANNELS], a["ve_gate"]))  # (B, T, K)
+        v = v + ve_gate[..., None] * ve
+    q = rmsnorm(rotary(q, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
+    k = rmsnorm(rotary(k, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
+    if kv is None:
+        y = attend(q, k, v, window=window, impl=impl)
+    else:
+        ck, cv = kv  # (L, B, K, D, S), (L, B, K, S, D): the whole cache, updated in place
+        ck = jax.lax.dynamic_update_slice(
+            ck, k.transpose(0, 2, 3, 1)[None].astype(ck.dtype), (i, 0, 0, 0, cache_pos))
+        cv = jax.lax.dynamic_update_slice(
+            cv, v.transpose(0, 2, 1, 3)[None].astype(cv.dtype), (i, 0, 0, cache_pos, 0))
+        kk = jax.lax.dynamic_index_in_dim(ck, i, keepdims=False)[..., :kv_len]  # (B, K, D, S')
+        vv = jax.lax.dynamic_index_in_dim(cv, i, keepdims=False)[:, :, :kv_len]  # (B, K, S', D)
+        y = attend(q, kk.astype(dt), vv.astype(dt), window=window, impl=impl,
+                   q_pos=positions, valid_len=cache_pos + n_valid, head_major=True)
+        kv = (ck, cv)
+    x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
+    m = w["mlp"]  # MLP: proj(relu(fc(x))^2)
+    h = jax.nn.relu(dense(rmsnorm(x), m["c_fc"]))  # (B, T, 4C)
+    return x + dense(h * h, m["c_proj"]), kv
+
+
+def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None = None,
+           n_valid=None, kv_len: int | None = None) -> tuple[jax.Array, KVCache | None]:
+    """The trunk of `forward` (same arguments): idx (B, T) -> (normalised last hidden state
+    (B, T, C) that the head multiplies, updated cache or None).
+
+    The layers (`block`) run as a `lax.scan` over groups of `layer_period(cfg)` layers, so XLA
+    compiles one group whatever the depth. Parameters stay one dict per layer (the names
+    checkpoints, the optimizer and the sharding rules use); each step stacks a group position's
+    weights over the groups, cast to the compute dtype first (value-embedding tables stay in their
+    storage dtype so their scatter-add gradient accumulates in it). The trade: one copy of the
+    (sharded) weights per step, for compile time that does not grow with depth. cfg.remat
+    recomputes each layer's activations in the backward pass (REMAT): `block` keeps only layer
+    inputs, `dots` also keeps matmul outputs."""
+    dt = jnp.dtype(cfg.compute_dtype)
+    T, L = idx.shape[1], cfg.n_layer
+    start = jnp.zeros((), jnp.int32) if cache is None else cache.pos
+    positions = start + jnp.arange(T, dtype=jnp.int32)  # (T,) absolute positions
+    p = layer_period(cfg)
+    G = L // p
+
+    n_valid = T if n_valid is None else n_valid
+    x, new_prev = embed(params, cfg, idx, positions, cache, n_valid)  # (B, T, C), (B, C)
+    context = dict(x0=x, idx=idx, positions=positions, n_valid=n_valid, kv_len=kv_len,
+                   cache_pos=None if cache is None else cache.pos)
+    layers = [functools.partial(block, cfg, j, **context) for j in range(p)]
     if cache is None and cfg.remat != "none":
         layers = [jax.checkpoint(f, policy=REMAT[cfg.remat], prevent_cse=False) for f in layers]
 

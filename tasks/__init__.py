@@ -6,12 +6,12 @@ state.
 
 Modules: names (word pools, training vs held-out), projects (the project generator, the tools'
 environment, the checks' runners), real_source (functions harvested from the standard library
-with recorded tests and mutation bugs), real_projects (projects of real code, the split by source
-package), requests (the grammar of user requests, training vs held-out), phrasing (off-style
-prose, stdlib code conversations), oracle (Task, OracleRollout, flaws), steps (the families'
-shared building blocks), questions and changes (the families), families (the table and
-make_task), seeds (who owns which seeds and splits), harness (running an agent on a task and
-checking it). Callers outside this package use only the names below.
+with recorded tests and mutation bugs), mutations (those one-line bugs), real_projects (projects
+of real code, the split by source package), requests (the grammar of user requests, training vs
+held-out), phrasing (off-style prose, stdlib code conversations), oracle (Task, OracleRollout,
+flaws), steps (the families' shared building blocks), questions and changes (the families),
+families (the table and make_task), seeds (who owns which seeds and splits), harness (running
+an agent on a task and checking it). Callers outside this package use only the names below.
 
 Contracts: the same (family, seed, heldout, world) give byte-identical projects, prompts, oracle
 conversations and flawed replays (base path aside; the real world also depends on the installed

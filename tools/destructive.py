@@ -12,7 +12,8 @@ Contract:
   rm/mv/truncate/`: >`/writes to paths outside it (`cd` is followed), and deleting, moving or
   overwriting an existing path inside it that undo cannot restore (ignored by git, too big, a
   `.git` or the root's `.nanocode`: tools/snapshot.unrestorable, which runs git to read the
-  ignore rules; globs are expanded; a target computed at run time counts as unknown). Git
+  ignore rules; globs are expanded; a target computed at run time counts as unknown; where paths
+  land is tools/command_paths.py's). Git
   commands that drop history or refs ask: pathspec checkouts, `rm -r/-f`, `update-ref`,
   `reflog expire/delete`, `gc --prune`, `prune`, `tag -d`, `branch -f/-D`. `bash -c` (`-lc`, `-ec`,
   `-c --`), `su -c`, `env -S`, `eval`, `flock -c`, `watch` and `find -exec` strings are re-parsed;
@@ -38,20 +39,15 @@ are not followed). Tuned for few false positives on everyday commands (`rm file`
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 from pathlib import Path
 
+from tools.command_paths import GIT_DIR, Where, home_dotfile, target_reason
 from tools.shell import GIT_GLOBAL_VALUE, KEYWORDS, SUB, braces, split_command, tokens, unwrap
-from tools.snapshot import unrestorable
 from tools.workspace import HOOK_DIRS, hooks_paths, user_settings_dir
 
 
-_HOME_DOT = re.compile(r"^(?:~[\w.-]*|\$HOME|\$\{HOME\}|/home/[^/]+|/Users/[^/]+|/root)/+\.")
-_SYSTEM = re.compile(r"^/(?:etc|boot|usr|bin|sbin|lib|lib32|lib64|sys|proc)(?:/|$)")
-_DISK = re.compile(r"^/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-)")
-_GIT_DIR = re.compile(r"(?:^|/)\.git(?:/|$)", re.I)
 _SETTINGS = re.compile(r"\.nanocode(?:/|\b)|settings\.local\.json|\.mcp\.json|\.config/nanocode|nanocode_home|refs/+nanocode", re.I)
 _HOOKS = re.compile(r"\.git/+hooks|(?:^|[\s/'\"=])\.(?:husky|githooks)(?:/|\b)", re.I)
 _SHELL_NAMES = {"sh", "bash", "zsh", "dash", "ksh", "fish", "ash"}  # take their script with -c
@@ -75,104 +71,9 @@ _ENDLESS_BACKGROUND = re.compile(
     r"\b(?:while\s+(?::|true|\[\s*1\s*\]|\(\(\s*1\s*\)\))|until\s+false|for\s*\(\(\s*;\s*;\s*\)\))"
     r"\s*;?\s*do\b(?:(?!\bdone\b)[\s\S])*?[^&>|]&(?![&>])")
 _FUNCTION = re.compile(r"(?:^|[\s;&|(])(?:function\s+[\w.:-]+|[\w.:-]+\s*\(\s*\))\s*[{(]")
-_TEMP_DIRS = ("/tmp", "/var/tmp")  # and $TMPDIR: scratch space (a private tmpfs in the sandbox)
 _GIT_RISKY_CONFIG = re.compile(r"^(?:core\.(?:hookspath|fsmonitor|sshcommand|pager|editor|askpass)|"
                                r"clean\.requireforce|alias\..+|diff\.external|filter\..+|credential\.helper|"
                                r"uploadpack\.packobjectshook|protocol\..+\.allow)$", re.I)
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-class _Where:
-    """What paths in a command are judged against: $HOME, the project root (None: unknown), the
-    temp dirs and the directory the command is in after its `cd`s (None: not known from the text)."""
-
-    def __init__(self, home, root):
-        self.home, self.root = home, None if root is None else os.path.realpath(os.fspath(root))
-        self.cwd = self.root
-        self.homes = {os.path.normpath(os.fspath(home)), os.path.realpath(home)}
-        env = os.path.normpath(os.environ.get("TMPDIR") or "/")
-        own = not any(_within(h, env) for h in self.homes)  # a $TMPDIR of / or holding $HOME is not scratch
-        temps = _TEMP_DIRS + ((env,) if own and os.path.isabs(env) else ())
-        self.temps = {t for d in temps for t in (os.path.normpath(d), os.path.realpath(d))}
-
-    def abspath(self, path: str) -> str | None:
-        """`path` made absolute (~ and $HOME expanded); None when the current directory is unknown."""
-        for h in ("~", "$HOME", "${HOME}"):
-            if path == h or path.startswith(h + "/"):
-                path = os.fspath(self.home) + path[len(h):]
-        if os.path.isabs(path):
-            return os.path.normpath(path)
-        return os.path.normpath(os.path.join(self.cwd, path)) if self.cwd else None
-
-    def outside(self, path: str) -> bool:
-        """True when `path` names a place outside the project; False when the root is unknown or
-        the path is computed at run time ($VAR, substitutions)."""
-        full = None if self.root is None else self.abspath(path)
-        if self.root is None or re.search(r"[$`\ue000]", path.replace("${HOME}", "").replace("$HOME", "")):
-            return False
-        return full is None or not (_within(full, self.root) or self.scratch(path))
-
-    def scratch(self, path: str) -> bool:
-        """True when `path` is a literal path below a temp dir (not the dir itself) and neither under
-        $HOME nor the project or a folder holding it; False when the root is unknown."""
-        if self.root is None or path[:1] == "~" or re.search(r"[$`*?\[\ue000]", path):
-            return False
-        full = self.abspath(path)
-        if full is None or any(_within(full, h) for h in self.homes):
-            return False
-        if _within(full, self.root) or _within(self.root, full):
-            return False
-        return any(full != t and _within(full, t) for t in self.temps)
-
-    def lost(self, paths: list[str], computed: bool = False) -> str | None:
-        """The first of `paths` inside the project that exists (globs expanded) and undo could not
-        restore if it were destroyed, or None; with `computed`, a path computed at run time
-        ($VAR, a substitution) counts as such."""
-        if self.root is None:
-            return None
-        found = {}
-        for path in paths:
-            if re.search(r"[$`\ue000]", path):
-                if computed and not self.outside(path):
-                    return path
-                continue
-            full = self.abspath(path)
-            matches = glob.glob(full) if full and re.search(r"[*?\[]", path) else [full]
-            for m in matches:
-                if m and _within(m, self.root) and m != self.root and os.path.lexists(m):
-                    found.setdefault(os.path.relpath(m, self.root), path)
-        lost = unrestorable(self.root, list(found)) if found else []
-        return found[lost[0]] if lost else None
-
-    def cd(self, args: list[str]) -> None:
-        target = next((a for a in args if not a.startswith("-")), "~")
-        self.cwd = self.abspath(target) if target != "-" else None
-
-
-def _home_dotfile(path: str, home) -> bool:
-    if _HOME_DOT.match(path):
-        return True
-    h = os.path.realpath(home).rstrip("/") + "/"
-    return path.startswith(h) and path[len(h):].lstrip("/").startswith(".")
-
-
-def _target_reason(path: str, where: _Where) -> str | None:
-    if _home_dotfile(path, where.home):
-        return f"writes to a dot-file in $HOME ({path})"
-    if _DISK.match(path):
-        return f"writes to a raw disk device ({path})"
-    if _SYSTEM.match(path):
-        return f"writes to a system path ({path})"
-    if _GIT_DIR.search(path):
-        return f"writes to git internals ({path})"
-    if path != "/dev/null" and where.outside(path):
-        return f"writes outside the project ({path})"
-    if where.lost([path]):
-        return f"overwrites {path}, which undo cannot restore (ignored by git or not snapshotted)"
-    return None
 
 
 def _long(args, name: str) -> bool:
@@ -278,7 +179,7 @@ def _sources(args: list[str], files: list[str]) -> list[str]:
     return files[:-1]
 
 
-def _words_reason(words: list[str], wrappers: list[str], where: _Where, depth: int) -> str | None:
+def _words_reason(words: list[str], wrappers: list[str], where: Where, depth: int) -> str | None:
     cmd, args = os.path.basename(words[0]), words[1:]
     if SUB in cmd:
         return "the command name is computed at run time ($(...) or backticks)"
@@ -304,15 +205,15 @@ def _words_reason(words: list[str], wrappers: list[str], where: _Where, depth: i
         scratch = operands and all(map(where.scratch, operands))
         if ("r" in _short(opts).lower() or _long(opts, "--recursive")) and not scratch:
             return f"recursive delete ({' '.join(['rm'] + [a for a in opts if a.startswith('-')])})"
-        if any(_home_dotfile(a, where.home) for a in files):
-            return f"deletes a dot-file in $HOME ({next(a for a in files if _home_dotfile(a, where.home))})"
+        if any(home_dotfile(a, where.home) for a in files):
+            return f"deletes a dot-file in $HOME ({next(a for a in files if home_dotfile(a, where.home))})"
     if cmd in _DELETERS:
         named = files[1:] if cmd == "truncate" and "-s" in opts and files else files
         named = _sources(args, files) if cmd == "mv" else named
         out = next((a for a in named if where.outside(a)), None)
         if out:
             return f"{cmd} of a path outside the project ({out})"
-        git = next((a for a in named if _GIT_DIR.search(a)), None)
+        git = next((a for a in named if GIT_DIR.search(a)), None)
         if git:
             return f"{cmd} in git internals ({git})"
         lost = where.lost(named, computed=True)
@@ -352,7 +253,7 @@ def _words_reason(words: list[str], wrappers: list[str], where: _Where, depth: i
             return f"{cmd} overwrites {lost}, which undo cannot restore"
         if cmd == "mv" and any(map(where.scratch, targets)) and not all(map(where.scratch, files)):
             return f"mv moves files out of the project into a temp dir ({targets[0]})"
-    return next((r for r in map(lambda t: _target_reason(t, where), targets) if r), None)
+    return next((r for r in map(lambda t: target_reason(t, where), targets) if r), None)
 
 
 def _words(seg: str) -> tuple[list[str], list[str], list[str]]:
@@ -377,13 +278,13 @@ def _fed_shell(words: list[str], toks: list[str], op: str) -> str | None:
     return None
 
 
-def _segment_reason(seg: str, op: str, where: _Where, depth: int) -> str | None:
+def _segment_reason(seg: str, op: str, where: Where, depth: int) -> str | None:
     words, wrappers, toks = _words(seg)
     for i, t in enumerate(toks[:-1]):  # write redirections: > >> >| &> &>> >& <>
         target = toks[i + 1]
         if t not in _REDIRECTS or t in _INPUT or (t.endswith("&") and target.isdigit()) or target == "/dev/null":
             continue
-        reason = _target_reason(target, where)
+        reason = target_reason(target, where)
         if reason:
             return reason if words else f"truncates a file outside the project ({target})"
     fed = _fed_shell(words, toks, op)
@@ -414,10 +315,10 @@ def destructive(command: str, home=None, root=None) -> str | None:
     (the project) enables the checks on paths outside it."""
     if not isinstance(command, str):
         return None
-    return _judge(command, _Where(Path.home() if home is None else home, root), 0)
+    return _judge(command, Where(Path.home() if home is None else home, root), 0)
 
 
-def _judge(command: str, where: _Where, depth: int) -> str | None:
+def _judge(command: str, where: Where, depth: int) -> str | None:
     if depth > 5:
         return "command nested too deeply"
     command = command.replace("\\\n", "")

@@ -8,12 +8,12 @@ changes and otherwise reused, so unchanged files are not re-hashed; then `write-
 `commit-tree`. begin() keeps the "before" commit alive under refs/nanocode/turns/<id>-before,
 end() the "after" one under <id>-after; metadata (message, session id, changed and skipped paths,
 undone flag, HEAD at begin) lives in <git dir>/nanocode/turns.json, the paths the ignore rules
-hid at begin in <git dir>/nanocode/ignored-<id> (NUL-separated), so a new Snapshots object
-(agent restart) sees earlier turns. The refs keep the objects through gc and are not branches:
-`git branch`, `git log`, `git stash list` show nothing new, and the user's HEAD, index, stash,
-branches and files are never touched, except by undo (the turn's paths, and the git state the
-turn changed). In a user repository begin() and end() also record the user's git state (refs,
-HEAD, stash, index; Turn.git: what differs), which undo puts back: tools/git_state.py. When root
+hid at begin in <git dir>/nanocode/ignored-<id> (NUL-separated; both tools/turn_records.py), so a
+new Snapshots object (agent restart) sees earlier turns. The refs keep the objects through gc and
+are not branches: `git branch`, `git log`, `git stash list` show nothing new, and the user's HEAD,
+index, stash, branches and files are never touched, except by undo (the turn's paths, and the git
+state the turn changed). In a user repository begin() and end() also record the user's git state
+(refs, HEAD, stash, index; Turn.git: what differs), which undo puts back: tools/git_state.py. When root
 is a subdirectory of a repo the whole work tree is snapshotted and paths are relative to its top.
 Outside a git repo (or in one git refuses: another user's, see tools/git.py) the same logic runs
 against a bare shadow git dir ($NANOCODE_HOME/shadow/<sha1(realpath(root))[:16]>, NANOCODE_HOME
@@ -71,15 +71,15 @@ Recording the git state costs more (tools/git_state.py).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 
-from nanocode.common import nanocode_home, write_atomic
+from nanocode.common import nanocode_home
 from tools.git import git, safe_env
 from tools.git_state import GitState
 from tools.snapshot import OWN, GitDir, GitError, names, names_list, under
+from tools.turn_records import Turn, TurnRecords
 from tools.workspace import is_inside
 from tools.write_tree import UnsafeWrite, blocked, remove_created, restore_file
 
@@ -92,21 +92,6 @@ class UndoError(Exception):
 
 class NothingToUndo(UndoError):
     """No recorded turn is left to act on (none yet, or every one is undone)."""
-
-
-@dataclass
-class Turn:
-    id: int
-    before: str
-    after: str | None = None
-    changed: list[str] = field(default_factory=list)
-    message: str = ""
-    undone: bool = False
-    skipped: list[str] = field(default_factory=list)  # not snapshotted: too big, big nested repo `x/`
-    head: str | None = None  # the user's HEAD at begin() (None: no commits yet)
-    session: str | None = None  # the agent session that ran the turn
-    git: list[str] = field(default_factory=list)  # git state it changed: refs, "HEAD", "stash", "index"
-    missing: list[str] = field(default_factory=list)  # its refs found missing (computed, not stored)
 
 
 @dataclass
@@ -175,8 +160,8 @@ class Snapshots:
         own = [OWN] + ([f"{rel}/{OWN}"] if rel != "." else [])  # nanocode's own: settings, sessions
         self.g = GitDir(self.git_dir, self.top, self.shadow, own)
         self.meta_dir = self.g.meta_dir
-        self.meta_path = os.path.join(self.meta_dir, "turns.json")
-        self.git_state = None if self.shadow else GitState(self.g, self._load, self._save)
+        self.records = TurnRecords(self.g, self._run)
+        self.git_state = None if self.shadow else GitState(self.g, self.records.load, self.records.save)
 
     def _make_shadow(self):
         """The bare shadow git dir, made once; its exclude file leaves out the root's .nanocode/."""
@@ -209,59 +194,9 @@ class Snapshots:
         except (GitError, OSError) as e:
             raise UndoError(f"cannot snapshot the project: {e}") from e
 
-    # ------------------------------------------------------------------ metadata
-
-    def _load(self):
-        try:
-            with open(self.meta_path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {"turns": {}, "last": None}
-
-    def _save(self, meta):
-        os.makedirs(self.meta_dir, exist_ok=True)
-        write_atomic(self.meta_path, json.dumps(meta, indent=1).encode())
-
-    def _store(self, turn, tree=None):
-        meta = self._load()
-        meta["turns"][str(turn.id)] = {k: v for k, v in asdict(turn).items() if k != "missing"}
-        if tree:  # cache: the newest snapshot's tree and a commit holding it
-            meta["last"] = {"tree": tree, "commit": turn.after or turn.before}
-        self._save(meta)
-
-    def _ignored_path(self, tid):
-        return os.path.join(self.meta_dir, f"ignored-{tid}")
-
-    def _ignored(self, tid) -> list[str]:
-        try:
-            with open(self._ignored_path(tid), "rb") as f:
-                return names(f.read())
-        except FileNotFoundError:
-            return []
-
     def turns(self) -> list[Turn]:
-        """All turns, oldest first, rebuilt from refs/nanocode/turns/* plus turns.json. A turn
-        whose refs were deleted outside nanocode names them in Turn.missing."""
-        refs = {}
-        out = self._run("for-each-ref", "--format=%(refname) %(objectname)", "refs/nanocode/turns/")
-        for line in out.decode().splitlines():
-            name, sha = line.split(" ")
-            tid, _, kind = name.rsplit("/", 1)[1].partition("-")
-            refs.setdefault(int(tid), {})[kind] = sha
-        saved = self._load()["turns"]
-        result = []
-        for tid in sorted(set(refs) | {int(k) for k in saved}):
-            have, rec = refs.get(tid, {}), dict(saved.get(str(tid), {}))
-            if "before" not in have and "before" not in rec:
-                continue
-            wanted = ["before"] + ["after"] * bool(rec.get("after")) + ["keep"] * bool(rec.get("git"))
-            rec.update(id=tid, before=have.get("before", rec.get("before")),
-                       after=have.get("after", rec.get("after")),
-                       missing=[f"refs/nanocode/turns/{tid}-{k}" for k in wanted if k not in have])
-            if rec["after"] and str(tid) not in saved:  # metadata lost: recompute from the refs
-                rec["changed"] = self.g.changed(rec["before"], rec["after"])
-            result.append(Turn(**{k: v for k, v in rec.items() if k in Turn.__dataclass_fields__}))
-        return result
+        """All turns, oldest first (TurnRecords.turns)."""
+        return self.records.turns()
 
     def _get(self, turn, pick, session=None):
         """The turn with that id (any session), or the latest of `session` (None: any) that
@@ -289,7 +224,7 @@ class Snapshots:
         self.g.fresh()
         tree, skipped = self._snapshot()
         ignored = self._wrap(self.g.ignored_now)
-        last = self._load().get("last")
+        last = self.records.load().get("last")
         if last and last["tree"] == tree:
             before = last["commit"]
         else:
@@ -297,15 +232,11 @@ class Snapshots:
         ids = [t.id for t in self.turns()]
         turn = Turn(id=max(ids, default=0) + 1, before=before, message=message, skipped=skipped,
                     head=None if self.shadow else self.g.head(), session=session)
-        if ignored:
-            with open(self._ignored_path(turn.id), "wb") as f:
-                f.write(b"".join(os.fsencode(p) + b"\0" for p in ignored))
-        elif os.path.exists(self._ignored_path(turn.id)):  # a stale one (its refs were deleted)
-            os.unlink(self._ignored_path(turn.id))
+        self.records.write_ignored(turn.id, ignored)
         lines = [f"update refs/nanocode/turns/{turn.id}-before {before}\n"]
         lines += self._wrap(self.git_state.begin, turn.id) if self.git_state else []
         self._run("update-ref", "--stdin", input="".join(lines).encode())
-        self._store(turn, tree)
+        self.records.store(turn, tree)
         return turn
 
     def end(self, turn) -> Turn:
@@ -313,7 +244,7 @@ class Snapshots:
         changed."""
         self.g.fresh()
         turn = self._get(turn, lambda t: t.after is None)
-        tree, skipped = self._snapshot(self._ignored(turn.id))
+        tree, skipped = self._snapshot(self.records.ignored(turn.id))
         if tree == self._wrap(self.g.tree, turn.before):
             turn.after, turn.changed = turn.before, []
         else:
@@ -323,7 +254,7 @@ class Snapshots:
         if self.git_state:
             turn.git = self._wrap(self.git_state.end, turn.id)
         self._run("update-ref", f"refs/nanocode/turns/{turn.id}-after", turn.after)
-        self._store(turn, tree)
+        self.records.store(turn, tree)
         return turn
 
     def diff(self, turn=None, *, session=None) -> str:
@@ -372,7 +303,7 @@ class Snapshots:
             if fields[i].startswith(":"):
                 mode_a, mode_b, sha_a, sha_b, _ = fields[i][1:].split(" ")
                 entries.append((fields[i + 1], mode_a, sha_a, mode_b, sha_b))
-        hidden = set(self._ignored(turn.id)) | set(turn.skipped)
+        hidden = set(self.records.ignored(turn.id)) | set(turn.skipped)
         hidden_dirs = {p for p in hidden if p.endswith("/")}
         for path, mode_a, _, mode_b, _ in entries:
             if GITLINK in (mode_a, mode_b):
@@ -456,7 +387,7 @@ class Snapshots:
         if plan.git:
             self._wrap(self.git_state.restore, turn.id, plan.git)
         turn.undone = True
-        self._store(turn)
+        self.records.store(turn)
         return plan.paths
 
     def _content(self, before, path, mode, sha) -> bytes:

@@ -181,6 +181,19 @@ def validate(conv, tokenizer=None, max_tokens: int | None = None, end_on_call: b
     messages = conv.get("messages")
     if not isinstance(messages, list) or not messages:
         return ['schema: a conversation needs "messages": a non-empty list']
+    problems = _schema_problems(messages)
+    if any(p.startswith("schema: ") for p in problems):
+        return problems  # order checks on a broken schema would only add noise
+    problems += _order_problems(messages, end_on_call)
+    if tokenizer is not None and max_tokens is not None and not problems:
+        n = len(tokenizer.render_conversation(normalize(conv))[0])
+        if n > max_tokens:
+            problems.append(f"length: renders to {n} tokens, more than {max_tokens}")
+    return problems
+
+
+def _schema_problems(messages: list) -> list[str]:
+    """`validate`'s schema and tool rules over a non-empty message list."""
     problems: list[str] = []
     for i, m in enumerate(messages):
         where = f"message {i}"
@@ -198,9 +211,12 @@ def validate(conv, tokenizer=None, max_tokens: int | None = None, end_on_call: b
                 problems += _check_call(m["tool_call"], where)
         if m.get("role") == "system" and i != 0:
             problems.append(f"schema: {where}: a system message is only allowed first")
-    if any(p.startswith("schema: ") for p in problems):
-        return problems  # order checks on a broken schema would only add noise
-    # role order
+    return problems
+
+
+def _order_problems(messages: list[dict], end_on_call: bool) -> list[str]:
+    """`validate`'s order and result rules over messages that passed the schema rule."""
+    problems: list[str] = []
     roles = [m["role"] for m in messages]
     start = 1 if roles[0] == "system" else 0
     if start >= len(roles) or roles[start] != "user":
@@ -236,10 +252,6 @@ def validate(conv, tokenizer=None, max_tokens: int | None = None, end_on_call: b
     elif roles[-1] != "assistant" or (messages[-1].get("tool_call") is not None and not end_on_call):
         problems.append(f"order: message {len(roles) - 1}: the conversation must end with an "
                         f"assistant reply (not {roles[-1]}{' with a tool call' if roles[-1] == 'assistant' else ''})")
-    if tokenizer is not None and max_tokens is not None and not problems:
-        n = len(tokenizer.render_conversation(normalize(conv))[0])
-        if n > max_tokens:
-            problems.append(f"length: renders to {n} tokens, more than {max_tokens}")
     return problems
 
 

@@ -180,6 +180,55 @@ def preference_metrics(policy, refs, beta: float) -> dict:
             "val_rejected_reward": float(beta * np.mean(lr_r))}
 
 
+def training_pairs(args, tokenizer, T: int) -> tuple[list, list[int], list]:
+    """The pairs of --data and --val (or the --val-pairs held out of --data), rendered to at most
+    T + 1 tokens a side (longer pairs are dropped, with a note): (unique training pairs, the
+    training pairs as indices into them (SOURCE*K repeats a pair by index, so each reference
+    log-prob is computed once), held-out pairs)."""
+    def pairs_of(rows, what):
+        bad = [i for i, r in enumerate(rows) if not ("chosen" in r and "rejected" in r)]
+        if bad:
+            raise ValueError(f"{what}: row {bad[0]} is not a preference pair {{\"chosen\", \"rejected\"}}")
+        kept, too_long = render_pairs(rows, tokenizer, T)
+        if too_long:
+            print(f"{what}: dropped {too_long} pair(s) with a side longer than {T + 1} tokens "
+                  "(never cut; raise --seq-len to keep them)")
+        return kept
+
+    sources = load_sources(args.data)
+    val_rows = [row for rows, _ in load_sources(args.val) for row in rows] if args.val else []
+    if not args.val:
+        sources, val_rows = split_val(sources, args.val_pairs, args.seed)
+    unique, index = [], []
+    for spec, (rows, times) in zip(args.data, sources):
+        new = pairs_of(rows, spec)
+        kept = list(range(len(unique), len(unique) + len(new)))
+        unique += new
+        whole, frac = int(times), times - int(times)
+        index += kept * whole + random.Random(args.seed).sample(kept, round(frac * len(kept)))
+    if not index:
+        raise ValueError(f"no preference pair fits in {T + 1} tokens; raise --seq-len")
+    return unique, index, pairs_of(val_rows, "val") if val_rows else []
+
+
+def pair_batches(train_pairs: list, train_refs: list, per_step: int, accum: int, bos: int, seed: int,
+                 local: int):
+    """batches(loader_state) for loop.run: epochs of `plan_epoch` over the training pairs, each step
+    `assemble`d into (accum, rows, ...) arrays of which this process keeps its `local` rows; the
+    loader state is {"epoch", "step"} (the step within the epoch's plan)."""
+    def batches(state):
+        epoch, s = (int(state["epoch"]), int(state["step"])) if state else (0, 0)
+        sl = slice(jax.process_index() * local, (jax.process_index() + 1) * local)
+        while True:
+            plan = plan_epoch(train_pairs, per_step, seed, epoch)
+            while s < len(plan):
+                b = assemble(train_pairs, train_refs, plan[s], accum, bos)
+                s += 1
+                yield {k: v[:, sl] for k, v in b.items()}, {"epoch": epoch, "step": s}
+            epoch, s = epoch + 1, 0
+    return batches
+
+
 def main(args) -> int:
     if args.multihost:
         loop.init_multihost()
@@ -196,31 +245,8 @@ def main(args) -> int:
     local = check_batch(P, jax.process_count(), jax.local_device_count())
     run_dir = Path(args.run_dir) if args.run_dir else home / "runs" / (args.run or f"{run_name_of(args.from_)}-dpo")
 
-    def pairs_of(rows, what):
-        bad = [i for i, r in enumerate(rows) if not ("chosen" in r and "rejected" in r)]
-        if bad:
-            raise ValueError(f"{what}: row {bad[0]} is not a preference pair {{\"chosen\", \"rejected\"}}")
-        kept, too_long = render_pairs(rows, tokenizer, T)
-        if too_long:
-            print(f"{what}: dropped {too_long} pair(s) with a side longer than {T + 1} tokens "
-                  "(never cut; raise --seq-len to keep them)")
-        return kept
-
-    sources = load_sources(args.data)
-    val_rows = [row for rows, _ in load_sources(args.val) for row in rows] if args.val else []
-    if not args.val:
-        sources, val_rows = split_val(sources, args.val_pairs, args.seed)
-    unique, index = [], []  # SOURCE*K repeats pairs by index: each reference log-prob once
-    for spec, (rows, times) in zip(args.data, sources):
-        new = pairs_of(rows, spec)
-        kept = list(range(len(unique), len(unique) + len(new)))
-        unique += new
-        whole, frac = int(times), times - int(times)
-        index += kept * whole + random.Random(args.seed).sample(kept, round(frac * len(kept)))
+    unique, index, val_pairs = training_pairs(args, tokenizer, T)
     train_pairs = [unique[i] for i in index]
-    if not train_pairs:
-        raise ValueError(f"no preference pair fits in {T + 1} tokens; raise --seq-len")
-    val_pairs = pairs_of(val_rows, "val") if val_rows else []
     per_step = P * accum
     steps_per_epoch = len(plan_epoch(train_pairs, per_step, args.seed, 0))
     steps = args.steps or max(1, math.ceil(args.epochs * steps_per_epoch))
@@ -243,23 +269,13 @@ def main(args) -> int:
         policy = sequence_logps(logp, params, val_pairs, bos, max(P, 8))
         return preference_metrics(policy, val_refs, args.beta)
 
-    def batches(state):
-        epoch, s = (int(state["epoch"]), int(state["step"])) if state else (0, 0)
-        sl = slice(jax.process_index() * local, (jax.process_index() + 1) * local)
-        while True:
-            plan = plan_epoch(train_pairs, per_step, args.seed, epoch)
-            while s < len(plan):
-                b = assemble(train_pairs, train_refs, plan[s], accum, bos)
-                s += 1
-                yield {k: v[:, sl] for k, v in b.items()}, {"epoch": epoch, "step": s}
-            epoch, s = epoch + 1, 0
-
     optimizer = sft_optimizer(cfg, params, steps, int(per_step * 2 * mean_len), args.lr_scale,
                               args.warmup_steps)
     lc = loop.stage_loop_config(args, run_dir=run_dir, total_steps=steps,
                                 tokens_per_step=int(per_step * 2 * mean_len),
                                 flops_per_token=flops_per_token(cfg, int(mean_len)), eval_at_start=True,
                                 extra_metadata={"stage": "dpo", "from": str(ckpt_dir), "beta": args.beta})
+    batches = pair_batches(train_pairs, train_refs, per_step, accum, bos, args.seed, local)
     result = loop.run(lc, params=params, optimizer=optimizer, loss=ipo_train_loss(cfg, args.beta),
                       mesh=mesh, batches=batches, config=cfg, tokenizer=tokenizer, evaluate=evaluate)
     print("done: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items() if isinstance(v, float)),

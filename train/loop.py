@@ -328,6 +328,134 @@ def every(step: int, period: int, total: int) -> bool:
     return step == total or (period > 0 and step % period == 0)
 
 
+def _restore_targets(params, p_shard, o_shapes, o_shard) -> dict:
+    """checkpoint.restore's params_like / opt_state_like (shapes and shardings) for resuming over
+    `params`. The checkpoint replaces `params`: their buffers are freed here, before the read, so
+    the restored state is the only one on the devices (a d20 state and a second copy of it do not
+    fit a 16 GiB chip). The step donates `params` anyway: the caller never gets them back."""
+    like = lambda t, s: jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), t, s)  # noqa: E731
+    targets = {"params_like": like(params, p_shard), "opt_state_like": like(o_shapes, o_shard)}
+    for x in jax.tree.leaves(params):
+        if isinstance(x, jax.Array) and not x.is_deleted():
+            x.delete()
+    return targets
+
+
+class _Report:
+    """What the loop tells: metrics.jsonl rows and log lines (written once, by process 0), the
+    progress bar, and the latest metrics (`last`, what `run` returns). Step losses stay on the
+    device until a log step (`progress`) reads them, so logging never waits on every step."""
+
+    def __init__(self, lc: LoopConfig, start: int, peak: float, bar, log: Callable):
+        self.lc, self.peak, self.bar, self.log = lc, peak, bar, log
+        self.metrics_path, self.primary = Path(lc.run_dir) / "metrics.jsonl", jax.process_index() == 0
+        self.pending, self.t_last, self.step_last, self.last = [], time.perf_counter(), start, {}
+
+    def record(self, row: dict) -> None:  # metrics are the same on every process: written once
+        if self.primary:
+            with open(self.metrics_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def say(self, line: str) -> None:
+        if self.primary:
+            self.log(line)
+
+    def stepped(self, done: int, loss, first: bool) -> None:
+        """Step `done` (counted from 1) was queued with this (device) loss."""
+        self.pending.append((done, loss))
+        self.bar.update(1)
+        if first:  # it compiled the step: its time is no rate to count the ETA from
+            restart_rate(self.bar)
+
+    def progress(self, done: int) -> None:
+        """Log the losses since the last log step and the rate since then (tokens/s, MFU, ETA)."""
+        lc = self.lc
+        losses = [(s, float(l)) for s, l in self.pending]  # syncs with the device
+        dt = time.perf_counter() - self.t_last
+        tok_s = lc.tokens_per_step * (done - self.step_last) / dt
+        mfu = tok_s * lc.flops_per_token / (self.peak * jax.device_count())
+        eta = (lc.total_steps - done) * dt / (done - self.step_last)
+        for s, l in losses:
+            self.record({"step": s, "loss": l})
+        self.last = {"step": done, "loss": losses[-1][1], "tok_per_s": tok_s, "mfu": mfu}
+        self.record({**self.last, "eta_s": eta})
+        self.bar.set_postfix_str(f"loss {losses[-1][1]:.4f} | {tok_s:,.0f} tok/s | MFU {mfu:.1%}")
+        self.pending, self.t_last, self.step_last = [], time.perf_counter(), done
+
+    def evaluated(self, step: int, metrics: dict) -> None:
+        self.record({"step": step, **metrics})
+        self.last.update(metrics)
+        self.say(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+
+    def restart_clock(self) -> None:
+        """Count the rate from now (eval time is not training time)."""
+        self.t_last = time.perf_counter()
+
+
+class _Saves:
+    """The loop's checkpoints: `save` hands a state to the background saver (checkpoint.AsyncSaver);
+    `due` says whether lc.save_minutes have passed since the last save."""
+
+    def __init__(self, saver, ckpt_dir: Path, lc: LoopConfig, config, tokenizer, say: Callable):
+        self.saver, self.ckpt_dir, self.lc, self.config, self.tokenizer = saver, ckpt_dir, lc, config, tokenizer
+        self.say, self.last_save = say, time.monotonic()
+
+    def save(self, step: int, state, loader_state, why: str = "") -> None:
+        """Write step `step` in the background (the loop waits for the copy to host memory only);
+        `why` (a signal's name) waits for the whole write, the process exits next."""
+        t0 = time.perf_counter()
+        meta = {"step": step, **self.lc.extra_metadata}
+        self.saver.save(step, state[0], config=self.config, opt_state=state[1], metadata=meta,
+                        loader_state=gather_loader_states(loader_state), tokenizer=self.tokenizer)
+        if why:
+            self.saver.wait()
+        self.last_save = time.monotonic()
+        took = time.perf_counter() - t0
+        where = f"{self.ckpt_dir}/{step}"
+        self.say(f"saved checkpoint {where} ({why}, {took:.1f} s)" if why else
+                 f"saving checkpoint {where} in the background (the loop waited {took:.1f} s)")
+
+    def due(self) -> bool:
+        return self.lc.save_minutes > 0 and time.monotonic() - self.last_save >= self.lc.save_minutes * 60
+
+
+def _step_loop(lc: LoopConfig, state, start: int, data: Iterator, step_fn, mesh: Mesh,
+               evaluate: Callable | None, report: _Report, saves: _Saves):
+    """Steps start .. lc.total_steps over `data`, with their logging, evals (`evaluate`, with the
+    mesh in context) and saves; a stop signal (any process's, `StepVote`) saves and raises
+    SystemExit. Returns the final state."""
+    bs = batch_sharding(mesh)
+    vote, profile = StepVote(), Profile(lc.profile, Path(lc.run_dir) / "profile", report.say)
+    with saves.saver, _StopFlag() as stop:
+        for step in range(start, lc.total_steps):
+            host_batch, loader_state = next(data)
+            profile.at(step, state)
+            batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(bs, x), host_batch)
+            with jax.set_mesh(mesh):  # the model's per-device kernels read the mesh (attention.batch_axes)
+                state, m = step_fn(state, batch)
+            done = step + 1
+            report.stepped(done, m["loss"], first=step == start)
+            stopping, timed_save = vote.read()  # cast after the step before, which has run or is running
+            if every(done, lc.log_every, lc.total_steps) or stopping:
+                report.progress(done)
+            if evaluate and every(done, lc.eval_every, lc.total_steps):
+                with jax.set_mesh(mesh):
+                    metrics = evaluate(state[0], done)
+                report.evaluated(done, metrics)
+                report.restart_clock()
+            if stopping:
+                profile.stop(state)
+                why = signal.Signals(stop.signal).name if stop.signal else "a signal to another process"
+                saves.save(done, state, loader_state, why)
+                report.bar.close()
+                raise SystemExit(f"stopped by {why} after step {done}; continue with --resume")
+            if every(done, lc.save_every, lc.total_steps) or timed_save:
+                saves.save(done, state, loader_state)
+            vote.cast(stop.signal is not None, saves.due())  # after this step's save: a save resets the clock
+    profile.stop(state)
+    return state
+
+
 def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callable[[dict | None], Iterator],
         config, tokenizer=None, evaluate: Callable | None = None, log: Callable = print) -> dict:
     """Train `params` for lc.total_steps (or continue the run in lc.run_dir with lc.resume).
@@ -337,6 +465,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     eval_every steps and at the end. Returns the final metrics dict.
     """
     from nanocode import checkpoint  # here: the step and its helpers need no orbax (bench/)
+    from tqdm import tqdm  # here: bench/accelerator_check runs the step where only jax, numpy, optax are
     ckpt_dir = Path(lc.run_dir) / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     p_shard = tree_shardings(params, mesh)
@@ -344,15 +473,7 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
     o_shard = tree_shardings(o_shapes, mesh)  # moments follow params
     start, loader_state = 0, None
     if lc.resume and checkpoint.latest_step(ckpt_dir) is not None:
-        # The checkpoint replaces `params`: their buffers are freed before the read, so the
-        # restored state is the only one on the devices (a d20 state and a second copy of it do
-        # not fit a 16 GiB chip). The step donates `params` anyway: the caller never gets them back.
-        like = lambda t, s: jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), t, s)  # noqa: E731
-        p_like, o_like = like(params, p_shard), like(o_shapes, o_shard)
-        for x in jax.tree.leaves(params):
-            if isinstance(x, jax.Array) and not x.is_deleted():
-                x.delete()
-        r = checkpoint.restore(ckpt_dir, params_like=p_like, opt_state_like=o_like)
+        r = checkpoint.restore(ckpt_dir, **_restore_targets(params, p_shard, o_shapes, o_shard))
         params, opt_state, start = r["params"], r["opt_state"], r["step"]
         loader_state = own_loader_state(r["loader_state"])
         if jax.process_index() == 0:
@@ -365,94 +486,16 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
                       in_shardings=((p_shard, o_shard), batch_sharding(mesh)),
                       out_shardings=((p_shard, o_shard), None))
     peak = lc.peak_flops or peak_flops()
-    metrics_path = Path(lc.run_dir) / "metrics.jsonl"
-    state = (params, opt_state)
     data = prefetched(batches(loader_state), lc.prefetch)
-    bs = batch_sharding(mesh)
-
-    primary = jax.process_index() == 0
-
     saver = checkpoint.AsyncSaver(ckpt_dir, lc.keep)
-    last_save = time.monotonic()
-
-    def save(step, loader_state, why=""):
-        """Write step `step` in the background (the loop waits for the copy to host memory only);
-        `why` (a signal's name) waits for the whole write, the process exits next."""
-        nonlocal last_save
-        t0 = time.perf_counter()
-        meta = {"step": step, **lc.extra_metadata}
-        saver.save(step, state[0], config=config, opt_state=state[1],
-                   loader_state=gather_loader_states(loader_state), tokenizer=tokenizer, metadata=meta)
-        if why:
-            saver.wait()
-        last_save = time.monotonic()
-        took = time.perf_counter() - t0
-        say(f"saved checkpoint {ckpt_dir}/{step} ({why}, {took:.1f} s)" if why else
-            f"saving checkpoint {ckpt_dir}/{step} in the background (the loop waited {took:.1f} s)")
-
-    def record(row):  # metrics are the same on every process: written once
-        if primary:
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-
-    def say(line):
-        if primary:
-            log(line)
-
-    def evaluate_at(step):
-        with jax.set_mesh(mesh):
-            return evaluate(state[0], step)
-
-    from tqdm import tqdm  # here: bench/accelerator_check runs the step where only jax, numpy, optax are
     bar = tqdm(total=lc.total_steps, initial=start, unit="step", dynamic_ncols=True,
                disable=jax.process_index() != 0)
-    pending, t_last, step_last, last = [], time.perf_counter(), start, {}
+    report = _Report(lc, start, peak, bar, log)
+    saves = _Saves(saver, ckpt_dir, lc, config, tokenizer, report.say)
     if evaluate and lc.eval_at_start and start == 0:
-        last = evaluate_at(0)
-        record({"step": 0, **last})
-        say("step 0: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
-    vote, profile = StepVote(), Profile(lc.profile, Path(lc.run_dir) / "profile", say)
-    with saver, _StopFlag() as stop:
-        for step in range(start, lc.total_steps):
-            host_batch, loader_state = next(data)
-            profile.at(step, state)
-            batch = jax.tree.map(lambda x: jax.make_array_from_process_local_data(bs, x), host_batch)
-            with jax.set_mesh(mesh):  # the model's per-device kernels read the mesh (attention.batch_axes)
-                state, m = step_fn(state, batch)
-            pending.append((step + 1, m["loss"]))
-            bar.update(1)
-            if step == start:  # it compiled the step: its time is no rate to count the ETA from
-                restart_rate(bar)
-            done = step + 1
-            stopping, timed_save = vote.read()  # cast after the step before, which has run or is running
-            if every(done, lc.log_every, lc.total_steps) or stopping:
-                losses = [(s, float(l)) for s, l in pending]  # syncs with the device
-                dt = time.perf_counter() - t_last
-                tok_s = lc.tokens_per_step * (done - step_last) / dt
-                mfu = tok_s * lc.flops_per_token / (peak * jax.device_count())
-                eta = (lc.total_steps - done) * dt / (done - step_last)
-                for s, l in losses:
-                    record({"step": s, "loss": l})
-                last = {"step": done, "loss": losses[-1][1], "tok_per_s": tok_s, "mfu": mfu}
-                record({**last, "eta_s": eta})
-                bar.set_postfix_str(f"loss {losses[-1][1]:.4f} | {tok_s:,.0f} tok/s | MFU {mfu:.1%}")
-                pending, t_last, step_last = [], time.perf_counter(), done
-            if evaluate and every(done, lc.eval_every, lc.total_steps):
-                ev = evaluate_at(done)
-                record({"step": done, **ev})
-                last.update(ev)
-                say(f"step {done}: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
-                t_last = time.perf_counter()  # eval time is not training time
-            if stopping:
-                profile.stop(state)
-                why = signal.Signals(stop.signal).name if stop.signal else "a signal to another process"
-                save(done, loader_state, why)
-                bar.close()
-                raise SystemExit(f"stopped by {why} after step {done}; continue with --resume")
-            if every(done, lc.save_every, lc.total_steps) or timed_save:
-                save(done, loader_state)
-            due = lc.save_minutes > 0 and time.monotonic() - last_save >= lc.save_minutes * 60
-            vote.cast(stop.signal is not None, due)  # after this step's save: a save resets the clock
-    profile.stop(state)
+        with jax.set_mesh(mesh):
+            metrics = evaluate(params, 0)
+        report.evaluated(0, metrics)
+    state = _step_loop(lc, (params, opt_state), start, data, step_fn, mesh, evaluate, report, saves)
     bar.close()
-    return {**last, "params": state[0]}
+    return {**report.last, "params": state[0]}
