@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from train import cli, shards
+from train import cli, corpus_filters, shards
 from train.shards import DataError, build_local, list_shards
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -74,7 +74,7 @@ def test_skips_binary_undecodable_empty_huge(tmp_path):
     (src / "nul.py").write_bytes(b"x = 1\x00\n")
     (src / "latin1.py").write_bytes(b"s = '\xe9\xff'\n")
     (src / "empty.py").write_text("  \n")
-    (src / "huge.py").write_text("#" * (shards.MAX_DOC_BYTES + 1))
+    (src / "huge.py").write_text("#" * (corpus_filters.MAX_DOC_BYTES + 1))
     (src / "notes.txt").write_text("not code")
     r = build_local("code", tmp_path / "out", [src], progress=False)
     assert r["docs"] == 5

@@ -46,7 +46,6 @@ from tqdm import tqdm
 from nanocode.common import nanocode_home
 from train import corpus
 from train.corpus import BYTES_PER_TOKEN, EXTENSIONS, REASONS, DataError, key_hash  # noqa: F401
-from train.corpus_filters import MAX_DOC_BYTES  # noqa: F401
 
 TEXT_COLUMNS = ("text",)  # our shards, FineWeb-Edu and the Stack v2 Python shards all use `text`
 SHARD_GLOB = "shard_*.parquet"
