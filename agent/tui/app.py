@@ -24,10 +24,11 @@ safe, non-blocking, in order); `approve` blocks the worker on a threading.Event 
 answers. /compact also runs on a worker (it rebuilds the KV cache: a prefill). A resumed session
 is replayed into the transcript.
 
-The widgets live beside it: agent/tui/transcript.py (the transcript, a turn's events as widgets,
-the tool cards), agent/tui/input.py (the prompt), agent/tui/complete.py (its completions) and
-agent/tui/approval.py (the approval panel). Every string shown goes in as a Text or Syntax made
-by tui_transcript's `plain` / `code_view` (escaped by agent/display.printable, never parsed as
+The widgets live beside it in agent/tui/: transcript.py (the transcript, a turn's events as
+widgets, the tool cards), input.py (the prompt), complete.py (its completions), approval.py (the
+approval panel), status.py (the status line), rewind.py (the rewind picker) and app.tcss (the
+layout). Every string shown goes in as a Text or Syntax made by transcript.py's `plain` /
+`code_view` (escaped by agent/display.printable, never parsed as
 markup): no model output, tool result or file reaches the terminal as a control sequence, and
 `[bold]` shows as written.
 """
