@@ -4,7 +4,6 @@ missing file reads as empty), the ignored-<id> files, and turns() rebuilds the t
 refs/nanocode/turns/* plus that file (lost metadata recomputed from the refs, deleted refs named
 in Turn.missing), as tools/undo.Snapshots uses it."""
 
-import json
 import os
 import subprocess
 
@@ -139,7 +138,7 @@ def test_refs_win_over_metadata_and_a_turn_without_any_before_is_left_out(repo):
     set_ref(records, "5-after", second)  # no before anywhere: not a turn
     [turn] = records.turns()
     assert (turn.id, turn.before, turn.after, turn.changed) == (1, first, second, ["a.py"])
-    assert json.loads(open(records.meta_path).read())["turns"]["1"]["before"] == "0" * 40  # not rewritten
+    assert records.load()["turns"]["1"]["before"] == "0" * 40  # turns() never rewrites the file
 
 
 def test_what_snapshots_records_a_fresh_turn_records_reads_back(tmp_path):
