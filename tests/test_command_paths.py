@@ -8,6 +8,7 @@ import pytest
 
 from tiny_models import commit_all
 from tools.command_paths import GIT_DIR, Where, home_dotfile, target_reason
+from tools.destructive import destructive
 
 UP_TO_SLASH = "../" * 40  # from the project (below pytest's temp dir, itself below /tmp) up to /
 
@@ -51,15 +52,20 @@ def test_cd_moves_the_current_directory(where):
     assert where.cwd == where.root
 
 
-@pytest.mark.xfail(strict=True, reason="defect: Where.cd skips every argument starting with '-', "
-                   "so `cd -` goes to $HOME instead of an unknown directory (the `target != '-'` "
-                   "branch is unreachable); with the project at $HOME, `cd /opt && cd / && cd - && "
-                   "rm data` is judged harmless. Fix: `not a.startswith('-') or a == '-'`")
 def test_cd_dash_makes_the_current_directory_unknown(where):
     where.cd(["/opt"])
     where.cd(["-"])
     assert where.cwd is None and where.abspath("a.py") is None
     assert where.outside("a.py")  # relative to an unknown directory: could be anywhere
+
+
+def test_cd_dash_does_not_hide_a_delete_outside_the_project(tmp_path):
+    """The attack the defect allowed: with the project at $HOME, `cd -` was taken as `cd ~`, so a
+    delete in the directory it really returns to (/opt) was judged harmless."""
+    home = tmp_path / "home"
+    home.mkdir()
+    assert destructive("cd /opt && rm data", home=str(home), root=str(home))  # the control
+    assert destructive("cd /opt && cd / && cd - && rm data", home=str(home), root=str(home))
 
 
 def test_outside_the_project(where, tmp_path):

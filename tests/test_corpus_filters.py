@@ -132,9 +132,6 @@ def test_minified_when_no_byte_is_a_letter_or_digit():
     assert reason("{[(<>)]};;;;--==++**//!!&&||@@\n" * 20) == "minified"
 
 
-@pytest.mark.xfail(strict=True, reason="defect: _minified counts whitespace bytes as `solid` "
-                   "(len(data) - len(data.translate(None, _SPACE))), not the non-space bytes the "
-                   "contract names; fix: solid = len(data.translate(None, _SPACE))")
 def test_minified_when_under_min_alnum_of_the_non_space_bytes_are_letters_or_digits():
     symbols = "x = {[(<>)]};;;;--==++**//!!&&||@@\n" * 20  # 1 in 33 non-space bytes: 3% < 25%
     assert reason(symbols) == "minified"

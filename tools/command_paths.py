@@ -86,7 +86,7 @@ class Where:
         return found[lost[0]] if lost else None
 
     def cd(self, args: list[str]) -> None:
-        target = next((a for a in args if not a.startswith("-")), "~")
+        target = next((a for a in args if not a.startswith("-") or a == "-"), "~")  # `cd -`: the last one
         self.cwd = self.abspath(target) if target != "-" else None
 
 

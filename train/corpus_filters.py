@@ -72,7 +72,7 @@ def _minified(data: bytes, text: str, kind: str) -> bool:
     lines = text.split("\n")
     if len(text) > MEAN_LINE[kind] * len(lines) or max(map(len, lines)) > MAX_LINE[kind]:
         return True
-    solid = len(data) - len(data.translate(None, _SPACE))
+    solid = len(data.translate(None, _SPACE))  # the non-space bytes
     return len(data) - len(data.translate(None, _ALNUM)) < MIN_ALNUM * solid
 
 
