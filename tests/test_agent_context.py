@@ -2,9 +2,9 @@
 result and the memory file cut to its share with a note, old outputs then old turns dropped
 when a request does not fit, /compact's digests, a request too long for any context."""
 import pytest
-from scripted_agent import call, make, reply
 
 from nanocode.protocol import DROPPED
+from scripted_agent import call, make, reply
 
 
 def test_drop_oldest_takes_outputs_then_whole_turns_never_the_request():

@@ -9,12 +9,12 @@ import time
 
 import numpy as np
 import pytest
-from agent_builder import new_agent
-from scripted_agent import call, make, reply, same_text
 
 from agent.masks.loop_guard import first_loop
 from agent.sessions import find_session, load_session
+from agent_builder import new_agent
 from nanocode.protocol import REJECTED, REPEATED, check_call
+from scripted_agent import call, make, reply, same_text
 from tools.dispatch import run_tool
 from tools.permissions import Policy
 

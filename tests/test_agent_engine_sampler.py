@@ -4,12 +4,11 @@ reply's prose, appends the message with its parsed call, and keeps its cache exa
 conversation, prefilling only the new tokens of a tool result."""
 import threading
 
-from scripted_agent import Script, call
-
 from agent.loop.conversation import Conversation
 from agent.samplers.engine import EngineSampler
 from agent.settings import SamplerSettings
 from nanocode.protocol import TurnResult
+from scripted_agent import Script, call
 
 
 def test_engine_sampler_replies_on_a_conversation_alone(engine, tok, repo):

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_agent import call, make, reply
 
 from nanocode.protocol import BLOCKED
+from scripted_agent import call, make, reply
 from tools import sandbox as sbx
 from tools.permissions import Hook, Policy, SettingsError
 from tools.workspace import accept_settings, project_settings, user_settings_dir

@@ -8,13 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripted_agent import reply
-from tiny_models import commit_all
-from tui_pilot import drive, engine, make, submit, tok, until  # noqa: F401 - fixtures
-
 from agent.loop.mentions import complete, mentioned, project_files
 from agent.sessions import SessionStore, list_sessions, load_session
 from agent.tui.app import NanocodeApp
+from scripted_agent import reply
+from tiny_models import commit_all
+from tui_pilot import drive, engine, make, submit, tok, until  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = os.fsdecode(b"caf\xe9.py")  # 'caf\udce9.py'

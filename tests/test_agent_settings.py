@@ -4,13 +4,13 @@ both samplers and the test double keep the protocol."""
 from dataclasses import FrozenInstanceError, fields, replace
 
 import pytest
-from agent_builder import new_agent
-from race_helpers import ScriptedModel
 
 from agent.headless import rollout_agent
 from agent.samplers.engine import EngineSampler
 from agent.samplers.sampler import Sampler
 from agent.settings import SamplerSettings, TurnSettings
+from agent_builder import new_agent
+from race_helpers import ScriptedModel
 
 ODD = SamplerSettings(temperature=0.3, top_k=7, top_p=0.9, seed=11, max_tokens=33, reserve=40,
                       retry_temperature=0.5, constrain=False, ground=False, names=False,

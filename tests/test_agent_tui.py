@@ -9,9 +9,6 @@ test_agent_tui_input.py; completion and keys: test_agent_tui_keys.py."""
 import threading
 
 import pytest
-from scripted_agent import call, reply
-from tiny_models import random_params, tiny
-from tui_pilot import approval_text, drive, engine, make, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.loop.driver import Agent
 from agent.sessions import SessionStore, find_session, load_session
@@ -19,6 +16,9 @@ from agent.tui.app import NanocodeApp
 from agent.tui.input import ApprovalPanel, HistoryInput
 from agent.tui.transcript import ReplyView, ToolCard
 from nanocode.protocol import DROPPED
+from scripted_agent import call, reply
+from tiny_models import random_params, tiny
+from tui_pilot import approval_text, drive, engine, make, submit, tok, until  # noqa: F401 - fixtures
 
 
 def test_prompt_streams_text_and_history(engine, tok, repo):

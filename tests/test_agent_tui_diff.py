@@ -3,12 +3,11 @@ the real tiny engine of tests/tui_pilot.py at 70x16: the diff gets the rows the 
 give, a line says how much of it is cut and how to see it, Ctrl+E expands the panel to the
 whole screen; and the approval shows the same diff /diff shows afterwards, a last line without
 a newline included (agent/display.unified_diff)."""
+from agent.tui.app import NanocodeApp
+from agent.tui.approval import ApprovalPanel
 from scripted_agent import call, reply
 from tiny_models import commit_all
 from tui_pilot import approval_text, drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
-
-from agent.tui.app import NanocodeApp
-from agent.tui.approval import ApprovalPanel
 
 LONG = "".join(f"y{i} = {i}\n" for i in range(30))  # a.py's first line becomes 30
 

@@ -5,15 +5,15 @@ or Ctrl-C at an approval, "always" that says what it allows, Edit diffs numbered
 small or narrow terminal (the state and every choice stay visible), multi-line paste, @path
 completion in both faces. Completion and the other keys: test_agent_tui_keys.py."""
 import pytest
-from scripted_agent import call, reply
-from tiny_models import commit_all
-from tui_pilot import approval_text, drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.tui import approval as tui_approval
 from agent.tui.app import NanocodeApp
 from agent.tui.input import ApprovalPanel, HistoryInput
 from agent.tui.transcript import ToolCard
 from nanocode.protocol import REJECTED
+from scripted_agent import call, reply
+from tiny_models import commit_all
+from tui_pilot import approval_text, drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 
 def test_edit_rejected_with_n(engine, tok, repo):

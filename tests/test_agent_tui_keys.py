@@ -5,14 +5,13 @@ filtered as you type (Tab / Enter take one, up/down choose, Esc hides); Shift+En
 insert newlines and Enter sends every line; Esc stops a running turn; Ctrl-D on an empty prompt
 quits; Shift+Tab cycles the permission mode, shown in the status line; a custom command is listed
 and sends its request."""
-from scripted_agent import reply
-from tiny_models import commit_all
-from tui_pilot import drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
-
 from agent.tui.app import NanocodeApp
 from agent.tui.complete import CompletionList
 from agent.tui.input import HistoryInput
 from agent.tui.transcript import ReplyView
+from scripted_agent import reply
+from tiny_models import commit_all
+from tui_pilot import drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 
 def test_tab_cycles_candidates_and_never_leaves_the_prompt(engine, tok, repo):

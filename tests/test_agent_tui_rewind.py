@@ -6,15 +6,14 @@ that was there goes to the history) and the session resumed later shows the rewo
 conversation; /rewind opens the same list and Esc closes it with nothing changed; /usage shows
 the counted tokens. Keys typed while an approval waits go to the draft,
 except the approval's own (y / n answer it; Enter does nothing)."""
-from scripted_agent import call, reply
-from tui_pilot import drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
-
 from agent.sessions import SessionStore, load_session
 from agent.tui import approval as tui_approval
 from agent.tui.app import NanocodeApp
 from agent.tui.approval import ApprovalPanel
 from agent.tui.input import HistoryInput
 from agent.tui.rewind import RewindScreen
+from scripted_agent import call, reply
+from tui_pilot import drive, engine, make, screen_text, submit, tok, until  # noqa: F401 - fixtures
 
 
 def edit(tok, old, new):

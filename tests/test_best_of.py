@@ -14,15 +14,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from agent_builder import new_agent
-from proc_state import with_cmdline
-from scripted_agent import Script, call, reply
-from tiny_models import commit_all, tiny, tiny_tokenizer
 
 from agent.loop.best_of import BestOfError, BestOfOptions, agreement_scores, best_of, choose, citations
+from agent_builder import new_agent
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
 from nanocode.protocol import TurnResult, system_prompt
+from proc_state import with_cmdline
+from scripted_agent import Script, call, reply
+from tiny_models import commit_all, tiny, tiny_tokenizer
 from tools.permissions import Policy
 from tools.test_guard import run_tests
 from tools.undo import Snapshots

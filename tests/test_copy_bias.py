@@ -7,11 +7,11 @@ import time
 import jax
 import numpy as np
 import pytest
-from tiny_models import tiny, tiny_tokenizer
 
 from agent.masks.copy_bias import CopyBias
 from nanocode.engine import Engine
 from nanocode.gpt import init_params
+from tiny_models import tiny, tiny_tokenizer
 
 DOC = ("def merge_obsidian(vault, notes):\n    return [n for n in notes if n.title in vault]\n\n"
        "Call `merge_obsidian` on the vault, then `split_notes(vault)`.\n")

@@ -141,9 +141,8 @@ def test_baselines_sweep(tmp_path, capsys, policy, rate):
 
 @pytest.fixture(scope="module")
 def engine(tok):
-    from tiny_models import random_params, tiny
-
     from nanocode.engine import Engine
+    from tiny_models import random_params, tiny
     cfg = tiny(vocab_size=tok.vocab_size, sequence_len=8192)
     return Engine(random_params(cfg), cfg, tok, buckets=(256, 1024, 4096))
 
@@ -151,9 +150,8 @@ def engine(tok):
 def replay_oracle(engine, tok, tmp_path, monkeypatch, family):
     """(record, oracle rollout): --policy model through the real Agent, the tiny model forced to
     write the oracle's messages."""
-    from scripted_agent import Script
-
     import agent.loop.driver
+    from scripted_agent import Script
     seed = ea.task_jobs([family], 1)[0][1]
     oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()
     replies = [tok.encode(m["content"]) + (tok.encode_tool_call(m["tool_call"]) if m.get("tool_call")
@@ -207,9 +205,8 @@ def test_a_run_without_a_sandbox_says_so_and_records_it(tiny_run, tmp_path, caps
 
 @pytest.fixture(scope="module")
 def tiny_run(tok, tmp_path_factory):
-    from tiny_models import random_params, tiny
-
     from nanocode.checkpoint import save
+    from tiny_models import random_params, tiny
     cfg = tiny(vocab_size=tok.vocab_size, sequence_len=2048)
     run = tmp_path_factory.mktemp("evals_agent") / "runs" / "tinyagent"
     save(run / "checkpoints", 2, random_params(cfg), config=cfg, tokenizer=tok,
@@ -251,10 +248,9 @@ def test_no_model_means_the_default_model(tmp_path, capsys, monkeypatch):
 
 
 def test_checkpoint_without_tokenizer_is_a_one_line_error(tmp_path, capsys):
-    from tiny_models import random_params, tiny
-
     from evals import cli
     from nanocode.checkpoint import save
+    from tiny_models import random_params, tiny
     cfg = tiny()
     save(tmp_path / "ckpt", 1, random_params(cfg), config=cfg, metadata={"step": 1})
     assert cli.main(["agent", "--model", str(tmp_path / "ckpt"), "--limit", "1", "--workers", "1",
@@ -268,9 +264,8 @@ def test_best_of_scores_the_pick_beside_pass_at_1(engine, tok, tmp_path, monkeyp
     """--best-of 2 through the real Agent: rollout 0 gives up, rollout 1 replays the oracle; the
     verifier (the project's tests, not the hidden check) picks 1, the hidden check scores it in its
     copy, and the record keeps rollout 0's pass@1 beside it."""
-    from scripted_agent import Script
-
     import agent.loop.driver
+    from scripted_agent import Script
     family = "fix_bug"
     seed = ea.task_jobs([family], 1)[0][1]
     oracle = make_task(family, seed, heldout=True, base=str(tmp_path / "oracle")).rollout()

@@ -14,7 +14,6 @@ import random
 from collections import Counter
 
 import pytest
-from tiny_models import untimed
 
 from agent.masks.grammar import Grammar
 from agent.masks.grounding import Grounding
@@ -22,6 +21,7 @@ from nanocode.checkpoint import load_tokenizer
 from nanocode.common import DEFAULT_MODEL
 from nanocode.protocol import MODE_TOOLS, REJECTED
 from tasks import ATTEMPT_STRIDE, ATTEMPTS, EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, make_task
+from tiny_models import untimed
 from tools.dispatch import run_tool
 
 FAMILIES = TRAIN_FAMILIES + EVAL_ONLY_FAMILIES

@@ -12,14 +12,14 @@ import time
 
 import numpy as np
 import pytest
-from grammar_walks import admits, calls, ident_runs, prefix, sp, words_of, write_files
-from tiny_models import commit_all, tiny_tokenizer
 
 import agent.masks.grounding as grounding
 from agent.masks.grammar import PATTERN_BYTES, Grammar
 from agent.masks.grounding import MAX_PATHS, NAME_BYTES, Grounding
+from grammar_walks import admits, calls, ident_runs, prefix, sp, words_of, write_files
 from nanocode.protocol import MODE_TOOLS, TOOLS
 from nanocode.tokenizer import train_tokenizer
+from tiny_models import commit_all, tiny_tokenizer
 from tools.dispatch import run_tool
 from tools.files import strip_prefixes
 

@@ -15,15 +15,15 @@ from dataclasses import replace
 
 import pytest
 import test_remote as remote_helpers
-from mcp_servers import HERE, server_config
-from race_helpers import ScriptedModel
-from tiny_models import commit_all
 
 from agent import commands
 from agent.loop.driver import Agent
 from agent.mcp_hub import McpHub
 from agent.settings import TurnSettings
+from mcp_servers import HERE, server_config
 from nanocode.protocol import REJECTED
+from race_helpers import ScriptedModel
+from tiny_models import commit_all
 from tools.mcp_config import parse_servers
 from tools.permissions import Policy
 
@@ -188,10 +188,9 @@ def test_our_engine_writes_an_mcp_call_through_the_grammar(engine, tok, project)
     """The real engine under the grammar mask, its tokens scripted (tests/scripted_agent.py): the
     mask admits the call of an MCP tool with an integer argument, and the session holds exactly
     the rendered conversation (MCP tools in the system prompt included)."""
-    from scripted_agent import Script, reply
-
     from agent.samplers.engine import EngineSampler
     from agent.settings import SamplerSettings
+    from scripted_agent import Script, reply
     small = McpHub(project, parse_servers({"main": server_config("main")}, "test"), startup_timeout=60)
     try:
         echo = tok.encode_tool_call({"name": "mcp__main__echo", "args": {"text": "hi", "times": "3"}})
@@ -238,10 +237,10 @@ def test_the_grammar_writes_each_kind_and_nothing_else(tok):
     kind allows, a call with no argument ends after its name, and random walks finish only calls
     that their tool takes (protocol.check_call, then foreign_tools.call_values)."""
     import numpy as np
-    from grammar_walks import admits, walk
 
     from agent.masks.grammar import Grammar
     from agent.samplers.foreign_tools import call_values, from_schema
+    from grammar_walks import admits, walk
     from nanocode.protocol import TOOLS, check_call
     add = from_schema("mcp__m__add", "", {"properties": {
         "a": {"type": "number"}, "n": {"type": "integer"}, "neg": {"type": "boolean"},

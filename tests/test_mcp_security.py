@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-from mcp_servers import HERE, server_config
-from race_helpers import ScriptedModel
 
 from agent import cli, commands
 from agent.loop.driver import Agent
 from agent.mcp_hub import McpHub
 from agent.samplers.foreign_tools import MAX_DESCRIPTION, Refused, from_schema
 from agent.settings import TurnSettings
+from mcp_servers import HERE, server_config
 from nanocode.protocol import REJECTED
+from race_helpers import ScriptedModel
 from tools.mcp_config import parse_servers
 from tools.permissions import Policy, SettingsError, parse_rule
 from tools.workspace import accepted_store

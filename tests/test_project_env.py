@@ -10,15 +10,15 @@ import subprocess
 import sys
 
 import pytest
-from agent_builder import new_agent
-from tui_pilot import drive, engine, submit, tok, until  # noqa: F401 - fixtures
 
 from agent.loop.hooks import run_hook
 from agent.tui.app import NanocodeApp
+from agent_builder import new_agent
 from tools import checks, project_env, sandbox as sbx
 from tools.bash import bash
 from tools.permissions import Hook
 from tools.project_env import OVERRIDE, choose
+from tui_pilot import drive, engine, submit, tok, until  # noqa: F401 - fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SANDBOX = sys.platform == "linux" and sbx.bash_sandbox()["available"]
@@ -213,10 +213,9 @@ def test_status_line_and_settings_name_the_environment(engine, proj, outside_env
 def test_best_of_tests_its_copies_with_the_projects_venv(proj, outside_env):
     """--best-of's copies leave the (ignored) in-project .venv out; the rollouts' test runs still
     use it: its python runs pytest and imports what only it has."""
-    from tiny_models import commit_all
-
     from agent.loop.best_of import BestOfOptions, best_of
     from nanocode.protocol import TurnResult
+    from tiny_models import commit_all
     venv = make_venv(proj / ".venv", module="onlyhere")
     site = next(venv.glob("lib/python*/site-packages"))
     (site / "outer.pth").write_text(next(p for p in sys.path if p.endswith("site-packages")) + "\n")

@@ -359,11 +359,10 @@ def test_the_tui_runs_on_a_remote_model(scripted, tmp_path, monkeypatch):
     """`nanocode --base-url URL` opens the TUI: its loader builds the agent on the server, the
     status line names the model and its context, a turn streams the server's reply and runs its
     call; the session is saved with the server as its model."""
-    from tui_pilot import drive, submit, until
-
     from agent import cli
     from agent.sessions import list_sessions
     from agent.tui import app as tui
+    from tui_pilot import drive, submit, until
     monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
     (tmp_path / "a.py").write_text("x = 1\n")
     got = {}

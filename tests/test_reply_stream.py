@@ -6,9 +6,9 @@ before the next token unless the token read was a stop."""
 import threading
 
 import pytest
-from tiny_models import tiny_tokenizer
 
 from agent.samplers.reply_stream import stream_reply
+from tiny_models import tiny_tokenizer
 
 TEXTS = ["let me look at the file first.\n" * 20, "def f(x):\n    return x\n" * 20]
 PROSE = "héllo → wörld 🙂 done"  # none of these characters is in TEXTS: one token per byte

@@ -6,9 +6,9 @@ change request's Edit in auto mode."""
 import random
 
 import pytest
-from scripted_agent import call, make, reply
 
 from agent.loop.request_kind import is_question
+from scripted_agent import call, make, reply
 from tasks.requests import CHANGE_INTENTS, INTENTS, phrase
 from tools.permissions import QUESTION_EDIT
 

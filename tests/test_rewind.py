@@ -17,14 +17,13 @@ import io
 import os
 import sys
 
-from scripted_agent import call, make, reply
-from tiny_models import commit_all
-
 from agent import commands
 from agent.loop.driver import Agent
 from agent.repl import Console, run_repl
 from agent.sessions import SessionStore, load_session
 from nanocode.protocol import mode_note
+from scripted_agent import call, make, reply
+from tiny_models import commit_all
 
 
 def edit(tok, path, old, new):

@@ -292,10 +292,9 @@ def test_printable_contract():
 # ---- end to end: a real tiny engine, real tools --------------------------------------------
 def test_tui_real_agent_bash_printf_and_read(tmp_path):
     from agent_builder import new_agent
-    from tiny_models import commit_all, forced_replies, random_params, tiny, tiny_tokenizer
-
     from nanocode.engine import Engine
     from nanocode.protocol import system_prompt
+    from tiny_models import commit_all, forced_replies, random_params, tiny, tiny_tokenizer
     tok = tiny_tokenizer([system_prompt("{cwd}")] * 3 + ["printf done evil.txt\n" * 20], 400)
     cfg = tiny(vocab_size=tok.vocab_size, sequence_len=1024)
     engine = Engine(random_params(cfg), cfg, tok, buckets=(64, 256, 1024))

@@ -201,10 +201,9 @@ def test_hooks_path_from_any_scope_is_protected(tmp_path, proj, monkeypatch, sco
 def test_edit_of_a_hooks_path_from_any_scope_asks(tmp_path, proj, monkeypatch, scope):
     """The Edit tool, through the agent in auto mode headless (an ask is refused): the hook the
     model writes into a hooks folder named by any config scope is never created."""
-    from race_helpers import ScriptedModel
-
     from agent.loop.driver import Agent
     from agent.settings import TurnSettings
+    from race_helpers import ScriptedModel
     from tools.permissions import Policy
     _scope(scope, tmp_path, proj, monkeypatch)
     marker = tmp_path / "ran"

@@ -9,10 +9,10 @@ import subprocess
 import time
 
 import pytest
-from race_helpers import ScriptedModel, flipper, race_target  # noqa: F401 - flipper is a fixture
 
 from agent.loop.driver import Agent
 from agent.settings import TurnSettings
+from race_helpers import ScriptedModel, flipper, race_target  # noqa: F401 - flipper is a fixture
 from tools.dispatch import run_tool
 from tools.files import CHANGED
 from tools.permissions import Policy

@@ -10,12 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from race_helpers import ScriptedModel
 
 from agent import cli
 from agent.loop.driver import Agent
 from agent.settings import TurnSettings
 from nanocode.protocol import REJECTED
+from race_helpers import ScriptedModel
 from tools.permissions import Policy
 from tools.workspace import accepted_store
 

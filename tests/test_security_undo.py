@@ -13,9 +13,9 @@ import shutil
 import subprocess
 
 import pytest
-from repo_state import tree_state
 
 from agent.loop.turn_undo import TurnUndo, slash_undo
+from repo_state import tree_state
 from tools.permissions import Policy
 from tools.undo import Snapshots, UndoError
 

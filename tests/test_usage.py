@@ -7,11 +7,11 @@ import io
 import os
 import sys
 
-from scripted_agent import call, make, reply
 from test_remote import Scripted, delta, finish, remote_agent, scripted  # noqa: F401 - fixture
 
 from agent import commands
 from agent.repl import Console, run_repl
+from scripted_agent import call, make, reply
 
 
 def test_usage_adds_up_the_turns_and_cost_is_its_alias(engine, tok, repo, monkeypatch):

@@ -7,11 +7,11 @@ checked on the same cases."""
 
 import numpy as np
 import pytest
-from tiny_models import tiny_tokenizer
 
 from agent.masks import vocab_trie
 from agent.masks.spans import AnchorText
 from agent.masks.vocab_trie import ANY, SortedStrings, VocabTrie
+from tiny_models import tiny_tokenizer
 
 CORPUS = [
     "def parse_config(path):\n    with open(path) as f:\n        return json.load(f)\n",

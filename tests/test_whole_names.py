@@ -7,15 +7,15 @@ import re
 
 import numpy as np
 import pytest
-from grammar_walks import calls, ident_runs, sp, words_of, write_files
-from tiny_models import commit_all
 
 from agent.masks.grammar import Grammar
 from agent.masks.grounding import Grounding
 from evals.reply_audit import backticked_spans
+from grammar_walks import calls, ident_runs, sp, words_of, write_files
 from nanocode.checkpoint import load_tokenizer
 from nanocode.common import DEFAULT_MODEL
 from nanocode.protocol import TOOLS
+from tiny_models import commit_all
 
 CART = ("class Stack:\n    def push(self, item):\n        self.items.append(item)\n\n\n"
         "def mean_price(items):\n    return sum(i.price for i in items) / len(items)\n")

@@ -8,12 +8,12 @@ import threading
 import time
 
 import pytest
-from agent_builder import new_agent
-from tiny_models import next_token_mask, random_params, tiny, tiny_tokenizer
 
 from agent.tui.input import HistoryInput
+from agent_builder import new_agent
 from nanocode.engine import Engine
 from nanocode.protocol import system_prompt
+from tiny_models import next_token_mask, random_params, tiny, tiny_tokenizer
 
 TEXTS = [system_prompt("{cwd}")] * 3 + ["def main():\n    return 1\n" * 20,
                         "let me look. done: it returns 1. rejected by user error x = 2\n" * 5]
