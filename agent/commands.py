@@ -157,10 +157,21 @@ def _settings(agent, root, rest) -> Out:
 
 
 def _mcp(agent, root, rest) -> Out:
+    """/mcp: the servers; /mcp reconnect [NAME|all]: restart the failed ones (or those named),
+    their tools in the system prompt from the next turn (agent/mcp_hub.McpHub.reconnect)."""
     if agent.mcp is None:
         return Note('no MCP servers: list them under "mcpServers" in your settings file or in a '
                     ".mcp.json at the project root (Claude Code's format)")
-    return Note(printable(agent.mcp.describe()))
+    verb, _, name = rest.partition(" ")
+    if not verb:
+        return Note(printable(agent.mcp.describe()))
+    if verb != "reconnect" or len(name.split()) > 1:
+        return Note(f"unknown /mcp argument {printable(rest[:80])!r}: use /mcp, or /mcp reconnect [NAME|all]")
+    text = agent.mcp.reconnect(name.strip())
+    if not text.startswith(("error:", "no MCP")):
+        agent.refresh_system_prompt()
+        text += "\ntheir tools are offered from the next turn"
+    return Note(printable(text))
 
 
 def _session(agent, root, rest) -> Out:
@@ -303,8 +314,9 @@ COMMANDS = [
             _mark("good"), idle_only=True),
     Command("/bad", "", "mark the last turn bad: exported as the rejected side of a pair",
             _mark("bad"), idle_only=True),
-    Command("/mcp", "", "the MCP servers: running, failed or not approved, and their tools", _mcp,
-            slow=True),
+    Command("/mcp", "[reconnect [NAME|all]]", "the MCP servers: running, failed or not approved, and "
+            "their tools; reconnect: restart the failed ones (all: every one; NAME: that one)", _mcp,
+            idle_only=True, slow=True),
     Command("/session", "", "this session's id and file", _session),
     Command("/rewind", "[N]", "list this conversation's requests; N: go back to just before request "
             "N (files as they were, its text in the prompt; also Esc twice in the TUI)", _rewind,

@@ -7,8 +7,9 @@ the SDK is async), so they start while the model loads; the first turn waits (`w
 is running or failed, so its system prompt lists their tools. A server's tools become
 protocol.Tools (agent/samplers/foreign_tools.py: the schema subset the grammar writes; others are refused,
 with the reason /mcp shows). `call(name, args, cancel)` runs one from the turn driver's thread
-and returns the result text; it never raises. `describe()` is /mcp. `close()` stops them all
-(also at exit). The `mcp` package (~1.6 s to import) is imported inside the functions that
+and returns the result text; it never raises. `describe()` is /mcp; `reconnect(which)` is
+/mcp reconnect [NAME]: the failed servers (or all, or one) started afresh, their tools offered
+again (the caller refreshes the system prompt). `close()` stops them all (also at exit). The `mcp` package (~1.6 s to import) is imported inside the functions that
 start and call servers: a session without MCP servers never loads it.
 
 Containment. stdio servers are not run inside tools/sandbox.py: a server is a program the user
@@ -26,9 +27,10 @@ MCP_TIMEOUT, ms, as Claude Code; 30 s) is failed; a call gets `call_timeout` (MC
 120 s), then an `error:` result, and Ctrl-C abandons it. A server that exits is failed (found by
 the call that meets it, or by /mcp's ping): its calls get an `error:` naming the exit and its
 stderr's last line, and the session goes on. Output is bounded twice: each stdio server runs
-behind tools/mcp_relay.py, which passes no message over MAX_LINE bytes into this process (an HTTP
-server's SSE events are capped at MAX_LINE by the SDK; a plain JSON reply is not), and a result
-is cut to MAX_RESULT characters here, then to its share of the context by the driver. stderr is
+behind tools/mcp_relay.py, which passes no message over MAX_LINE bytes into this process, and an
+HTTP server's reply bodies are read through agent/mcp_http.py, which stops at MAX_LINE bytes (JSON
+or SSE); such a call gets an `error:` naming the server and the limit, and the server goes on.
+Then a result is cut to MAX_RESULT characters here, and to its share of the context by the driver. stderr is
 read into a STDERR_TAIL-byte tail. Every stdio server dies with this process, however it ends:
 the SDK signals its process group on close, and the relay asks the kernel (PR_SET_PDEATHSIG) to
 kill it and the server when their parent goes. The SDK's own log lines are silenced: they would
@@ -50,8 +52,8 @@ import time
 from dataclasses import dataclass, field
 
 import anyio
-import httpx2
 
+from agent.mcp_http import capped_client
 from agent.samplers.foreign_tools import Refused, call_values, clean, from_schema, safe_name
 from tools import mcp_relay
 from tools.mcp_config import ServerConfig, expand
@@ -86,6 +88,7 @@ class Server:
     runner: asyncio.Task | None = None  # the same, in the loop
     stderr: bytearray = field(default_factory=bytearray)
     stderr_done: threading.Event = field(default_factory=threading.Event)
+    http: object = None  # an HTTP server's agent/mcp_http.CappedTransport: its refused replies
 
     def fail(self, why: str) -> None:
         if self.state in ("starting", "running"):
@@ -160,7 +163,7 @@ class McpHub:
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, daemon=True, name="mcp").start()
             for s in self.servers.values():
-                s.task = asyncio.run_coroutine_threadsafe(self._run(s), self._loop)
+                self._start(s)
             atexit.register(self.close)
 
     # ---- the driver's side (any thread) ----------------------------------------------------------
@@ -192,39 +195,75 @@ class McpHub:
                     future.cancel()
                     return "error: cancelled by user while the MCP tool ran (the server may have acted on it)"
 
-    def describe(self) -> str:
-        """/mcp: each server, its state and its tools; the servers not approved."""
-        if self._loop is not None and not self._closed:
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._ping_all(), self._loop).result(PING_TIMEOUT + 1)
+    def describe(self, names=None) -> str:
+        """/mcp: each server (or those `names`), its state and its tools; the servers not approved."""
+        self._ping()
         lines = []
         for s in self.servers.values():
+            if names is not None and s.config.name not in names:
+                continue
             where = s.config.url if s.config.transport == "http" else s.config.command
             state = s.state + (f": {s.why}" if s.why else "")
             lines.append(f"{s.config.name} ({s.config.transport} {clean(where, 80)}; {s.config.source}): {state}")
             for t in s.tools.values() if s.state == "running" else ():
                 lines.append(f"  {t.prompt[:160]}" + ("" if t.changes_files else "  [read-only]"))
             lines += [f"  not offered: {n}: {why}" for n, why in s.refused]
-        lines += [f"{name}: not approved: {why}" for name, why in self.ignored]
+        lines += [f"{name}: not approved: {why}" for name, why in self.ignored if names is None]
         return "\n".join(lines) or "no MCP servers"
+
+    def reconnect(self, which: str = "") -> str:
+        """/mcp reconnect [NAME]: restart the failed servers ("": those found failed now, after a
+        ping), every one ("all") or the one named; wait until each runs or fails again (bounded
+        by startup_timeout) and describe them. Their tools are in tools() once they run."""
+        self._ping()
+        if which and which != "all" and which not in self.servers:
+            ignored = dict(self.ignored)
+            if which in ignored:
+                return f"error: the MCP server {which} is not approved: {ignored[which]}"
+            known = ", ".join(self.servers) or "none"
+            return f"error: no MCP server named {clean(which, 80)} (configured: {known}); /mcp lists them"
+        if self._loop is None or self._closed:
+            return "no MCP servers to reconnect"
+        old = [s for s in self.servers.values()
+               if which == "all" or s.config.name == which or (not which and s.state == "failed")]
+        if not old:
+            return "no MCP server has failed; `/mcp reconnect all` restarts every one, `/mcp reconnect NAME` one"
+        for s in old:
+            self._loop.call_soon_threadsafe(self._stop, s)
+        concurrent.futures.wait([s.task for s in old if s.task], 6.0)
+        for s in old:
+            self.servers[s.config.name] = fresh = Server(s.config)
+            self._start(fresh)
+        self.wait()
+        return self.describe([s.config.name for s in old])
 
     def close(self, timeout: float = 6.0) -> None:
         """Stop every server (stdin closed, then the group signalled: the SDK) and the loop."""
         if self._loop is None or self._closed:
             return
         self._closed = True
-        self._loop.call_soon_threadsafe(self._stop_all)
+        for s in self.servers.values():
+            self._loop.call_soon_threadsafe(self._stop, s)
         concurrent.futures.wait([s.task for s in self.servers.values() if s.task], timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
 
+    def _start(self, s: Server) -> None:
+        s.task = asyncio.run_coroutine_threadsafe(self._run(s), self._loop)
+
+    def _ping(self) -> None:
+        """Ping the running servers (bounded), so that those which exited show as failed."""
+        if self._loop is not None and not self._closed:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._ping_all(), self._loop).result(PING_TIMEOUT + 1)
+
     # ---- the loop's side ------------------------------------------------------------------------
-    def _stop_all(self) -> None:
-        """A running server's life ends at its stop; a starting one's is cancelled (the SDK's
-        shutdown still runs, shielded, so its process is ended before the task is done)."""
-        for s in self.servers.values():
-            s.stop.set()
-            if s.state == "starting" and s.runner is not None:
-                s.runner.cancel()
+    @staticmethod
+    def _stop(s: Server) -> None:
+        """A running (or failed) server's life ends at its stop; a starting one's is cancelled (the
+        SDK's shutdown still runs, shielded, so its process is ended before the task is done)."""
+        s.stop.set()
+        if s.state == "starting" and s.runner is not None:
+            s.runner.cancel()
 
     async def _run(self, s: Server) -> None:
         """One server's life: connect, initialize, list its tools, wait for close."""
@@ -256,9 +295,8 @@ class McpHub:
         cfg = s.config
         if cfg.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
-            headers = {k: expand(v) for k, v in cfg.headers}
-            client = await stack.enter_async_context(httpx2.AsyncClient(
-                headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)))
+            client, s.http = capped_client({k: expand(v) for k, v in cfg.headers}, MAX_LINE)
+            await stack.enter_async_context(client)
             return await stack.enter_async_context(streamable_http_client(
                 expand(cfg.url), http_client=client, max_sse_event_size=MAX_LINE))
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -284,6 +322,7 @@ class McpHub:
     async def _call(self, s: Server, name: str, values: dict) -> str:
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED
+        refused = s.http.refused if s.http is not None else 0
         try:
             with anyio.fail_after(self.call_timeout):
                 return result_text(await s.session.call_tool(s.names[name], values))
@@ -291,6 +330,11 @@ class McpHub:
             return (f"error: {name} did not answer within {self.call_timeout:g} s; nanocode stopped "
                     "waiting (the server may still be running it)")
         except MCPError as e:
+            if s.http is not None and s.http.refused > refused:  # its reply was cut: agent/mcp_http.py
+                return f"error: the MCP server {s.config.name} {s.http.why}"
+            if e.message.startswith(mcp_relay.TOO_LARGE):  # the stdio relay's cut
+                return (f"error: the MCP server {s.config.name} sent a reply over nanocode's limit of "
+                        f"{MAX_LINE:,} bytes: nanocode dropped it")
             if e.code == CONNECTION_CLOSED:
                 s.fail("the server exited")
                 return f"error: the MCP server {s.config.name} stopped: {s.why}; /mcp shows it"
@@ -301,11 +345,13 @@ class McpHub:
     async def _ping_all(self) -> None:
         async def ping(s):
             from mcp import MCPError
+            refused = s.http.refused if s.http is not None else 0
             try:
                 with anyio.fail_after(PING_TIMEOUT):
                     await s.session.send_ping()
             except MCPError:
-                s.fail("the server exited")
+                if s.http is None or s.http.refused == refused:  # a cut reply: that ping's alone
+                    s.fail("the server exited")
             except TimeoutError:
                 pass  # busy or stuck: its calls time out on their own
         await asyncio.gather(*(ping(s) for s in self.servers.values() if s.state == "running"))

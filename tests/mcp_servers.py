@@ -11,13 +11,20 @@
            schema, is tests/test_mcp_security.py's unit cases)
   deep     one tool whose schema nests DEPTH levels (deeper than the SDK's parser reads)
   http     main's tools over streamable HTTP on 127.0.0.1:PORT (/mcp)
+  bloat    a hostile streamable-HTTP server on 127.0.0.1:PORT (the standard library's HTTP
+           server, no SDK): echo answers as any server would; `flood` answers with MB megabytes
+           of JSON in the way `how` says: "length" (a Content-Length), "chunked" (none), "sse"
+           (many small events, each under the SDK's per-event limit), "gzip" (a gzip bomb:
+           compressed to ~0.1% of MB). Written as it goes, so the server itself stays small.
   mute     reads stdin and never answers (a server that hangs at start; no SDK import)
   stubborn never answers, writes "PID PPID" to $PIDFILE, ignores SIGTERM and the end of its
            stdin: only SIGKILL ends it
 
 `server_config(kind)` is the .mcp.json entry that starts one with this interpreter."""
+import json
 import os
 import sys
+import zlib
 
 HERE = os.path.abspath(__file__)
 SECRET_VARS = ("NANOCODE_TEST_SECRET", "OPENAI_API_KEY")
@@ -110,7 +117,81 @@ def build(kind: str):
     return Server(f"test-{kind}", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+class Bloat:
+    """The bloat server's replies (module docstring): a request handler's methods."""
+
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if "id" not in msg:
+            return self._send(202, b"")
+        result = {"protocolVersion": msg.get("params", {}).get("protocolVersion"), "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "bloat", "version": "1"}}
+        if msg["method"] == "tools/list":
+            props = {"text": {"type": "string"}, "mb": {"type": "number"}, "how": {"type": "string"}}
+            result = {"tools": [{"name": n, "inputSchema": {"type": "object", "properties": props}}
+                                for n in ("echo", "flood")]}
+        elif msg["method"] == "tools/call" and msg["params"]["name"] == "flood":
+            return self._flood(msg["id"], float(msg["params"]["arguments"].get("mb", 200)),
+                               msg["params"]["arguments"].get("how", "length"))
+        elif msg["method"] == "tools/call":
+            result = {"content": [{"type": "text", "text": msg["params"]["arguments"].get("text", "")}]}
+        elif msg["method"] != "initialize":
+            result = {}
+        self._send(200, json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
+
+    def do_GET(self):
+        self._send(405, b"")
+
+    do_DELETE = do_GET
+
+    def _send(self, status: int, body: bytes, **headers) -> None:
+        self.send_response(status)
+        for k, v in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
+            if v is not None:
+                self.send_header(k.replace("_", "-"), v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _flood(self, ident, mb: float, how: str) -> None:
+        head = b'{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"' % ident
+        tail, mib = b'"}]}}', 1 << 20
+        pieces = [head] + [b"x" * mib] * int(mb) + [tail]
+        sse = how == "sse"
+        if sse:
+            note = b'data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"%s"}}\n\n'
+            event = note % (b"y" * 900)
+            pieces = [event * (mib // len(event))] * int(mb) + [b"data: " + head + b"ok" + tail + b"\n\n"]
+        if how == "gzip":
+            packer = zlib.compressobj(1, zlib.DEFLATED, 31)
+            pieces = [packer.compress(p) for p in pieces] + [packer.flush()]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if sse else "application/json")
+        if how == "gzip":
+            self.send_header("Content-Encoding", "gzip")
+        chunked = how != "length"
+        self.send_header(*(("Transfer-Encoding", "chunked") if chunked else
+                           ("Content-Length", str(sum(map(len, pieces))))))
+        self.end_headers()
+        try:
+            for piece in pieces:
+                if piece:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client stopped reading: what a bounded one does
+            self.close_connection = True
+
+
+def serve_bloat(port: int) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    handler = type("Handler", (Bloat, BaseHTTPRequestHandler), {
+        "protocol_version": "HTTP/1.1", "log_message": lambda *a: None})
+    ThreadingHTTPServer(("127.0.0.1", port), handler).serve_forever()
+
+
 def main(kind: str, port: str = "0") -> None:
+    if kind == "bloat":
+        return serve_bloat(int(port))
     if kind == "mute":
         sys.stdin.read()
         return

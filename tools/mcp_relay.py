@@ -31,6 +31,7 @@ import threading
 
 PR_SET_PDEATHSIG = 1
 MAX_DEPTH = 64
+TOO_LARGE = "the server's reply was over"  # how refusal()'s error for a cut reply begins (agent/mcp_hub.py)
 _ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\\n]|\\.){0,200}")')
 
 
