@@ -186,7 +186,8 @@ def serve_bloat(port: int) -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     handler = type("Handler", (Bloat, BaseHTTPRequestHandler), {
         "protocol_version": "HTTP/1.1", "log_message": lambda *a: None})
-    ThreadingHTTPServer(("127.0.0.1", port), handler).serve_forever()
+    quiet = type("Server", (ThreadingHTTPServer,), {"handle_error": lambda *a: None})  # a client that hung up
+    quiet(("127.0.0.1", port), handler).serve_forever()
 
 
 def main(kind: str, port: str = "0") -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,22 @@ from tools.workspace import accepted_store
 ROOT = Path(__file__).resolve().parents[1]
 ESCAPES = ("\x1b", "\x07", "\u202e", "\x9b")
 
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert server.poll() is None, "the test server exited"
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
 
 
 def hub_of(root, servers: dict, **kw) -> McpHub:
@@ -107,11 +124,67 @@ def test_a_flood_is_dropped_before_it_reaches_memory(proj):
         before, t = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic()
         result = h.call("mcp__main__flood", {"mb": "30"})
         grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-        assert result == "error: the server's reply was over 4194304 bytes: nanocode dropped it"
+        assert result == "error: the MCP server main sent a reply over nanocode's limit of 4,194,304 bytes: nanocode dropped it"
         assert grown < 20 and time.monotonic() - t < 10
         assert h.call("mcp__main__echo", {"text": "after"}) == "after"  # the server goes on
     finally:
         h.close()
+
+
+BLOATED = """
+import json, sys
+from agent.mcp_hub import McpHub
+from mcp_servers import server_config
+from tools.mcp_config import parse_servers
+
+def peak_mb():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) // 1024
+
+servers = {"bloat": {"type": "http", "url": sys.argv[1]}, "main": server_config("main")}
+h = McpHub(".", parse_servers(servers, "t"), startup_timeout=60, call_timeout=60)
+h.wait()
+out = {"control": h.call("mcp__bloat__flood", {"mb": "3", "how": "length"})[:30]}
+out["before"] = peak_mb()
+for how in sys.argv[2:]:
+    out[how] = h.call("mcp__bloat__flood", {"mb": "200", "how": how})
+out["grown"] = peak_mb() - out["before"]
+out["echo"] = h.call("mcp__bloat__echo", {"text": "after"})
+out["main"] = h.call("mcp__main__echo", {"text": "other"})
+out["shown"] = h.describe()
+h.close()
+print(json.dumps(out))
+"""
+
+
+def test_a_huge_http_reply_is_cut_at_the_limit_and_the_session_goes_on(proj):
+    """A hostile HTTP server answers a call with 200 MB (a JSON body with and without a
+    Content-Length, an SSE stream of small events, a gzip bomb): each call fails with the
+    server, the limit and what it sent named; the server's next call and another server's work;
+    the client's peak memory (a child process's VmHWM) grows by a few MB, not 200. A 3 MB reply
+    still comes through. Without the cap the JSON reply is read whole (mcp's aread)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, HERE, "bloat", str(port)])
+    try:
+        wait_for_port(port, server)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+        child = subprocess.run([sys.executable, "-c", BLOATED, f"http://127.0.0.1:{port}/mcp",
+                                "length", "chunked", "sse", "gzip"], cwd=proj, env=env, capture_output=True,
+                               text=True, timeout=120)
+    finally:
+        server.kill()
+        server.wait()
+    assert child.returncode == 0, child.stderr[-2000:]
+    out = json.loads(child.stdout)
+    assert out["control"] == "x" * 30
+    assert out["length"] == ("error: the MCP server bloat sent a reply of 209,715,273 bytes, over nanocode's "
+                             "limit of 4,194,304: nanocode did not read it")
+    over = "error: the MCP server bloat sent a reply over nanocode's limit of 4,194,304 bytes: nanocode "
+    assert out["chunked"] == out["sse"] == over + "stopped reading it there and dropped it"
+    assert out["gzip"] == ("error: the MCP server bloat sent its reply compressed (gzip) though nanocode "
+                           "asked for none: nanocode did not read it")
+    assert out["echo"] == "after" and out["main"] == "other" and "bloat (http" in out["shown"]
+    assert "): running" in out["shown"] and "failed" not in out["shown"]
+    assert out["grown"] < 40, out
 
 
 def test_startup_hangs_and_missing_commands_fail_their_server_only(proj):
