@@ -135,7 +135,7 @@ def test_a_server_that_crashes_is_failed_and_the_session_goes_on(hub, project):
 def test_the_agent_asks_and_a_yes_runs_it_undoably(hub, project):
     asked = []
     agent = agent_for(hub, project, [("mcp__main__write_file", {"name": "out.txt", "content": "hi"})], mode="auto")
-    assert "mcp__main__write_file(name, content): write a file" in agent._system_prompt()
+    assert "mcp__main__write_file(name, content): write a file" in agent.new_system_prompt()
     res = agent.run_turn("write it", approve=lambda n, a, d: asked.append(d.reason) or "yes")
     assert asked == ["calls the MCP tool mcp__main__write_file (a rule mcp__main__write_file or "
                      "mcp__main__* allows it)"]  # auto mode too: what it does is the server's
@@ -269,3 +269,39 @@ def test_the_grammar_writes_each_kind_and_nothing_else(tok):
     ids = tok.encode_tool_call({"name": page.name, "args": {"limit": "007"}})
     assert admits(g, tok, None, rng, page.name, (page,), limit="007")
     assert tok.parse_tool_call(ids)["args"] == {"limit": "007"}  # its kind, not our Read's int limit
+
+
+def test_mcp_reconnect_restarts_failed_servers_and_their_tools_come_back(project):
+    """A stdio server that crashed mid-call, and one that could not start (its program exits
+    until a file exists): `/mcp reconnect` starts both again without leaving nanocode, their
+    tools are offered (and in the system prompt) from the next turn, and a call works."""
+    late = {"command": "sh", "args": ["-c", 'test -f ready || exit 1; exec "$0" "$@"', sys.executable, HERE, "main"]}
+    h = McpHub(project, parse_servers({"crashy": server_config("crashy"), "late": late}, "test"),
+               call_timeout=10.0, startup_timeout=60.0)
+    try:
+        h.wait()
+        agent = agent_for(h, project, [("mcp__crashy__crash", {})], allow=["mcp__crashy", "mcp__late"])
+        agent.run_turn("crash it")
+        assert h.servers["late"].state == h.servers["crashy"].state == "failed"
+        assert "mcp__late__echo" not in agent.messages[0]["content"] and not h.tools()
+        assert commands.run("/mcp reconnect nosuch", agent, project).text == \
+            "error: no MCP server named nosuch (configured: crashy, late); /mcp lists them"
+        (project / "ready").write_text("")
+        shown = commands.run("/mcp reconnect", agent, project).text
+        assert "crashy (stdio" in shown and "late (stdio" in shown and shown.count("): running") == 2
+        assert shown.endswith("their tools are offered from the next turn")
+        assert {"mcp__crashy__echo", "mcp__late__echo"} <= {t.name for t in agent.offered_tools()}
+        assert "mcp__late__echo(text, times?: integer): say text back" in agent.messages[0]["content"]
+        agent.sampler = ScriptedModel([("mcp__late__echo", {"text": "back"}), ("mcp__crashy__echo", {"text": "too"})])
+        res = agent.run_turn("echo on both")
+        assert [c["result"] for c in res.tool_calls] == ["back", "too"]
+        assert commands.run("/mcp reconnect", agent, project).text.startswith("no MCP server has failed;")
+        pid = h.call("mcp__late__whereami", {})
+        shown = commands.run("/mcp reconnect late", agent, project).text  # a running one, by name
+        assert shown.startswith("late (stdio") and "crashy" not in shown
+        assert h.call("mcp__late__whereami", {}) != pid  # a new process
+        assert commands.run("/mcp reconnect all", agent, project).text.count("): running") == 2
+        assert commands.run("/mcp restart", agent, project).text.startswith("unknown /mcp argument 'restart'")
+    finally:
+        h.close()
+    assert "/mcp [reconnect [NAME|all]]" in commands.help_text()

@@ -80,7 +80,7 @@ def test_a_hostile_listing_is_sanitized_capped_and_still_asks(proj):
                       TurnSettings(retries=0, sandbox=False, snapshots=False), mcp=h)
         text = commands.run("/mcp", agent, proj).text
         assert not any(e in text for e in ESCAPES)
-        assert not any(e in agent._system_prompt() for e in ESCAPES)
+        assert not any(e in agent.new_system_prompt() for e in ESCAPES)
         assert agent.run_turn("go", approve=None).tool_calls[0]["result"] == REJECTED  # auto mode: still asks
     finally:
         h.close()
