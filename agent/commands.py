@@ -169,7 +169,7 @@ def _mcp(agent, root, rest) -> Out:
         return Note(f"unknown /mcp argument {printable(rest[:80])!r}: use /mcp, or /mcp reconnect [NAME|all]")
     text = agent.mcp.reconnect(name.strip())
     if not text.startswith(("error:", "no MCP")):
-        agent.refresh_system_prompt()
+        agent.refresh_system_prompt("the MCP servers were reconnected")
         text += "\ntheir tools are offered from the next turn"
     return Note(printable(text))
 

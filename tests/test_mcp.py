@@ -293,7 +293,10 @@ def test_mcp_reconnect_restarts_failed_servers_and_their_tools_come_back(project
         assert {"mcp__crashy__echo", "mcp__late__echo"} <= {t.name for t in agent.offered_tools()}
         assert "mcp__late__echo(text, times?: integer): say text back" in agent.messages[0]["content"]
         agent.sampler = ScriptedModel([("mcp__late__echo", {"text": "back"}), ("mcp__crashy__echo", {"text": "too"})])
-        res = agent.run_turn("echo on both")
+        notes = []
+        res = agent.run_turn("echo on both", on_event=notes.append)
+        assert any(getattr(e, "text", "").startswith("the MCP servers were reconnected: it goes on with the new "
+                                                     "system prompt") for e in notes)
         assert [c["result"] for c in res.tool_calls] == ["back", "too"]
         assert commands.run("/mcp reconnect", agent, project).text.startswith("no MCP server has failed;")
         pid = h.call("mcp__late__whereami", {})

@@ -124,7 +124,7 @@ class Agent:
         self.read_limit = read_limit(self.result_budget)
         self.meta["model"] = name
         sampler.invalidate()
-        self.refresh_system_prompt()  # the memory file's share follows the context
+        self.refresh_system_prompt(f"the model changed to {name}")  # the memory file's share follows the context
 
     def clear(self) -> None:
         """Start a new conversation (new session id); settings and undo history stay."""
@@ -222,10 +222,11 @@ class Agent:
             self.mcp.wait()
         return system_prompt(self.root, memory, self.mode, self.extra_tools())
 
-    def refresh_system_prompt(self) -> bool:
+    def refresh_system_prompt(self, why: str = "the project notes, folder or mode changed since this "
+                              "session was saved") -> bool:
         """A resumed conversation starts from today's system prompt (the memory file, the folder
-        or the mode may have changed since it was saved); True when it changed. The next turn
-        says so in a status note."""
+        or the mode may have changed since it was saved; also after /model and /mcp reconnect);
+        True when it changed. The next turn says so in a status note that opens with `why`."""
         if not self.messages or self.messages[0]["role"] != "system":
             return False
         fresh = self.new_system_prompt()
@@ -234,8 +235,7 @@ class Agent:
         self.messages[0] = {"role": "system", "content": fresh}
         self.meta["mode"] = self.mode
         self.sampler.invalidate()
-        self._startup_notes.append("the project notes, folder or mode changed since this session "
-                                   "was saved: it goes on with the new system prompt")
+        self._startup_notes.append(f"{why}: it goes on with the new system prompt")
         return True
 
     def take_startup_notes(self) -> list[str]:
