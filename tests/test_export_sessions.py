@@ -75,7 +75,8 @@ def export(session, out, capsys):
     return said, read("sft.jsonl"), read("preference.jsonl")
 
 
-def test_a_rewound_request_is_bad_and_pairs_with_the_one_asked_in_its_place(engine, tok, repo, tmp_path, capsys):
+def test_a_rewound_request_is_bad_and_pairs_with_the_one_asked_in_its_place(engine, tok, repo, tmp_path,
+                                                                             capsys):
     """/rewind 2 over a finished edit, then another request there: the rewound turn never reaches
     sft.jsonl (the row is the conversation as it stands) and is the rejected side of a pair whose
     chosen side is the new turn, on the same prefix (the first turn and the rewound request)."""

@@ -224,8 +224,8 @@ def _wire(base: str, body: dict) -> list[dict]:
     the finish reason only on the last chunk)."""
     out = []
     for stream in (False, True):
-        req = urllib.request.Request(f"{base}/chat/completions", json.dumps({**body, "stream": stream}).encode(),
-                                     {"Content-Type": "application/json"})
+        req = urllib.request.Request(f"{base}/chat/completions", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({**body, "stream": stream}).encode())
         with urllib.request.urlopen(req, timeout=120) as r:
             data = r.read().decode()
         if not stream:
@@ -240,7 +240,8 @@ def _wire(base: str, body: dict) -> list[dict]:
         assert choices[0]["delta"]["role"] == "assistant"
         assert [c["finish_reason"] for c in choices[:-1]] == [None] * (len(choices) - 1)
         deltas = [c["delta"] for c in choices]
-        calls = [(c["function"]["name"], c["function"]["arguments"]) for d in deltas for c in d.get("tool_calls", [])]
+        calls = [(c["function"]["name"], c["function"]["arguments"])
+                 for d in deltas for c in d.get("tool_calls", [])]
         out.append({"finish": choices[-1]["finish_reason"], "calls": calls,
                     "content": "".join(d.get("content") or "" for d in deltas)})
     return out

@@ -1,8 +1,9 @@
 """/usage and its alias /cost (agent/commands.py, totals kept by agent/loop/driver.Agent): the tokens
 the model read and wrote, tok/s and the time, added up over every turn since nanocode started,
-equal to the sum of the turns' own counts (and a continued session's first prefill, and /compact's rebuild); with --base-url, what the server reported in
-`usage`, and a plain word when it reported none. The plain face through a real pipe; the remote
-model is a scripted server on loopback (tests/test_remote.py's)."""
+equal to the sum of the turns' own counts (and a continued session's first prefill, and
+/compact's rebuild); with --base-url, what the server reported in `usage`, and a plain word when
+it reported none. The plain face through a real pipe; the remote model is a scripted server on
+loopback (tests/test_remote.py's)."""
 import io
 import os
 import sys
