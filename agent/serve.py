@@ -72,8 +72,9 @@ class Server:
         """One chat completion of a prepared request: {"content", "tool_call" or None,
         "finish_reason", "usage"}. on_text(piece) streams the prose as it is sampled
         (agent/samplers/reply_stream.py). finish_reason: "tool_calls" for a call that parsed, "length"
-        when the budget or the context cut the reply, else "stop" (a malformed call included:
-        its prose is the reply). With job["stop"], the prose ends before the first stop string
+        when the budget or the context cut the reply (a call it cut is dropped, never sent in
+        part: the prose before it is the reply, "" for a forced call), else "stop" (a malformed
+        call included: its prose is the reply). With job["stop"], the prose ends before the first stop string
         in it (StopText: what on_text gets holds none of it), sampling stops there, and the
         reply has no call. With job["must_call"], the reply opens with the call."""
         from agent.samplers.reply_stream import stream_reply  # deferred: it loads jax

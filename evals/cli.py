@@ -48,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def limit_count(text: str) -> int:
+    """The value of a --limit flag: a whole number of at least 1 (0 would be taken as no limit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (e.g. --limit 5)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value} (leave --limit out to run "
+                                         "them all)")
+    return value
+
+
 def add_codegen_args(p: argparse.ArgumentParser) -> None:
     """humaneval, mbpp, humanevalplus, mbppplus (evals/codegen.py)."""
     a = p.add_argument
@@ -64,7 +76,7 @@ def add_codegen_args(p: argparse.ArgumentParser) -> None:
     a("--max-tokens", type=int, default=512, help="new tokens per sample (default 512)")
     a("--batch", type=int, default=0, help="sample rows per generate call (default: n)")
     a("--seed", type=int, default=0)
-    a("--limit", type=int, help="only the first N problems (quick runs)")
+    a("--limit", type=limit_count, help="only the first N problems (quick runs)")
     a("--timeout", type=float, default=10.0, help="seconds per program (default 10)")
     a("--memory-mb", type=int, default=2048, help="address-space limit per program (default 2048)")
     a("--workers", type=int, default=0, help="programs run in parallel (default: core count)")
@@ -101,7 +113,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
       help="model (default); oracle / nothing: the harness-validity baselines (no model)")
     a("--families", help="comma-separated task families (default: every trained and eval-only one)")
     a("--per-family", type=int, default=10, help="tasks per family (default 10)")
-    a("--limit", type=int, help="only the first N tasks (families interleaved)")
+    a("--limit", type=limit_count, help="only the first N tasks (families interleaved)")
     add_options(p, "evals agent")  # the agent's settings; sampling seed = task seed
     a("--seed", type=int, default=0, help="offset of the task seeds: another draw of tasks (default 0)")
     a("--split", choices=tuple(SPLITS), default="eval", help="eval (default): held-out generated "
@@ -128,7 +140,7 @@ def add_core_args(p: argparse.ArgumentParser) -> None:
     a("--step", type=int, help="checkpoint step (default: the latest)")
     a("--bundle", help="eval bundle dir (core.yaml, eval_meta_data.csv, eval_data/); 'tiny' for the "
       "packaged test subset; default $NANOCODE_HOME/eval_bundle, downloaded when missing")
-    a("--limit", "--max-per-task", dest="limit", type=int,
+    a("--limit", "--max-per-task", dest="limit", type=limit_count,
       help="only the first N (shuffled) examples of each task (quick runs)")
     a("--batch-tokens", type=int, default=4096,
       help="tokens per forward batch (default 4096; rows = this / length bucket)")

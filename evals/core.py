@@ -213,7 +213,7 @@ def build(tasks: list[IclTask], datas: list[list[dict]], tok, limit: int | None,
     (10-shot hellaswag alone is 40k rows of ~1k) and a list spends ~36 bytes per token."""
     examples, texts, kinds = [], [], []
     for ti, (task, data) in enumerate(zip(tasks, datas)):
-        for i in range(min(len(data), limit) if limit else len(data)):
+        for i in range(min(len(data), limit) if limit is not None else len(data)):
             shots = fewshot_indices(i, len(data), task.num_fewshot)
             prompts = render(task, data[i], [data[j] for j in shots])
             gold = None if task.task_type == "language_modeling" else int(data[i]["gold"])
@@ -335,9 +335,6 @@ def summarize(tasks: list[IclTask], examples: list[Example], losses, matches):
 # ---- the command ------------------------------------------------------------------------------
 def main(args) -> int:
     t0 = time.perf_counter()
-    if args.limit is not None and args.limit < 1:
-        print("error: --limit must be >= 1", file=sys.stderr)
-        return 2
     try:
         bundle = resolve_bundle(args.bundle, args.quiet)
         tasks = load_tasks(bundle)

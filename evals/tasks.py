@@ -117,7 +117,7 @@ def load_task(task: str, data: str | None = None, limit: int | None = None) -> l
         problems = [convert(r) for r in rows]
     except (KeyError, TypeError) as e:
         raise TaskError(f"{data or task}: a row lacks field {e} of the upstream {task} format") from e
-    return problems[:limit] if limit else problems
+    return problems[:limit] if limit is not None else problems
 
 
 def _humaneval(r: dict) -> Problem:

@@ -95,6 +95,33 @@ def test_subcommand_required(capsys):
         assert "required" in capsys.readouterr().err
 
 
+def _commands_with_limit():
+    """Every train and evals command whose parser has a --limit flag (found, not listed)."""
+    found = []
+    for name, main in (("train", train_cli), ("evals", evals_cli)):
+        sub = next(a for a in main.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+        found += [(main, command) for command, parser in sub.choices.items()
+                  if any("--limit" in a.option_strings for a in parser._actions)]
+    return found
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+@pytest.mark.parametrize("cli, command", _commands_with_limit())
+def test_a_limit_below_one_is_a_usage_error(cli, command, value, capsys):
+    """--limit 0 used to mean every problem (`problems[:limit] if limit`): now it is refused at
+    parse time, before any model or data loads, in one line naming the flag and the way on."""
+    assert run(cli.main, [command, "--limit", value, "--model", "x"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--limit" in last and "at least 1" in last and "leave --limit out" in last
+
+
+def test_every_limit_flag_is_checked_and_one_still_parses():
+    commands = _commands_with_limit()
+    assert {c for _, c in commands} >= {"humaneval", "mbpp", "humanevalplus", "mbppplus", "agent", "core"}
+    for cli, command in commands:
+        assert cli.build_parser().parse_args([command, "--limit", "1", "--model", "x"]).limit == 1
+
+
 def test_import_nanochat_parses_its_arguments():
     args = train_cli.build_parser().parse_args(
         ["import-nanochat", "ckpt", "--out", "o", "--step", "7", "--dtype", "bfloat16"]

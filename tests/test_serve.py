@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.samplers.openai_wire import openai_message, to_conversation
+from agent.samplers.openai_wire import openai_message, to_conversation, tool_schema
 from agent.serve import CANNOT_LISTEN, Server, build_parser, server_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,3 +216,54 @@ def test_a_forced_call_has_a_real_argument(stopper, tool, arg):
     streamed = [c for chunk in client.chat.completions.create(stream=True, **ask) for c in
                 (chunk.choices[0].delta.tool_calls or [] if chunk.choices else [])]
     assert streamed[0].function.arguments == calls[0].function.arguments
+
+
+def _wire(base: str, body: dict) -> list[dict]:
+    """The reply to `body` over HTTP, plain and streamed, each as {"finish", "content", "calls"
+    ([(name, arguments text)])}, after checking the stream's shape (role first, [DONE] last,
+    the finish reason only on the last chunk)."""
+    out = []
+    for stream in (False, True):
+        req = urllib.request.Request(f"{base}/chat/completions", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({**body, "stream": stream}).encode())
+        with urllib.request.urlopen(req, timeout=120) as r:
+            data = r.read().decode()
+        if not stream:
+            choice = json.loads(data)["choices"][0]
+            msg = choice["message"]
+            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", [])]
+            out.append({"finish": choice["finish_reason"], "content": msg["content"], "calls": calls})
+            continue
+        events = [ln[6:] for ln in data.splitlines() if ln.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        choices = [json.loads(e)["choices"][0] for e in events[:-1]]
+        assert choices[0]["delta"]["role"] == "assistant"
+        assert [c["finish_reason"] for c in choices[:-1]] == [None] * (len(choices) - 1)
+        deltas = [c["delta"] for c in choices]
+        calls = [(c["function"]["name"], c["function"]["arguments"])
+                 for d in deltas for c in d.get("tool_calls", [])]
+        out.append({"finish": choices[-1]["finish_reason"], "calls": calls,
+                    "content": "".join(d.get("content") or "" for d in deltas)})
+    return out
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "Grep"}}])
+def test_a_forced_call_cut_by_max_tokens_is_a_length_reply_without_a_call(stopper, choice):
+    """tool_choice "required" or a named function, with max_tokens too small for the call: every
+    budget short of the whole call gets finish_reason "length" and no tool_calls (never a partial
+    or malformed call), content "" (the reply opened with the call); the budget that holds the
+    call gets it whole. The same plain and streamed."""
+    body = {"messages": [{"role": "user", "content": "find f"}], "tool_choice": choice,
+            "tools": [tool_schema("Grep"), tool_schema("Read")]}
+    plain, streamed = _wire(stopper, {**body, "max_tokens": 64})
+    assert plain == streamed and plain["finish"] == "tool_calls" and len(plain["calls"]) == 1
+    name, arguments = plain["calls"][0]
+    assert name in ("Grep", "Read") and isinstance(json.loads(arguments), dict)
+    with urllib.request.urlopen(urllib.request.Request(f"{stopper}/chat/completions", json.dumps(
+            {**body, "max_tokens": 64}).encode(), {"Content-Type": "application/json"}), timeout=120) as r:
+        whole = json.loads(r.read())["usage"]["completion_tokens"]  # the call, to its last token
+    assert whole >= 3, whole
+    for budget in range(1, whole):
+        plain, streamed = _wire(stopper, {**body, "max_tokens": budget})
+        assert plain == streamed == {"finish": "length", "content": "", "calls": []}, budget
+    assert _wire(stopper, {**body, "max_tokens": whole})[0]["finish"] == "tool_calls"

@@ -1,8 +1,9 @@
 """/usage and its alias /cost (agent/commands.py, totals kept by agent/loop/driver.Agent): the tokens
 the model read and wrote, tok/s and the time, added up over every turn since nanocode started,
-equal to the sum of the turns' own counts (and a continued session's first prefill); with --base-url, what the server reported in
-`usage`, and a plain word when it reported none. The plain face through a real pipe; the remote
-model is a scripted server on loopback (tests/test_remote.py's)."""
+equal to the sum of the turns' own counts (and a continued session's first prefill, and
+/compact's rebuild); with --base-url, what the server reported in `usage`, and a plain word when
+it reported none. The plain face through a real pipe; the remote model is a scripted server on
+loopback (tests/test_remote.py's)."""
 import io
 import os
 import sys
@@ -67,3 +68,30 @@ def test_usage_with_a_server_is_what_it_reported(scripted, tmp_path):
     text = commands.run("/cost", silent, silent.root).text
     assert "0 tokens in, 0 out" in text and "the server sent no `usage` with its replies" in text
     assert "the counts are unknown, not zero" in text
+
+
+def test_compacts_prefill_counts_in_usage(engine, tok, repo, monkeypatch):
+    """/compact rebuilds the model's cache from the shorter conversation (one prefill): /usage's
+    tokens in grow by exactly what that rebuild read, no turn added. The plain face, a real pipe."""
+    rd = call(tok, "", "Read", file_path="big.py", limit="20")
+    agent, _ = make(engine, repo, [rd, reply(tok, "ok")] * 2)
+    rebuilt = []
+    compact = agent.compact
+
+    def measured(*a, **kw):  # what the rebuild reads: every token of the fresh cache
+        freed = compact(*a, **kw)
+        rebuilt.append(len(agent.sampler.cache.ids))
+        return freed
+    agent.compact = measured
+    r, w = os.pipe()
+    os.write(w, b"read it\nagain\n/usage\n/compact\n/usage\n/quit\n")
+    os.close(w)
+    monkeypatch.setattr(sys, "stdin", os.fdopen(r))
+    con = Console(out=io.StringIO(), color=False)
+    assert run_repl(agent, "tiny", console=con) == 0
+    out = con.out.getvalue()
+    assert "tokens freed" in out and rebuilt and rebuilt[0] > 0
+    before, after = (int(said.split(" in ", 1)[0].replace(",", "")) for said in
+                     out.split("tokens in (read by the model): ")[1:])
+    assert out.count("(2 turns;") == 2  # /compact is no turn
+    assert after - before == rebuilt[0], (before, after, rebuilt)

@@ -5,17 +5,23 @@
     train dpo --from my-sft --data DIR/preference.jsonl ...
 
 Each user turn of a session is judged from its record (meta["turns"]): good when it ended with
-an answer ("done") and the user neither undid it nor marked it /bad (a /good mark makes any
-turn good); bad when it was rejected, cancelled, undone, marked /bad, or stopped on the step
-limit, a repeated call, a cut reply or a full context.
+an answer ("done") and the user neither undid it, rewound it nor marked it /bad (a /good mark
+makes any turn good); bad when it was rejected, cancelled, undone, rewound, marked /bad, or
+stopped on the step limit, a repeated call, a cut reply or a full context. Rewound turns (those
+/rewind took out: meta["rewinds"], agent/loop/conversation.py) are not in the session's
+messages: the turns after a rewind were sampled without them.
 - sft.jsonl: one row per session, the conversation up to the end of its last good turn before
   the first bad one (the loss covers every assistant message of a row, so nothing after a bad
-  turn can be kept). A session whose first turn is bad gives no row.
+  turn can be kept). A session whose first turn is bad gives no row. A rewound turn is never
+  in a row.
 - preference.jsonl: for a bad turn followed by a good one, a pair on the bad turn's prefix
   (everything up to and including its request): rejected = what the model did in the bad turn
   (up to the rejected or cancelled call, whose result is dropped), chosen = what it did in the
-  next, good turn. Trade-off: the user usually re-asked in other words, so the chosen side
-  answers a neighbouring request; that is the signal a session has.
+  next, good turn. The same for a rewound request and the turn the user asked in its place:
+  rejected = the first turn a rewind took out, chosen = the good turn now at its place in the
+  session, when no later rewind went back further (the prefix is then still the same).
+  Trade-off: the user usually re-asked in other words, so the chosen side answers a
+  neighbouring request; that is the signal a session has.
 Every row is validated (train/conversations.py) before it is written; bad ones are counted.
 
 Which files (session files are untrusted input: a cloned repository can ship .nanocode/sessions):
@@ -54,10 +60,29 @@ def turn_spans(messages: list[dict], meta: dict) -> list[tuple[int, int, dict]]:
     return [(s, e, r) for s, e, r in zip(starts, ends, records) if s < e]
 
 
-def is_good(record: dict) -> bool:
+def rewound_turns(meta: dict) -> list[tuple[int, list[dict], list[dict]]]:
+    """(cut, messages, records) per meta["rewinds"] entry, oldest first: what one /rewind took
+    out, messages[0] being the first cut turn's request, which stood at transcript index `cut`
+    (its record's user_index). Entries of another shape (an untrusted file) are left out."""
+    out = []
+    for entry in meta.get("rewinds") or []:
+        messages, records = (entry.get("messages"), entry.get("turns")) if isinstance(entry, dict) \
+            else (None, None)
+        if not (isinstance(messages, list) and messages and isinstance(records, list) and records
+                and all(isinstance(r, dict) for r in records)
+                and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)):
+            continue
+        cut = records[0].get("user_index")
+        if type(cut) is int and cut >= 0 and messages[0]["role"] == "user":
+            out.append((cut, messages, records))
+    return out
+
+
+def is_good(record: dict, rewound: bool = False) -> bool:
+    """The verdict on one turn (the module docstring); `rewound`: /rewind took it out."""
     if record.get("mark"):
         return record["mark"] == "good"
-    return record.get("stop_reason") in GOOD_STOPS and not record.get("undone")
+    return record.get("stop_reason") in GOOD_STOPS and not record.get("undone") and not rewound
 
 
 def _steps(messages: list[dict]) -> list[dict]:
@@ -85,7 +110,27 @@ def export_session(messages: list[dict], meta: dict) -> tuple[dict | None, list[
         if rejected and chosen:
             pairs.append({"chosen": {"messages": prefix + chosen},
                           "rejected": {"messages": prefix + rejected}})
-    return row, pairs
+    return row, pairs + _rewind_pairs(messages, meta, spans)
+
+
+def _rewind_pairs(messages: list[dict], meta: dict, spans) -> list[dict]:
+    """A pair per rewind whose first cut turn was bad and whose place holds a good turn now,
+    on a prefix no later rewind changed (the module docstring)."""
+    now = {start: (end, record) for start, end, record in spans}
+    rewinds, pairs = rewound_turns(meta), []
+    for k, (cut, cut_off, records) in enumerate(rewinds):
+        later_cuts = [c for c, _, _ in rewinds[k + 1:]]
+        if cut not in now or any(c < cut for c in later_cuts) or is_good(records[0], rewound=True):
+            continue
+        end, record = now[cut]
+        nxt = records[1].get("user_index") if len(records) > 1 else None
+        turn = cut_off[:nxt - cut] if type(nxt) is int and nxt > cut else cut_off
+        rejected, chosen = _steps(turn[1:]), _steps(messages[cut + 1:end])
+        if is_good(record) and rejected and chosen:
+            prefix = messages[:cut] + turn[:1]
+            pairs.append({"chosen": {"messages": prefix + chosen},
+                          "rejected": {"messages": prefix + rejected}})
+    return pairs
 
 
 def _first_link(path: Path) -> Path | None:
@@ -114,8 +159,9 @@ def session_files(specs: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def _export_file(path: Path, manifest: dict | None):
-    """(its turn records, its valid SFT rows, its valid pairs, how many rows were invalid), or None
-    when a manifest is given and does not record these bytes for this path. OSError, ValueError
+    """(a verdict per turn, rewound ones included: is_good; its valid SFT rows, its valid pairs,
+    how many rows were invalid), or None when a manifest is given and does not record these
+    bytes for this path. OSError, ValueError
     or RecursionError (a structure just under json's depth limit walked deeper) for a file that
     is not a saved session."""
     data = read_session(path)
@@ -125,8 +171,9 @@ def _export_file(path: Path, manifest: dict | None):
     row, found = export_session(messages, meta)
     made = [("sft", r) for r in [row] if r is not None] + [("pair", p) for p in found]
     valid = [(kind, r) for kind, r in made if not validate_row(r)]
-    records = [r for _, _, r in turn_spans(messages, meta)]
-    return (records, [r for kind, r in valid if kind == "sft"], [r for kind, r in valid if kind == "pair"],
+    verdicts = [is_good(r) for _, _, r in turn_spans(messages, meta)] + \
+        [is_good(r, rewound=True) for _, _, records in rewound_turns(meta) for r in records]
+    return (verdicts, [r for kind, r in valid if kind == "sft"], [r for kind, r in valid if kind == "pair"],
             len(made) - len(valid))
 
 
@@ -148,11 +195,11 @@ def main(args) -> int:
         if found is None:
             not_ours.append(str(path))
             continue
-        records, good_rows, good_pairs, invalid = found
+        verdicts, good_rows, good_pairs, invalid = found
         counts["sessions"] += 1
         counts["invalid rows"] += invalid
-        for record in records:
-            counts["good turns" if is_good(record) else "bad turns"] += 1
+        counts["good turns"] += sum(verdicts)
+        counts["bad turns"] += len(verdicts) - sum(verdicts)
         rows += good_rows
         pairs += good_pairs
     if not_ours:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nanocode.protocol import DROPPED, Status, TurnResult
+from nanocode.protocol import DROPPED, Status
 
 TOKENS_PER_READ_LINE = 10  # a numbered line of code, roughly, at a 4k vocab (read_limit)
 
@@ -198,18 +198,18 @@ def fit_memory(memory: tuple[str, str] | None, count, budget: int) -> tuple[str,
         keep -= 1
 
 
-def compact(conv, sampler, keep: int = 1) -> int:
+def compact(conv, sampler, usage: dict, keep: int = 1) -> int:
     """/compact: replace every tool output of the conversation but the newest `keep` by the
     DROPPED marker and a one-line digest of it (what a full context does by itself, oldest first;
     the system prompt and the requests are never touched); returns the tokens freed. Trade-off:
     the sampler is brought up to the shorter conversation right away (one prefill of what is
-    left) so the context count is true at once; call it between turns, not during one."""
+    left, added to `usage`, a TurnResult's usage dict) so the context count is true at once;
+    call it between turns, not during one."""
     messages, count, quiet = conv.messages, sampler.count, (lambda event: None)
     olds = droppable(messages, count, len(messages))
     drop = olds[:max(0, len(olds) - keep)]
     if not drop:
         return 0
-    usage = TurnResult().usage
     sampler.sync(conv, quiet, usage)
     before = sampler.context_used(messages)
     for i in drop:  # the marker and a line on what the output held

@@ -59,7 +59,8 @@ class Agent:
         self.undo_log = TurnUndo(self.root, settings.snapshots)  # agent/loop/turn_undo.py
         self._startup_notes: list[str] = []  # status notes for the next turn (refresh_system_prompt)
         self._said_no_snapshot = False  # the "could not snapshot" note is said once
-        self.totals = dict(TurnResult().usage, turns=0)  # the turns' usage added up, and load_context's
+        # the turns' usage added up, and the prefills of load_context and compact
+        self.totals = dict(TurnResult().usage, turns=0)
         self.started = time.monotonic()
 
     # ---- public helpers ------------------------------------------------------------------------
@@ -209,8 +210,12 @@ class Agent:
         self.totals["turns"] += turns
 
     def compact(self, keep: int = 1) -> int:
-        """/compact (agent/loop/context.compact): old outputs become one-line digests; tokens freed."""
-        return compact(self.conv, self.sampler, keep)
+        """/compact (agent/loop/context.compact): old outputs become one-line digests; tokens freed.
+        The prefill that rebuilds the model's cache counts in /usage's totals (no turn)."""
+        usage = TurnResult().usage
+        freed = compact(self.conv, self.sampler, usage, keep)
+        self.count(usage)
+        return freed
 
     def new_system_prompt(self) -> str:
         """The system message a new conversation starts with: the mode's tools (the MCP servers'
