@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tiny_models import commit_all
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,15 +63,6 @@ def server():
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     httpd.shutdown()
     httpd.server_close()
-
-
-@pytest.fixture
-def proj(tmp_path):
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "a.py").write_text("x = 1\n")
-    commit_all(root)
-    return root
 
 
 def plain(url, proj, stdin: str, *flags) -> subprocess.CompletedProcess:

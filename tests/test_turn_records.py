@@ -21,12 +21,9 @@ def git(root, *args) -> str:
 
 
 @pytest.fixture
-def repo(tmp_path):
+def repo(proj):
     """(records, first commit, second commit: a.py edited and b.py added) in a real repository."""
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "a.py").write_text("x = 1\n")
-    commit_all(root)
+    root = proj
     first = git(root, "rev-parse", "HEAD")
     (root / "a.py").write_text("x = 2\n")
     (root / "b.py").write_text("y = 1\n")

@@ -15,6 +15,17 @@ from agent.repl import Console, run_repl
 from scripted_agent import call, make, reply
 
 
+def piped_repl(agent, lines: bytes, monkeypatch) -> str:
+    """What the plain face prints when `lines` come through a real pipe as its stdin."""
+    r, w = os.pipe()
+    os.write(w, lines)
+    os.close(w)
+    monkeypatch.setattr(sys, "stdin", os.fdopen(r))
+    con = Console(out=io.StringIO(), color=False)
+    assert run_repl(agent, "tiny", console=con) == 0
+    return con.out.getvalue()
+
+
 def test_usage_adds_up_the_turns_and_cost_is_its_alias(engine, tok, repo, monkeypatch):
     agent, _ = make(engine, repo, [call(tok, "", "Read", file_path="a.py"), reply(tok, "x is 1."),
                                    reply(tok, "ok.")])
@@ -25,13 +36,7 @@ def test_usage_adds_up_the_turns_and_cost_is_its_alias(engine, tok, repo, monkey
         results.append(turn(*a, **kw))
         return results[-1]
     agent.run_turn = counted
-    r, w = os.pipe()
-    os.write(w, b"what is x?\nthanks\n/cost\n/quit\n")
-    os.close(w)
-    monkeypatch.setattr(sys, "stdin", os.fdopen(r))
-    con = Console(out=io.StringIO(), color=False)
-    assert run_repl(agent, "tiny", console=con) == 0
-    out = con.out.getvalue()
+    out = piped_repl(agent, b"what is x?\nthanks\n/cost\n/quit\n", monkeypatch)
     prompt = sum(res.usage["prompt_tokens"] for res in results)
     written = sum(res.usage["completion_tokens"] for res in results)
     sampling = sum(res.usage["generate_s"] for res in results)
@@ -83,13 +88,7 @@ def test_compacts_prefill_counts_in_usage(engine, tok, repo, monkeypatch):
         rebuilt.append(len(agent.sampler.cache.ids))
         return freed
     agent.compact = measured
-    r, w = os.pipe()
-    os.write(w, b"read it\nagain\n/usage\n/compact\n/usage\n/quit\n")
-    os.close(w)
-    monkeypatch.setattr(sys, "stdin", os.fdopen(r))
-    con = Console(out=io.StringIO(), color=False)
-    assert run_repl(agent, "tiny", console=con) == 0
-    out = con.out.getvalue()
+    out = piped_repl(agent, b"read it\nagain\n/usage\n/compact\n/usage\n/quit\n", monkeypatch)
     assert "tokens freed" in out and rebuilt and rebuilt[0] > 0
     before, after = (int(said.split(" in ", 1)[0].replace(",", "")) for said in
                      out.split("tokens in (read by the model): ")[1:])
