@@ -1,7 +1,8 @@
-"""The settings file format, read from bytes: `{"mode", "permissions": {"allow", "ask", "deny"},
-"env", "hooks", "mcpServers"}`, the rule syntax (`parse_rule`), hooks (`Hook`) and MCP servers
-(tools/mcp_config.py). Every problem is a SettingsError naming the file, the problem and the fix.
-Which files apply, and what the rules decide, is tools/permissions.py.
+"""The settings file format, read from bytes (UTF-8, a leading BOM allowed): `{"mode",
+"permissions": {"allow", "ask", "deny"}, "env", "hooks", "mcpServers"}`, the rule syntax
+(`parse_rule`), hooks (`Hook`) and MCP servers (tools/mcp_config.py). Every problem is a
+SettingsError naming the file, the problem and the fix. Which files apply, and what the rules
+decide, is tools/permissions.py; this module writes nothing.
 """
 from __future__ import annotations
 
@@ -81,8 +82,10 @@ def parse(path: Path, raw: bytes) -> dict:
     def fail(problem, fix='use {"mode": "ask", "permissions": {"allow": [], "ask": [], "deny": []}}'):
         return SettingsError(f"{path}: {problem}; fix: {fix}")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a BOM (Windows editors write one) is no syntax error
         data = json.loads(text) if text.strip() else {}
+    except RecursionError:
+        raise fail("JSON nested too deeply", "a settings file nests a few levels at most") from None
     except json.JSONDecodeError as e:
         raise fail(f"invalid JSON at line {e.lineno} column {e.colno} ({e.msg})",
                    "correct the syntax (JSON has no comments or trailing commas)") from e
@@ -142,7 +145,7 @@ def _parse_hooks(path: Path, section, fail) -> list[Hook]:
                 raise fail(f"{key}.timeout must be seconds, more than 0 and at most 3600", fix)
             try:
                 matcher = None if matcher in ("", "*") else re.compile(matcher).pattern
-            except (re.error, TypeError) as e:
+            except (re.error, TypeError, RecursionError, OverflowError) as e:
                 raise fail(f"{key}.matcher is not a regular expression ({e})",
                            'a regex on the tool name, e.g. "Bash|Edit", or "*" for every tool') from e
             out.append(Hook(event, command, matcher, float(timeout), str(path)))
