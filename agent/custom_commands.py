@@ -74,8 +74,11 @@ def _read_folder(folder: Path, root) -> dict[str, CustomCommand]:
             fd, _ = open_inside(root, os.path.join(folder, file))
         except (PathOutside, ValueError, OSError):
             continue
+        if not is_regular(fd):  # a folder or a FIFO named like a command (fdopen refuses a folder)
+            os.close(fd)
+            continue
         with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_BYTES + 1) if is_regular(f.fileno()) else b""
+            data = f.read(MAX_BYTES + 1)
         if len(data) <= MAX_BYTES and data.strip():
             found["/" + stem] = _parse(stem, data.decode("utf-8", "replace"), str(folder / file))
     return found
