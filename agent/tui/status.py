@@ -43,5 +43,5 @@ def status_line(agent, model_name: str, tps: float | None, state: str,
         fields.remove(min(fields, key=lambda f: f[0]))
         line = SEP.join([text for _, text in fields] + [state])
     if width is not None and len(line) > width:
-        line = line[:max(0, width - 1)] + "…"
+        line = line[:width - 1] + "…" if width > 0 else ""
     return line
