@@ -28,7 +28,7 @@ class PatternBytes(Value):
 
     def step(self, state, piece):
         for c in piece:
-            byte = "d" if 48 <= c <= 57 else "e" if c in b"eE" else chr(c)
+            byte = "d" if 48 <= c <= 57 else "e" if c in b"eE" else chr(c) if c in b"+-." else None
             state = self.moves.get(state, {}).get(byte, -1)
         return state
 
