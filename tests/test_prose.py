@@ -98,7 +98,8 @@ def test_the_context_grows_what_may_be_named(prose, g):
 
 
 @pytest.mark.parametrize("prefix", ["", "plain words ", "see `mean", "see `", "at shop/cart.py:",
-                                    "at shop/cart.py", "``` code\n", "`shop/cart.py:", "``", "`Stack"])
+                                    "at shop/cart.py", "``` code\n", "`shop/cart.py:", "``", "`Stack",
+                                    "at http:", "at http:/", "at http://host", "at x/", "at /"])
 def test_each_mask_admits_exactly_what_step_admits(prose, g, prefix):
     state = prose.step(prose.start(), prefix.encode())
     assert state is not None
@@ -117,7 +118,7 @@ def test_plain_prose_shares_one_mask(prose, g):
     assert np.array_equal(prose.mask(inside, (g.a_end,)), prose.mask(prose.step(prose.start(), b"`mean"), (g.a_end,)))
 
 
-@pytest.mark.xfail(strict=True, reason="defect left open: a URL with a scheme and a port is read as "
-                   "a citation (the run '//localhost' holds a '/'), though the docstring keeps ports free")
 def test_a_urls_port_is_free(prose):
     assert ok(prose, "the server is at http://localhost:8080/ now.")
+    assert ok(prose, "or https://example.com:8443/ and //host:80")  # a scheme's `//host`: not a path
+    assert not ok(prose, "see pkg//mod.py:3")  # a path with a doubled slash is still a citation (refused)

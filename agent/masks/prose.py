@@ -5,7 +5,8 @@ Outside backticks prose is free, but for `path:line` citations: a run of path by
 (`[A-Za-z0-9_./-]`) that looks like a path (a '/', or a '.' before a letter) followed by ':'
 and a digit must be a listed file, and its digits a line in it (Citations: 1..its number of
 lines, no leading zero). `e.g. 10:30` and `x = a:1` stay free; so does a URL's port, unless
-its host has a dot (`example.com:8080` reads as a citation and is refused: a known limit).
+its host has a dot and no scheme (`example.com:8080` reads as a citation and is refused: a known
+limit; `http://example.com:8080` is free).
 
 A span in single backticks is one of
   an occurrence  of the context (agent/masks/spans.py SpanText: project files, their listing, every
@@ -42,6 +43,17 @@ RUN_BYTES = 1024  # a path run is tracked up to this long
 PATH_BYTE = [chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_./-") for c in range(256)]
 PATH_LIKE = re.compile(rb"/|\.[A-Za-z]")
 COLON_DIGIT = re.compile(rb":[0-9]")
+
+
+def _path_like(run: bytes) -> bool:
+    """Whether a run before ':' + digit reads as a path: a '/' or a '.' before a letter, but not
+    a URL's `//host` (the run after `scheme:`), whose port stays free."""
+    return bool(PATH_LIKE.search(run)) and not run.startswith(b"//")
+
+
+def _head(run: bytes) -> str:
+    """How a run starts, as far as _path_like's `//` test can still change: a memo key part."""
+    return "url" if run.startswith(b"//") else "slash" if run == b"/" else "empty" if not run else "other"
 
 
 class ProseLexicon:
@@ -103,7 +115,7 @@ class Prose(Value):
                     return None
                 return OUT, run + BYTE[c], (cite[0], cite[1] + BYTE[c])
             if c == 58:  # ':'
-                cite = (run, b"") if run in self.auto.cites.files else BAD if PATH_LIKE.search(run) else None
+                cite = (run, b"") if run in self.auto.cites.files else BAD if _path_like(run) else None
                 return OUT, b"", cite
             return OUT, (run + BYTE[c])[:RUN_BYTES] if PATH_BYTE[c] else b"", None
         if kind == TICKS:
@@ -141,8 +153,8 @@ class Prose(Value):
             run = s[1]   # itself only while it may still become a listed file
             if not self.lex.run_matters:
                 run = None
-            elif not self.auto.cites.strings.has_prefix(run):
-                run = bool(PATH_LIKE.search(run)), run[-1:] == b"."
+            elif not self.auto.cites.strings.has_prefix(run):  # what decides a later ':' + digit
+                run = bool(PATH_LIKE.search(run)), run[-1:] == b".", _head(run)
             return v, OUT, s[2], run
         if kind == SPAN:
             return v, SPAN, s[1]
