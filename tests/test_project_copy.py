@@ -127,16 +127,18 @@ def test_make_copy_is_a_working_git_copy_that_never_writes_to_the_users_repo(rep
     assert os.readlink(dest / "link.py") == "a.py" and os.readlink(dest / "pkg_link") == "pkg"
     assert not (dest / "run.log").exists() and not (dest / ".nanocode").exists()
     assert manifest(str(dest), True) == manifest(top, True)
-    # the user's status (new.py, the staged deletion), but for SKIP: a tracked .nanocode/ file shows
-    # as deleted in the copy, an untracked __pycache__/ is not there
-    assert not_skipped(git(dest, "status", "--porcelain")) == not_skipped(before["status"]) == ["D  pkg/gone.py",
-                                                                                            "?? new.py"]
+    # the user's status (new.py, the staged deletion), but for SKIP: an untracked __pycache__/ is
+    # not there, and the tracked .nanocode/ file (not copied) is skip-worktree, not deleted
+    status = git(dest, "status", "--porcelain")
+    assert ".nanocode" not in status
+    assert not_skipped(status) == not_skipped(before["status"]) == ["D  pkg/gone.py", "?? new.py"]
     assert git(dest, "symbolic-ref", "HEAD") == facts["ref"] and git(dest, "rev-parse", "HEAD") == facts["head"]
     write(dest, "a.py", "x = 'changed in the copy'\n")
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "a rollout's commit")
     assert git(dest, "status", "--porcelain") == ""
     assert git(dest, "log", "--format=%s", "-2").splitlines() == ["a rollout's commit", "init"]
+    assert ".nanocode/settings.json" in git(dest, "ls-tree", "-r", "--name-only", "HEAD").splitlines()
     assert repo_state(repo) == before
     assert (repo / "a.py").read_text() == "x\n"
 

@@ -107,7 +107,8 @@ def make_copy(top: str, git: dict | None, files: list[str], dest: str) -> None:
     copy, cost O(index) rather than O(history) to set up, and never write to the user's
     repository. Not copied, by design: ignored files (build outputs, .env, an in-project venv:
     tests that need them fail in every copy alike), SKIP (a Python run recreates the caches; they
-    never count as changes), submodule contents, the repo's config, other refs and the stash."""
+    never count as changes; tracked files there are marked skip-worktree, so git does not see them
+    as deleted), submodule contents, the repo's config, other refs and the stash."""
     os.makedirs(dest)
     for p in files:
         copy_file(os.path.join(top, p), os.path.join(dest, p))
@@ -123,6 +124,12 @@ def make_copy(top: str, git: dict | None, files: list[str], dest: str) -> None:
         shutil.copyfile(git["exclude"], os.path.join(dot, "info", "exclude"))
     if os.path.isfile(git["index"]):
         shutil.copyfile(git["index"], os.path.join(dot, "index"))
+        # tracked files under SKIP (a committed .nanocode/settings.json) are not copied: marked
+        # skip-worktree, so the copy's status and `git add -A` do not take them as deleted
+        tracked = os.fsdecode(copy_git(dest, "ls-files", "-z")).split("\0")
+        skipped_tracked = [p for p in tracked if p and skipped(p)]
+        if skipped_tracked:
+            copy_git(dest, "update-index", "--skip-worktree", "--", *skipped_tracked)
     if git["ref"]:
         copy_git(dest, "symbolic-ref", "HEAD", git["ref"])
     if git["head"]:
