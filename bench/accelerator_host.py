@@ -112,6 +112,10 @@ def hlo_op_labels(hlo_text: str) -> dict[str, str]:
     return labels
 
 
+# Ops listed per kind in a profile summary (a lever for a closer look: --lever accelerator_host.TOP_PER_KIND=40).
+TOP_PER_KIND = 6
+
+
 def profile_summary(trace_dir: str, top: int = 12, kinds: dict[str, str] | None = None,
                     labels: dict[str, str] | None = None) -> dict:
     """Self time per event name in the newest *.trace.json.gz under trace_dir (Perfetto JSON,
@@ -163,7 +167,7 @@ def profile_summary(trace_dir: str, top: int = 12, kinds: dict[str, str] | None 
     for name, own in sorted(totals.items(), key=lambda kv: -kv[1]):
         key = name.split(":")[0].lstrip("%")
         ranked_kind = by_kind_top.setdefault((kinds or {}).get(key, "unmapped"), [])
-        if labels is not None and len(ranked_kind) < 6:
+        if labels is not None and len(ranked_kind) < TOP_PER_KIND:
             ranked_kind.append({"name": key, "label": labels.get(key, ""), "ms": round(own / 1000, 3),
                                 "share": round(own / busy, 4) if busy else None})
     return {"trace": str(traces[-1].relative_to(trace_dir)), "lanes": kind, "by_kind": kind_shares,

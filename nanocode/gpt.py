@@ -117,6 +117,12 @@ def rmsnorm(x: jax.Array) -> jax.Array:
     return x * inv_rms.astype(x.dtype)
 
 
+# Rotary's half swap as a matmul with a signed permutation (True) or as jnp.roll (False): the same
+# values (one nonzero per column, exact in any dtype); on the TPU the roll's two 64-lane halves are
+# half-empty vector registers. A lever of bench/accelerator_check.py.
+ROTARY_MATMUL = False
+
+
 def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
     """Half-split rotary embedding (nanochat's sign convention): with x = [x1, x2] halves,
     [x1 cos + x2 sin, x2 cos - x1 sin], written as x * [cos, cos] + roll(x) * [sin, -sin]: on CPU
@@ -127,6 +133,13 @@ def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
     freqs = positions.astype(jnp.float32)[:, None] * inv_freq  # (T, D/2)
     cos, sin = jnp.cos(freqs), jnp.sin(freqs)
     cos = jnp.concatenate([cos, cos], axis=-1).astype(x.dtype)[None, :, None, :]  # (1, T, 1, D)
+    if ROTARY_MATMUL:  # [x2, -x1] as x @ a signed permutation: no half-width (D/2) slices
+        half = jnp.eye(D // 2, dtype=x.dtype)
+        zero = jnp.zeros_like(half)
+        swap = jnp.block([[zero, -half], [half, zero]])  # (D, D): x @ swap = [x2, -x1]
+        sin = jnp.concatenate([sin, sin], axis=-1).astype(x.dtype)[None, :, None, :]
+        swapped = jnp.matmul(x.reshape(-1, D), swap, precision=jax.lax.Precision.HIGHEST).reshape(x.shape)
+        return x * cos + swapped * sin
     sin = jnp.concatenate([sin, -sin], axis=-1).astype(x.dtype)[None, :, None, :]
     return x * cos + jnp.roll(x, D // 2, axis=-1) * sin  # roll: [x2, x1]
 

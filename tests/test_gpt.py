@@ -137,3 +137,20 @@ def test_rmsnorm_scale_lever_agrees_within_bf16_rounding(monkeypatch):
         np.testing.assert_allclose(y2, y1, atol=tol, rtol=tol)
         np.testing.assert_allclose(g2, g1, atol=tol * 4, rtol=tol * 4)
         assert float(jnp.max(jnp.abs(y1))) > 1.0  # normalised values, not zeros
+
+
+def test_rotary_matmul_lever_is_exact(monkeypatch):
+    """gpt.ROTARY_MATMUL (the half swap as a signed-permutation matmul; a chip lever) gives the
+    roll's values and gradients exactly, in fp32 and bf16."""
+    import nanocode.gpt as gpt
+    positions = jnp.arange(16) + 5
+    for dtype in (jnp.float32, jnp.bfloat16):
+        x = (jax.random.normal(jax.random.PRNGKey(0), (2, 16, 3, 64)) * 3).astype(dtype)
+        out = {}
+        for lever in (False, True):
+            monkeypatch.setattr(gpt, "ROTARY_MATMUL", lever)
+            y, vjp = jax.vjp(lambda x: gpt.rotary(x, positions, 10000.0), x)  # noqa: B023
+            out[lever] = (y, vjp(jnp.cos(y))[0])
+        for a, b in zip(out[False], out[True]):
+            np.testing.assert_array_equal(np.asarray(b, np.float32), np.asarray(a, np.float32))
+        assert not np.allclose(np.asarray(out[True][0], np.float32), np.asarray(x, np.float32))  # it rotated
