@@ -1,22 +1,24 @@
 """The task families: the environment both training (`train synth`, `train rollouts`) and
 evaluation (`evals agent`) run on. A task is a small throwaway Python project with a git history
-built on disk (generated from templates, or assembled from real standard-library code), a user
-request, a scripted oracle that solves it through the real tools and a hidden check of the final
-state.
+built on disk (generated from templates, or assembled from real code: the standard library's,
+and for training that of package roots), a user request, a scripted oracle that solves it through
+the real tools and a hidden check of the final state.
 
 Modules: names (word pools, training vs held-out), projects (the project generator, the tools'
 environment, the checks' runners), real_source (functions harvested from the standard library
-with recorded tests and mutation bugs), mutations (those one-line bugs), real_projects (projects
-of real code, the split by source package), requests (the grammar of user requests, training vs
+and packages with recorded tests and mutation bugs), real_packages (the modules of package roots:
+training material only), mutations (those one-line bugs), real_projects (projects of real code,
+the split by source package), requests (the grammar of user requests, training vs
 held-out), phrasing (off-style prose, stdlib code conversations), oracle (Task, OracleRollout,
 flaws), steps (the families' shared building blocks), questions and changes (the families),
 families (the table and make_task), seeds (who owns which seeds and splits), harness (running
 an agent on a task and checking it). Callers outside this package use only the names below.
 
-Contracts: the same (family, seed, heldout, world) give byte-identical projects, prompts, oracle
-conversations and flawed replays (base path aside; the real world also depends on the installed
-Python's sources); held-out names, request words, EVAL_ONLY_FAMILIES, the real world's eval-side
-source packages and seeds from EVAL_SEED0 up never reach training data. Importing this package
+Contracts: the same (family, seed, heldout, world, sources) give byte-identical projects,
+prompts, oracle conversations and flawed replays (base path aside; the real world also depends on
+the installed Python's sources and the package roots' files); held-out names, request words,
+EVAL_ONLY_FAMILIES, the real world's eval-side source packages and seeds from EVAL_SEED0 up never
+reach training data. Importing this package
 is light (no jax; of the agent only its request classifier): `train` CLI commands import it to
 build their parsers.
 """
@@ -27,6 +29,7 @@ from tasks.names import HELDOUT_WORDS
 from tasks.oracle import OracleRollout, Task, oracle_first_call, shows_flaw
 from tasks.phrasing import code_conversation
 from tasks.projects import BASE, setup_env, snapshot
+from tasks.real_projects import pool_stats
 from tasks.seeds import ATTEMPT_STRIDE, ATTEMPTS, EVAL_SEED0, ROLLOUT_SEED0, SPLITS, attempt_seeds, eval_seed
 
 __all__ = [
@@ -37,7 +40,8 @@ __all__ = [
     "WORLDS",              # where projects come from: "generated" (templates), "real" (stdlib code)
     "WORLD_FAMILIES",      # world -> the families that have tasks there
     "world_of",            # (family, real wanted) -> the world its task is built in
-    "make_task",           # (family, seed, heldout, base, world) -> Task, its project built on disk
+    "make_task",           # (family, seed, heldout, base, world, sources) -> Task, its project built on disk
+    "pool_stats",          # package roots -> what they add to the real world's training side
     "Task",                # a task: project, prompt, hidden check, oracle policy, flaws, follow-up
     "BASE",                # default parent directory of task projects
     "setup_env",           # the process environment the tools expect (PATH, no git config)

@@ -69,9 +69,11 @@ def world_of(family: str, real: bool) -> str:
     return "real" if real and family in WORLD_FAMILIES["real"] else "generated"
 
 
-def make_task(family: str, seed: int, heldout: bool = False, base: str = BASE, world: str | None = None) -> Task:
+def make_task(family: str, seed: int, heldout: bool = False, base: str = BASE, world: str | None = None,
+              sources: tuple[str, ...] = ()) -> Task:
     """Build `family`'s project for `seed` at base/<seed>/<name> (wiped first) and its task, in
-    `world` (WORLDS; default: generated where the family has such tasks, else real). The check
+    `world` (WORLDS; default: generated where the family has such tasks, else real; a real
+    training project also draws from the package roots `sources`, tasks/real_packages.py). The check
     fails on the state left here; `task.rollout()` runs the oracle. task.guarded is the tests as
     built here (tools.test_guard.capture), what harness.resolved judges a change with."""
     world = world or world_of(family, False)
@@ -80,7 +82,7 @@ def make_task(family: str, seed: int, heldout: bool = False, base: str = BASE, w
     setup_env()
     if world == "real":
         rng = random.Random(f"real:{family}:{seed}:{heldout}")
-        p = generate_real_project(rng, os.path.join(base, str(seed)), heldout, REAL_NEEDS.get(family))
+        p = generate_real_project(rng, os.path.join(base, str(seed)), heldout, REAL_NEEDS.get(family), sources)
     else:
         rng = random.Random(f"{family}:{seed}:{heldout}")
         p = generate_project(rng, os.path.join(base, str(seed)), heldout)

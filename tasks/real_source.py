@@ -18,8 +18,14 @@ that could touch the disk is never run at all. That leaves out most of the stand
 number helpers, the code a small project is made of. Results depend on the installed Python's
 sources, so tasks are deterministic per machine (Python version), not across versions.
 
-Contract: `harvest(path)` is a pure function of the file's text: the same RealFuncs (sources,
-recorded asserts, bugs) every time; it never raises on an unusable file (it returns []).
+Code that is not the standard library's (a package's) is untrusted: it must also meet
+tasks/real_packages.py's untrusted_ok, and its child denies file access, imports, processes and
+sockets through an audit hook (CHILD), so a way round the rules still finds nothing to write with.
+Its module-level code never runs: only the excerpt (the function's closure) does.
+
+Contract: `harvest(path, module)` is a pure function of the file's text, the module's name and
+whether the file is the standard library's: the same RealFuncs (sources, recorded asserts, bugs)
+every time; it never raises on an unusable file (it returns []).
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import tempfile
 from dataclasses import dataclass
 
 from tasks.mutations import mutations
+from tasks.real_packages import untrusted_ok
 
 SAFE_MODULES = frozenset("""re math string itertools functools operator collections bisect heapq
     textwrap unicodedata keyword binascii struct fractions calendar colorsys types stat warnings
@@ -101,8 +108,10 @@ class RealFunc:
         return _excerpt(list(self.imports), list(self.parts))
 
 
+@functools.lru_cache(maxsize=1)
 def stdlib_modules() -> dict[str, str]:
-    """dotted module name -> path of every candidate standard-library source file."""
+    """dotted module name -> path of every candidate standard-library source file (cached: the
+    caller must not change it)."""
     root = os.path.dirname(os.__file__)
     skip = {"test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip",
             "site-packages", "dist-packages", "distutils", "pydoc_data", "__pycache__", "venv"}
@@ -208,6 +217,11 @@ def _closure(fn: ast.FunctionDef, table: dict[str, ast.AST]) -> list[ast.AST] | 
     return need
 
 
+def trusted(path: str) -> bool:
+    """Whether the file is the standard library's (the rest is untrusted)."""
+    return path in stdlib_modules().values()
+
+
 def _segment(lines: list[str], node: ast.AST) -> str:
     return "\n".join(lines[node.lineno - 1:node.end_lineno])
 
@@ -248,7 +262,8 @@ class Candidate:
 
 def candidates(path: str) -> list[Candidate]:
     """The public, liftable top-level functions of a file (documented by a first line of 12
-    characters or more, or not at all), in file order."""
+    characters or more, or not at all), in file order; a file not the standard library's meets
+    the untrusted rules too."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -257,7 +272,7 @@ def candidates(path: str) -> list[Candidate]:
         return []
     if not text.isascii():
         return []
-    lines, table, out = text.split("\n"), _top_level(tree), []
+    lines, table, out, strict = text.split("\n"), _top_level(tree), [], not trusted(path)
     for fn in tree.body:
         if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_") or fn.decorator_list:
             continue
@@ -270,7 +285,7 @@ def candidates(path: str) -> list[Candidate]:
         if fn.end_lineno - fn.lineno >= MAX_FUNC_LINES:
             continue
         need = _closure(fn, table)
-        if need is None:
+        if need is None or strict and not untrusted_ok(need + [fn]):
             continue
         imports = [_import_text(n) for n in need if isinstance(n, (ast.Import, ast.ImportFrom))]
         stmts = [n for n in need if not isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -365,6 +380,14 @@ CHILD = r"""
 import ast, json, resource, signal, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))
 resource.setrlimit(resource.RLIMIT_CPU, (120, 120))
+jobs = json.load(sys.stdin)
+if sys.argv[1:] == ["untrusted"]:  # every module an excerpt may use is loaded; then no file, import, process, socket
+    for m in MODULES: __import__(m)
+    DENIED = ("open", "import", "os.", "subprocess.", "shutil.", "socket.", "ctypes.", "_posixsubprocess.",
+              "pty.", "fcntl.", "mmap.", "code.__new__", "function.__new__", "tempfile.", "glob.", "webbrowser.")
+    def deny(event, args):
+        if event.startswith(DENIED): raise PermissionError(event)
+    sys.addaudithook(deny)
 class Slow(Exception): pass
 def alarm(*_): raise Slow()
 signal.signal(signal.SIGALRM, alarm)
@@ -382,7 +405,7 @@ def value(ns, call):
     if len(r) > 70 or not r.isascii() or type(ast.literal_eval(r)) is not type(v) or ast.literal_eval(r) != v: raise ValueError
     return r
 out = []
-for job in json.load(sys.stdin):
+for job in jobs:
     res = {"recorded": [], "caught": []}
     try: ns = load(job["excerpt"])
     except BaseException: out.append(res); continue
@@ -397,15 +420,16 @@ for job in json.load(sys.stdin):
         res["caught"].append(caught)
     out.append(res)
 print(json.dumps(out))
-"""
+""".replace("MODULES", repr(sorted(SAFE_MODULES | set(SAFE_ATTRS))))
 
 
-def _run_child(jobs: list[dict], hashseed: int) -> list[dict]:
-    """CHILD's results for `jobs`; every job empty when the child dies or overruns."""
+def _run_child(jobs: list[dict], hashseed: int, untrusted: bool = False) -> list[dict]:
+    """CHILD's results for `jobs` (with its audit hook for `untrusted` code); every job empty when
+    the child dies or overruns."""
     with tempfile.TemporaryDirectory(prefix="nanocode-harvest-") as tmp:
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": str(hashseed), "PYTHONDONTWRITEBYTECODE": "1"}
         try:
-            r = subprocess.run([sys.executable, "-I", "-c", CHILD], input=json.dumps(jobs), capture_output=True,
+            r = subprocess.run([sys.executable, "-I", "-c", CHILD] + ["untrusted"] * untrusted, input=json.dumps(jobs), capture_output=True,
                                text=True, cwd=tmp, env=env, timeout=300)
             return json.loads(r.stdout)
         except (subprocess.TimeoutExpired, json.JSONDecodeError):
@@ -429,14 +453,15 @@ def _assert_line(name: str, call: str, result: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def harvest(path: str) -> tuple[RealFunc, ...]:
-    """Every function of the file at `path` with MIN_ASSERTS recorded asserts or more (module
-    docstring); cached per process."""
-    module = next((m for m, p in stdlib_modules().items() if p == path), os.path.basename(path)[:-3])
-    cands = candidates(path)
+def harvest(path: str, module: str = "") -> tuple[RealFunc, ...]:
+    """Every function of the file at `path` (dotted `module`; default: its standard-library name,
+    else the file's stem) with MIN_ASSERTS recorded asserts or more (module docstring); cached per
+    process."""
+    module = module or next((m for m, p in stdlib_modules().items() if p == path), os.path.basename(path)[:-3])
+    cands, untrusted = candidates(path), not trusted(path)
     jobs = [{"excerpt": c.excerpt, "calls": planned_calls(c.fn, random.Random(f"{module}.{c.fn.name}")),
              "mutants": [], "expect": []} for c in cands]
-    first, second = (_run_child(jobs, seed) if jobs else [] for seed in (1, 2))  # stable across hash seeds
+    first, second = (_run_child(jobs, seed, untrusted) if jobs else [] for seed in (1, 2))  # stable across hash seeds
     kept = []
     for c, a, b in zip(cands, first, second):
         chosen = _choose([rec for rec in a["recorded"] if rec in b["recorded"]])
@@ -449,7 +474,7 @@ def harvest(path: str) -> tuple[RealFunc, ...]:
              + [c.excerpt.replace(text, text.replace(good, bad, 1), 1) for text, (_, _, good, bad, _) in hmuts]}
             for c, chosen, muts, hmuts in kept]
     out = []
-    for (c, chosen, muts, hmuts), res in zip(kept, _run_child(jobs, 1) if jobs else []):
+    for (c, chosen, muts, hmuts), res in zip(kept, _run_child(jobs, 1, untrusted) if jobs else []):
         bugs = tuple(m for m, caught in zip(muts, res["caught"]) if caught)
         helper_bugs = tuple(m for (_, m), caught in zip(hmuts, res["caught"][len(muts):]) if caught)
         params = ast.get_source_segment(c.source, ast.parse(c.source).body[0].args) or ""

@@ -182,6 +182,10 @@ def add_synth_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--real-ratio", type=float, default=0.0,
                    help="share of task conversations on real standard-library code (the real world's "
                    "training modules) instead of generated projects (default: 0.0)")
+    p.add_argument("--real-source", metavar="PATH", action="append", default=[],
+                   help="a folder of pure-Python packages (a site-packages, a checkout's import root) or "
+                   "a wheel/sdist whose functions join the real world's training side (repeatable; "
+                   "archives are unpacked below --workdir; never on the eval side)")
     p.add_argument("--pref-ratio", type=float, default=0.5,
                    help="share of task conversations that also get a rejected rollout (default: 0.5)")
     p.add_argument("--val-fraction", type=float, default=0.05, help="validation share (default: 0.05)")

@@ -159,7 +159,7 @@ def _archive_stem(name: str) -> str:
     return next(name[: -len(s)] for s in ARCHIVES if name.endswith(s))
 
 
-def _member_paths(archive: str, inside: str) -> list[str]:
+def member_paths(archive: str, inside: str) -> list[str]:
     """The paths below the archive's root that exclude globs are matched against."""
     parts = inside.removeprefix("./").split("/")
     if archive.endswith(".whl"):
@@ -193,7 +193,7 @@ def read_archive(path: Path, kind: str, exclude: tuple[str, ...]):
         what = _archive_wants(inside, kind)
         if what is None:
             continue
-        if exclude and any(_excluded(p, exclude) for p in _member_paths(path.name, inside)):
+        if exclude and any(_excluded(p, exclude) for p in member_paths(path.name, inside)):
             excluded += 1
             continue
         key = f"{path.name}/{inside}"

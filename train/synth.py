@@ -12,8 +12,10 @@ the EVAL_ONLY_FAMILIES and the real world's eval-side source packages never reac
 data; eval_tasks.jsonl uses only them. Each finished conversation is appended to
 <out>/partial.jsonl as it comes, so a run that is killed (a chunk of chip time ending) resumes
 after what it kept when rerun with the same settings; --n may grow between runs. --real-ratio
-draws that share of task conversations from the real world (tasks/real_projects.py: projects of real standard-library code). No heavy
-imports at module level: the CLI imports this module.
+draws that share of task conversations from the real world (tasks/real_projects.py: projects of
+real standard-library code); each --real-source adds a package root's modules to its training side
+(train/real_sources.py; archives unpacked below <workdir>/real-sources). No heavy imports at
+module level: the CLI imports this module.
 
 The tasks' checks and test runs while building go through tools/checks.py, as a model's would:
 where no OS sandbox starts, synth runs only with --unsandboxed (train/v5e.sh passes that choice on
@@ -41,9 +43,11 @@ from tqdm import tqdm
 from nanocode.protocol import system_prompt
 from tasks import (
     EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, TRAIN_FAMILIES, WORLD_FAMILIES, attempt_seeds,
-    code_conversation, eval_seed, make_task, shows_flaw, world_of)
+    code_conversation, eval_seed, make_task, pool_stats, shows_flaw, world_of)
 from tools.checks import gate_or_exit
+from train.corpus import DataError
 from train.oracle_audit import audit, shares_line
+from train.real_sources import resolve_real_sources
 
 __all__ = ["main", "generate_one", "is_val"]
 
@@ -56,8 +60,10 @@ def is_val(cid: str, fraction: float) -> bool:
 
 
 def generate_one(job: tuple) -> tuple[dict, dict | None]:
-    """One conversation (and maybe its preference pair) for index i of a run."""
-    seed, i, families, code_ratio, pref_ratio, base, real_ratio = job
+    """One conversation (and maybe its preference pair) for index i of a run; a job ends with
+    the package roots' tuple only when there are any (so the resume header is as before)."""
+    seed, i, families, code_ratio, pref_ratio, base, real_ratio, *more = job
+    sources = tuple(more[0]) if more else ()
     rng = random.Random(f"synth:{seed}:{i}")
     cseed, cid = seed * 10**6 + i, f"{seed}-{i}"
     if rng.random() < code_ratio:
@@ -69,11 +75,11 @@ def generate_one(job: tuple) -> tuple[dict, dict | None]:
     aseeds = attempt_seeds(cseed)
     for aseed in aseeds:  # a rare project where the family cannot apply: next project
         try:
-            task = make_task(family, aseed, False, base, world)
+            task = make_task(family, aseed, False, base, world, sources)
             chosen, pair = task.rollout(), None
             if rng.random() < pref_ratio:  # each flawed replay needs the untouched project again
                 for flaw in rng.sample(task.flaws, len(task.flaws)):
-                    rejected = make_task(family, aseed, False, base, world).rollout(flaw)
+                    rejected = make_task(family, aseed, False, base, world, sources).rollout(flaw)
                     if shows_flaw(flaw, chosen, rejected):
                         pair = {"id": cid, "family": family, "world": world, "flaw": flaw, "chosen": chosen,
                                 "rejected": rejected}
@@ -122,6 +128,30 @@ def _write(path: str, rows: list[dict]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def _real_sources(args) -> tuple[tuple[str, ...] | None, dict]:
+    """(the package roots of --real-source, what they add); (None, {}) after printing the error
+    when a path or the settings are wrong."""
+    if not args.real_source:
+        return (), {}
+    if args.real_ratio == 0:
+        print("error: --real-source needs --real-ratio above 0 (the share of task conversations on real code)")
+        return None, {}
+    try:
+        sources = resolve_real_sources(args.real_source, os.path.join(args.workdir, "real-sources"))
+    except DataError as e:
+        print(f"error: {e}")
+        return None, {}
+    stats = pool_stats(sources)
+    if not stats["with_candidates"]:
+        print(f"error: no liftable pure-Python function under --real-source {' '.join(args.real_source)}: name the "
+              "folder you would put on sys.path (a site-packages, a checkout's src/), a wheel or an sdist")
+        return None, {}
+    skipped = ", ".join(f"{n} {why}" for why, n in stats["skipped"].items()) or "none"
+    print(f"synth: --real-source adds {stats['modules']} modules of {stats['packages']} packages "
+          f"({stats['with_candidates']} with functions to lift; packages skipped: {skipped})")
+    return sources, stats
+
+
 def main(args) -> int:
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     bad = [f for f in families if f not in TRAIN_FAMILIES]
@@ -133,10 +163,13 @@ def main(args) -> int:
     if not 0 <= args.real_ratio <= 1:
         print(f"error: --real-ratio must be between 0 and 1, not {args.real_ratio}")
         return 2
+    sources, real_stats = _real_sources(args)
+    if sources is None:
+        return 2
     # our oracle's edits, but the same checks as a model's: one rule
     unsandboxed = gate_or_exit("train synth", args.unsandboxed)
     jobs = [(args.seed, i, families, args.code_ratio, args.pref_ratio, args.workdir, args.real_ratio)
-            for i in range(args.n)]
+            + ((sources,) if sources else ()) for i in range(args.n)]
     t0 = time.time()
     results = _done_so_far(args.out, jobs[0][:1] + jobs[0][2:] if jobs else ())
     if results:
@@ -174,6 +207,8 @@ def main(args) -> int:
              "unsandboxed": unsandboxed,
              "worlds": {}, "train": {}, "val": {},
              "preference_train": {}, "preference_val": {}, "flaws": {}, "eval_tasks": {}}
+    if sources:
+        stats["real_sources"] = real_stats
     for conv, pair in results:
         split = "val" if is_val(conv["id"], args.val_fraction) else "train"
         out[split].append(conv)
