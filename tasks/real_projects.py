@@ -33,7 +33,7 @@ import sys
 from tasks.names import NOUNS, SUFFIXES
 from tasks.projects import Func, Project, commit_history
 from tasks.real_packages import package_modules
-from tasks.real_source import RealFunc, candidates, harvest, module_constants, stdlib_modules
+from tasks.real_source import RealFunc, candidates, harvest, module_constants, stdlib_modules, trusted
 
 # top-level standard-library packages whose functions only evals use (about 40% of the harvest)
 EVAL_PACKAGES = frozenset("""email http encodings colorsys ntpath posixpath nturl2path token xml
@@ -184,6 +184,12 @@ def generate_real_project(rng: random.Random, base: str, heldout: bool = False, 
             needed = [f for f in usable if need is not None and not picked and need(f)]
             if needed and not any(f in needed for f in funcs):
                 funcs[0] = rng.choice(needed)
+            if needed and not trusted(module_pool(sources)[module]):
+                # a package's helpers are public functions: one picked as a task's own would not
+                # be a helper (the standard library's are private, and its projects unchanged)
+                helpers = {b[0] for f in funcs if f in needed for b in f.helper_bugs}
+                funcs = [f for f in funcs if f.name not in helpers]
+                taken.update(helpers)
             picked.append((module, funcs))
             taken.update(f.name for f in picked[-1][1])
         if len(picked) == want:
@@ -243,6 +249,8 @@ def _write_module(p: Project, source_module: str, mod: str, test_file: str, func
     tree = ast.parse(text)
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     by_name = {f.name: f for f in module_functions(source_module, sources)}
+    if not trusted(module_pool(sources)[source_module]):  # a package's helpers are public: only picks
+        by_name = {f.name: f for f in funcs}  # are tasks' functions (the standard library's unchanged)
     names = []
     for fname, node in defs.items():
         real = by_name.get(fname)

@@ -236,3 +236,36 @@ def test_synth_jobs_carry_the_roots_to_the_real_world(pkg_root, tmp_path):
     assert {r["world"] for r in rows} == {"real"}
     text = "".join(m["content"] for r in rows for m in r["messages"])
     assert re.search(r"\b(framed|squash|pad)_\d+\b", text), "no conversation about a package function"
+
+
+HELPED = '''"""Label helpers number {i}."""
+
+
+def bracket_{i}(text):
+    """Return the text between square brackets."""
+    return "[" + text + "]"
+
+
+def label_{i}(text):
+    """Return the text bracketed and upper-cased, as a label."""
+    return bracket_{i}(text).upper()
+'''
+
+
+def test_fix_bug_across_builds_where_a_packages_helper_is_public(tmp_path):
+    """A package's helpers are public functions, harvested in their own right (the standard
+    library's are private): a fix_bug_across project from such a package used to track the helper
+    as a task's function too, so no helper qualified and the task could not be built
+    (IndexError on every project). Only the picked functions are tasks' now."""
+    pkg = tmp_path / "site" / "tinyhelp"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""Tiny label helpers."""\n')
+    for i in range(60):
+        (pkg / f"labels{i}.py").write_text(HELPED.format(i=i))
+    sources = (str(tmp_path / "site"),)
+    assert any(f.helper_bugs for f in module_functions("tinyhelp.labels0", sources))
+    origins = []
+    for seed in range(6):
+        task = make_task("fix_bug_across", 500 + seed, False, str(tmp_path / "projects"), "real", sources)
+        origins.append("`tinyhelp`" in open(os.path.join(task.root, "README.md")).read())
+    assert any(origins)  # the package's modules were among the projects

@@ -207,3 +207,32 @@ def test_a_partial_file_of_other_settings_is_not_resumed(tmp_path, base):
     run_main(out, base, n=2, seed=3)
     kept = [json.loads(line) for line in (out / synth.PARTIAL).read_text().splitlines()[1:]]
     assert [conv["id"] for conv, _ in kept] == ["3-0", "3-1"]
+
+
+def test_a_job_whose_every_project_fails_is_left_out_not_fatal(tmp_path, base, monkeypatch, capsys):
+    """A task that cannot be built on any of its projects (here: every odd job's, by a make_task
+    that raises) no longer ends a long run: it keeps its place in the partial file (a resume counts
+    positions), stays out of the data, and is counted in stats.json and a warning that names it."""
+    real_make_task = synth.make_task
+
+    def make_task(family, seed, *args, **kw):
+        if (seed % 10**11) % 2:  # attempt seeds differ by multiples of 10**11: job i's parity
+            raise IndexError("Cannot choose from an empty sequence")
+        return real_make_task(family, seed, *args, **kw)
+    monkeypatch.setattr(synth, "make_task", make_task)
+    p = argparse.ArgumentParser()
+    add_synth_args(p)
+    out = tmp_path / "out"
+    args = p.parse_args(["--out", str(out), "--n", "6", "--seed", "3", "--workers", "1", "--n-eval", "0",
+                         "--code-ratio", "0.2", "--workdir", base])
+    assert synth.main(args) == 0
+    kept = [json.loads(line)[0] for line in (out / synth.PARTIAL).read_text().splitlines()[1:]]
+    failed = [c["id"] for c in kept if "failed" in c]
+    assert len(kept) == 6 and failed and all(int(i.split("-")[1]) % 2 for i in failed)
+    written = [json.loads(line)["id"] for name in ("train.jsonl", "val.jsonl")
+               for line in (out / name).read_text().splitlines()]
+    assert sorted(written) == sorted(c["id"] for c in kept if "failed" not in c)
+    stats = json.loads((out / "stats.json").read_text())
+    assert sum(stats["failed"].values()) == len(failed)
+    err = capsys.readouterr().err
+    assert f"{len(failed)} of 6 jobs built no task" in err and "IndexError: Cannot choose" in err

@@ -85,9 +85,9 @@ def generate_one(job: tuple) -> tuple[dict, dict | None]:
                                 "rejected": rejected}
                         break
             return {"id": cid, "family": family, "world": world, "messages": chosen["messages"]}, pair
-        except Exception:  # noqa: BLE001 - retried with another project, re-raised at the end
-            if aseed == aseeds[-1]:
-                raise
+        except Exception as e:  # noqa: BLE001 - retried with another project, recorded at the end
+            if aseed == aseeds[-1]:  # kept in its place (resume counts positions), left out of the data
+                return {"id": cid, "family": family, "world": world, "failed": f"{type(e).__name__}: {e}"}, None
         finally:
             shutil.rmtree(os.path.join(base, str(aseed)), ignore_errors=True)
 
@@ -209,7 +209,15 @@ def main(args) -> int:
              "preference_train": {}, "preference_val": {}, "flaws": {}, "eval_tasks": {}}
     if sources:
         stats["real_sources"] = real_stats
+    failed = [conv for conv, _ in results if "failed" in conv]
+    if failed:  # a task whose every project failed: a bug to fix, not a reason to lose the run
+        stats["failed"] = {f: sum(c["family"] == f for c in failed) for f in sorted({c["family"] for c in failed})}
+        print(f"synth: warning: {len(failed)} of {len(results)} jobs built no task on any of their "
+              f"{len(attempt_seeds(0))} projects and were left out ({stats['failed']}); the first: "
+              f"{failed[0]['id']} ({failed[0]['world']}): {failed[0]['failed']}", file=sys.stderr)
     for conv, pair in results:
+        if "failed" in conv:
+            continue
         split = "val" if is_val(conv["id"], args.val_fraction) else "train"
         out[split].append(conv)
         stats["worlds"][conv["world"]] = stats["worlds"].get(conv["world"], 0) + 1
