@@ -99,7 +99,10 @@ def test_the_context_grows_what_may_be_named(prose, g):
 
 @pytest.mark.parametrize("prefix", ["", "plain words ", "see `mean", "see `", "at shop/cart.py:",
                                     "at shop/cart.py", "``` code\n", "`shop/cart.py:", "``", "`Stack",
-                                    "at http:", "at http:/", "at http://host", "at x/", "at /"])
+                                    "at http:", "at http:/", "at http://host", "at x/", "at /", "at localhost:",
+                                    "at localhost:84", "at localhost:8443/", "at localhost:8443/app/x",
+                                    "at http://h:8443/x", "see:", "see:shop/cart", "see:shop/cart.py", "at a:1",
+                                    "at a:/", "at a:1.", "at a:1/"])
 def test_each_mask_admits_exactly_what_step_admits(prose, g, prefix):
     state = prose.step(prose.start(), prefix.encode())
     assert state is not None
@@ -122,3 +125,21 @@ def test_a_urls_port_is_free(prose):
     assert ok(prose, "the server is at http://localhost:8080/ now.")
     assert ok(prose, "or https://example.com:8443/ and //host:80")  # a scheme's `//host`: not a path
     assert not ok(prose, "see pkg//mod.py:3")  # a path with a doubled slash is still a citation (refused)
+
+
+@pytest.mark.parametrize("text", [
+    "at http://example.com:8443/x.py:3 and https://h:80/a/b.py:12#L3",  # a URL is no citation
+    "at localhost:8443/app/x.py:3 or 127.0.0.1:8000/x.py:3",  # a bare host:port/path: a URL too
+    "see:shop/cart.py:6, then http://localhost:8080/ and shop/cart.py:7",
+])
+def test_a_urls_path_after_its_port_is_free(prose, text):
+    assert ok(prose, text)
+
+
+@pytest.mark.parametrize("text", [
+    "see:shop/nope.py:3",  # a colon before a path is no host: the citation is checked
+    "at localhost:8443/ then shop/nope.py:3",  # the URL ends at its run; citations after it are checked
+    "at a:1 shop/cart.py:9", "at a:x/nope.py:3",  # no port, no URL
+])
+def test_a_citation_near_a_url_is_still_checked(prose, text):
+    assert not ok(prose, text)

@@ -4,9 +4,13 @@ prose come from the context, as names in calls do.
 Outside backticks prose is free, but for `path:line` citations: a run of path bytes
 (`[A-Za-z0-9_./-]`) that looks like a path (a '/', or a '.' before a letter) followed by ':'
 and a digit must be a listed file, and its digits a line in it (Citations: 1..its number of
-lines, no leading zero). `e.g. 10:30` and `x = a:1` stay free; so does a URL's port, unless
-its host has a dot and no scheme (`example.com:8080` reads as a citation and is refused: a known
-limit; `http://example.com:8080` is free).
+lines, no leading zero). `e.g. 10:30` and `x = a:1` stay free, and so is a URL: a run after
+`scheme:` that starts `//` (`http://example.com:8443/x.py:3`), and a port and its path after a
+host's ':' (`localhost:8443/app/x.py:3`, `127.0.0.1:8000/x.py:3`), up to the next byte that is no
+path byte. A bare `host:PORT/path` could in principle be a file `PORT/path` cited after a colon;
+we read it as a URL, because a folder named by digits alone is rare and a URL is common, while a
+refused URL leaves the model no way to write it. A host with a dot and no scheme still reads as a
+citation (`example.com:8080` is refused: a known limit; `http://example.com:8080` is free).
 
 A span in single backticks is one of
   an occurrence  of the context (agent/masks/spans.py SpanText: project files, their listing, every
@@ -43,16 +47,30 @@ RUN_BYTES = 1024  # a path run is tracked up to this long
 PATH_BYTE = [chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_./-") for c in range(256)]
 PATH_LIKE = re.compile(rb"/|\.[A-Za-z]")
 COLON_DIGIT = re.compile(rb":[0-9]")
+AFTER_HOST = b":"  # a run after a host's ':' (a run that is neither a path nor a listed file) starts with it
+PORT_PATH = re.compile(rb":[0-9]+/")  # such a run that is a port and a URL's path
+
+
+def _path(run: bytes) -> bytes:
+    """The run's own bytes, without the AFTER_HOST mark: what may name a listed file."""
+    return run.removeprefix(AFTER_HOST)
 
 
 def _path_like(run: bytes) -> bool:
     """Whether a run before ':' + digit reads as a path: a '/' or a '.' before a letter, but not
-    a URL's `//host` (the run after `scheme:`), whose port stays free."""
+    a URL: a `//host` (the run after `scheme:`), or a port and its path after a host's ':'."""
+    if PORT_PATH.match(run):
+        return False
+    run = _path(run)
     return bool(PATH_LIKE.search(run)) and not run.startswith(b"//")
 
 
 def _head(run: bytes) -> str:
-    """How a run starts, as far as _path_like's `//` test can still change: a memo key part."""
+    """How a run starts, as far as _path_like's `//` and port tests can still change: a memo key
+    part (a run after a host: a port and its path stay free; digits alone may still become one)."""
+    if run.startswith(AFTER_HOST):
+        rest = _path(run)
+        return "port path" if PORT_PATH.match(run) else "port" if rest.isdigit() else "host " + _head(rest)
     return "url" if run.startswith(b"//") else "slash" if run == b"/" else "empty" if not run else "other"
 
 
@@ -115,8 +133,11 @@ class Prose(Value):
                     return None
                 return OUT, run + BYTE[c], (cite[0], cite[1] + BYTE[c])
             if c == 58:  # ':'
-                cite = (run, b"") if run in self.auto.cites.files else BAD if _path_like(run) else None
-                return OUT, b"", cite
+                if _path(run) in self.auto.cites.files:
+                    return OUT, b"", (_path(run), b"")
+                if _path_like(run):
+                    return OUT, b"", BAD
+                return OUT, AFTER_HOST if run else b"", None  # `localhost:`, `http:`, `a:`: maybe a host
             return OUT, (run + BYTE[c])[:RUN_BYTES] if PATH_BYTE[c] else b"", None
         if kind == TICKS:
             return (FENCE, 0) if c == TICK else None
@@ -153,7 +174,7 @@ class Prose(Value):
             run = s[1]   # itself only while it may still become a listed file
             if not self.lex.run_matters:
                 run = None
-            elif not self.auto.cites.strings.has_prefix(run):  # what decides a later ':' + digit
+            elif not self.auto.cites.strings.has_prefix(_path(run)):  # what decides a later ':' + digit
                 run = bool(PATH_LIKE.search(run)), run[-1:] == b".", _head(run)
             return v, OUT, s[2], run
         if kind == SPAN:
