@@ -30,6 +30,8 @@ stderr's last line, and the session goes on. Output is bounded twice: each stdio
 behind tools/mcp_relay.py, which passes no message over MAX_LINE bytes into this process, and an
 HTTP server's reply bodies are read through agent/mcp_http.py, which stops at MAX_LINE bytes (JSON
 or SSE); such a call gets an `error:` naming the server and the limit, and the server goes on.
+An HTTP server's GET listening stream is bounded over its session, in bytes and in how fast it
+is reopened; past that it is closed for good, /mcp says why, and the calls go on.
 Then a result is cut to MAX_RESULT characters here, and to its share of the context by the driver. stderr is
 read into a STDERR_TAIL-byte tail. Every stdio server dies with this process, however it ends:
 the SDK signals its process group on close, and the relay asks the kernel (PR_SET_PDEATHSIG) to
@@ -205,6 +207,9 @@ class McpHub:
             where = s.config.url if s.config.transport == "http" else s.config.command
             state = s.state + (f": {s.why}" if s.why else "")
             lines.append(f"{s.config.name} ({s.config.transport} {clean(where, 80)}; {s.config.source}): {state}")
+            if s.http is not None and s.http.listen_why:
+                lines.append(f"  listening stream closed: the server {s.http.listen_why}; nanocode opens it no "
+                             "more (its calls go on)")
             for t in s.tools.values() if s.state == "running" else ():
                 lines.append(f"  {t.prompt[:160]}" + ("" if t.changes_files else "  [read-only]"))
             lines += [f"  not offered: {n}: {why}" for n, why in s.refused]

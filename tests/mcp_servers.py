@@ -16,6 +16,10 @@
            of JSON in the way `how` says: "length" (a Content-Length), "chunked" (none), "sse"
            (many small events, each under the SDK's per-event limit), "gzip" (a gzip bomb:
            compressed to ~0.1% of MB). Written as it goes, so the server itself stays small.
+           `bloat PORT LISTEN` also answers the GET listening stream: "endless" (small
+           notifications, forever, asking for reconnection at once: `retry: 0`), "storm" (an empty
+           stream that ends at once, `retry: 0`: reconnect now); plain bloat refuses GETs (405).
+           `stats` says the GETs it saw, the bytes it wrote on them and how many the client closed.
   mute     reads stdin and never answers (a server that hangs at start; no SDK import)
   stubborn never answers, writes "PID PPID" to $PIDFILE, ignores SIGTERM and the end of its
            stdin: only SIGKILL ends it
@@ -118,7 +122,9 @@ def build(kind: str):
 
 
 class Bloat:
-    """The bloat server's replies (module docstring): a request handler's methods."""
+    """The bloat server's replies (module docstring): a request handler's methods; `listen` and
+    the GET counters are set on the class."""
+    listen, gets, get_bytes, get_closed = "", 0, 0, 0
 
     def do_POST(self):
         msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -129,20 +135,46 @@ class Bloat:
         if msg["method"] == "tools/list":
             props = {"text": {"type": "string"}, "mb": {"type": "number"}, "how": {"type": "string"}}
             result = {"tools": [{"name": n, "inputSchema": {"type": "object", "properties": props}}
-                                for n in ("echo", "flood")]}
+                                for n in ("echo", "flood", "stats")]}
         elif msg["method"] == "tools/call" and msg["params"]["name"] == "flood":
             return self._flood(msg["id"], float(msg["params"]["arguments"].get("mb", 200)),
                                msg["params"]["arguments"].get("how", "length"))
+        elif msg["method"] == "tools/call" and msg["params"]["name"] == "stats":
+            stats = {"gets": Bloat.gets, "get_bytes": Bloat.get_bytes, "get_closed": Bloat.get_closed}
+            result = {"content": [{"type": "text", "text": json.dumps(stats)}]}
         elif msg["method"] == "tools/call":
             result = {"content": [{"type": "text", "text": msg["params"]["arguments"].get("text", "")}]}
         elif msg["method"] != "initialize":
             result = {}
-        self._send(200, json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
+        self._send(200, json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode(),
+                   **{"Mcp-Session-Id": "bloat"})
 
     def do_GET(self):
-        self._send(405, b"")
+        Bloat.gets += 1
+        if self.listen == "storm":  # in one write: two would wait on the client's delayed ACK
+            body = b"retry: 0\n\n"
+            return self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        if self.listen != "endless":
+            return self._send(405, b"")
+        note = b'data: {"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"z"}}\n\n'
+        events = note * ((64 << 10) // len(note))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            first = b"id: 1\nretry: 0\n" + note
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(first), first))
+            while True:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(events), events))
+                Bloat.get_bytes += len(events)
+        except OSError:  # the client closed it
+            Bloat.get_closed += 1
+            self.close_connection = True
 
-    do_DELETE = do_GET
+    def do_DELETE(self):
+        self._send(405, b"")
 
     def _send(self, status: int, body: bytes, **headers) -> None:
         self.send_response(status)
@@ -182,17 +214,18 @@ class Bloat:
             self.close_connection = True
 
 
-def serve_bloat(port: int) -> None:
+def serve_bloat(port: int, listen: str = "") -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    Bloat.listen = listen
     handler = type("Handler", (Bloat, BaseHTTPRequestHandler), {
         "protocol_version": "HTTP/1.1", "log_message": lambda *a: None})
     quiet = type("Server", (ThreadingHTTPServer,), {"handle_error": lambda *a: None})  # a client that hung up
     quiet(("127.0.0.1", port), handler).serve_forever()
 
 
-def main(kind: str, port: str = "0") -> None:
+def main(kind: str, port: str = "0", listen: str = "") -> None:
     if kind == "bloat":
-        return serve_bloat(int(port))
+        return serve_bloat(int(port), listen)
     if kind == "mute":
         sys.stdin.read()
         return

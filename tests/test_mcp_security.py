@@ -17,6 +17,7 @@ import pytest
 
 from agent import cli, commands
 from agent.loop.driver import Agent
+from agent.mcp_http import MAX_LISTEN
 from agent.mcp_hub import McpHub
 from agent.samplers.foreign_tools import MAX_DESCRIPTION, Refused, from_schema
 from agent.settings import TurnSettings
@@ -185,6 +186,67 @@ def test_a_huge_http_reply_is_cut_at_the_limit_and_the_session_goes_on(proj):
     assert out["echo"] == "after" and out["main"] == "other" and "bloat (http" in out["shown"]
     assert "): running" in out["shown"] and "failed" not in out["shown"]
     assert out["grown"] < 40, out
+
+
+LISTENING = """
+import json, resource, sys, time
+from agent.mcp_hub import McpHub
+from tools.mcp_config import parse_servers
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+h = McpHub(".", parse_servers({"bloat": {"type": "http", "url": sys.argv[1]}}, "t"), startup_timeout=60,
+           call_timeout=60)
+h.wait()
+start = cpu()
+time.sleep(float(sys.argv[2]))
+out = {"cpu": cpu() - start, "read": h.servers["bloat"].http.listened,
+       "echo": h.call("mcp__bloat__echo", {"text": "after"})}
+out.update(json.loads(h.call("mcp__bloat__stats", {})))
+out["shown"] = h.describe()
+h.close()
+print(json.dumps(out))
+"""
+
+
+def listen_to(proj, listen: str, seconds: float) -> dict:
+    """A child process's hub on a bloat server whose GET listening stream is `listen`, for
+    `seconds` after start-up: its CPU seconds then, a call after it, the server's GET counts."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, HERE, "bloat", str(port), listen])
+    try:
+        wait_for_port(port, server)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+        child = subprocess.run([sys.executable, "-c", LISTENING, f"http://127.0.0.1:{port}/mcp", str(seconds)],
+                               cwd=proj, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        server.kill()
+        server.wait()
+    assert child.returncode == 0, child.stderr[-2000:]
+    return json.loads(child.stdout)
+
+
+@pytest.mark.parametrize("listen", ["endless", "storm"])
+def test_an_endless_or_storming_listening_stream_is_closed_and_not_reopened(proj, listen):
+    """A hostile server's GET listening stream: endless small notifications, or an empty stream
+    that asks to be reopened at once, forever. The client stops reading at MAX_LISTEN (the server
+    sees the stream closed, having written no more than that and the sockets' buffers), reopens
+    it no more (one GET seen), spends little CPU, says why in /mcp, and the calls still work.
+    Control, measured once on the old transport over the same 3 s: endless: 3.0 CPU s, 6.9 MB
+    written, the stream never closed; storm: 2.4 CPU s, 3,351 GETs."""
+    out = listen_to(proj, listen, 3.0)
+    assert out["echo"] == "after", out
+    assert out["gets"] == 1 and out["cpu"] < 1.5, out
+    assert "listening stream closed: the server" in out["shown"], out["shown"]
+    if listen == "endless":
+        assert out["get_closed"] == 1 and out["get_bytes"] < 16 << 20, out
+        assert MAX_LISTEN < out["read"] <= MAX_LISTEN + (64 << 10), out
+        assert ("the server sent over nanocode's limit of 262,144 bytes on its listening stream in all"
+                in out["shown"])
+    else:
+        assert "made nanocode reopen its listening stream within 0.5 s of the last open" in out["shown"]
 
 
 def test_startup_hangs_and_missing_commands_fail_their_server_only(proj):
