@@ -51,7 +51,7 @@ def greedy_by_recompute(params, cfg, prompts, n_new):
 # ---- correctness of the cache ------------------------------------------------------------------
 @pytest.mark.parametrize("kw", [{}, pytest.param(dict(window_pattern="L", value_embeds=False, smear=False,
                                                       lambdas=False, backout=False), marks=pytest.mark.slow),
-                                dict(attn_impl="xla", n_kv_head=4)])
+                                pytest.param(dict(attn_impl="xla", n_kv_head=4), marks=pytest.mark.slow)])
 def test_cached_greedy_equals_full_recompute(kw):
     cfg = tiny(**kw)
     params = random_params(cfg, seed=3)

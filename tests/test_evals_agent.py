@@ -174,8 +174,8 @@ def replay_oracle(engine, tok, tmp_path, monkeypatch, family):
     return rec, oracle
 
 
-@pytest.mark.parametrize("family", [pytest.param("find_definition", marks=pytest.mark.slow), "fix_bug",
-                                    "user_rejects", "rename_symbol"])
+@pytest.mark.parametrize("family", [pytest.param("find_definition", marks=pytest.mark.slow),
+                                    pytest.param("fix_bug", marks=pytest.mark.slow), "user_rejects", "rename_symbol"])
 def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeypatch, family):
     rec, oracle = replay_oracle(engine, tok, tmp_path, monkeypatch, family)
     assert rec["resolved"] and rec["system_prompt_ok"] and rec["first_call_correct"], rec

@@ -265,7 +265,7 @@ def test_fix_bug_across_builds_where_a_packages_helper_is_public(tmp_path):
     sources = (str(tmp_path / "site"),)
     assert any(f.helper_bugs for f in module_functions("tinyhelp.labels0", sources))
     origins = []
-    for seed in range(6):
+    for seed in range(4):
         task = make_task("fix_bug_across", 500 + seed, False, str(tmp_path / "projects"), "real", sources)
         origins.append("`tinyhelp`" in open(os.path.join(task.root, "README.md")).read())
     assert any(origins)  # the package's modules were among the projects
