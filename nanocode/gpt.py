@@ -117,10 +117,11 @@ def rmsnorm(x: jax.Array) -> jax.Array:
     return x * inv_rms.astype(x.dtype)
 
 
-# Rotary's half swap as a matmul with a signed permutation (True) or as jnp.roll (False): the same
-# values (one nonzero per column, exact in any dtype); on the TPU the roll's two 64-lane halves are
-# half-empty vector registers. A lever of bench/accelerator_check.py.
-ROTARY_MATMUL = False
+# Rotary's half swap, per backend: a matmul with a signed permutation (True) or jnp.roll (False).
+# The same values (one nonzero per column, exact in any dtype); on the TPU the roll's two 64-lane
+# halves are half-empty vector registers and the matmul is the faster step (BENCHMARKS); on CPU
+# neither is faster, and the roll stays. A lever of bench/accelerator_check.py.
+ROTARY_MATMUL = {"cpu": False, "gpu": False, "tpu": True}
 
 
 def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
@@ -133,7 +134,7 @@ def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
     freqs = positions.astype(jnp.float32)[:, None] * inv_freq  # (T, D/2)
     cos, sin = jnp.cos(freqs), jnp.sin(freqs)
     cos = jnp.concatenate([cos, cos], axis=-1).astype(x.dtype)[None, :, None, :]  # (1, T, 1, D)
-    if ROTARY_MATMUL:  # [x2, -x1] as x @ a signed permutation: no half-width (D/2) slices
+    if ROTARY_MATMUL.get(jax.default_backend(), False):  # [x2, -x1] as x @ a signed permutation
         half = jnp.eye(D // 2, dtype=x.dtype)
         zero = jnp.zeros_like(half)
         swap = jnp.block([[zero, -half], [half, zero]])  # (D, D): x @ swap = [x2, -x1]
