@@ -20,22 +20,22 @@ from tasks.steps import documented, first_caught, inject_bug, locate, pick_func,
 def fix_bug(p: Project, rng, ph) -> dict:
     f = pick_func(p, rng, lambda f: bool(f.spec["bugs"]))
     bad, good, desc = inject_bug(p, f, rng)  # ValueError: the synth retries another project
-    return _bug_task(p, f, ph, lambda r: [(f"reading `{f.name}` in `{f.file}`.", read_args(f, r, True))],
+    return _bug_task(p, f, ph, lambda r: [(f"reading `{f.name}` in `{f.file}`.", "Read", read_args(f, r, True))],
                      f.file, bad, good, f"found it: `{f.name}` {desc}. fixing that line.",
                      f"done: fixed `{f.name}` in `{f.file}`: it {desc}. the tests pass now.")
 
 
 def _bug_task(p: Project, f: Func, ph, reads, file: str, bad: str, good: str, thought: str, answer: str) -> dict:
     """The family dict of a committed bug that f's test catches: the user asks to fix it; the
-    oracle runs the tests, finds f, makes the Reads `reads(r)` lists ((thought, args), drawn
-    when it gets there), replaces `bad` with `good` in `file`, and reruns the tests."""
+    oracle runs the tests, finds f, makes the calls `reads(r)` lists ((thought, tool, args), drawn
+    when it gets there: Reads, a Grep), replaces `bad` with `good` in `file`, and reruns the tests."""
     def policy(r: OracleRollout):
         cmd = p.test_cmd
         r.call(r.pick("let me run the tests to see what fails.", "first, the failing test.", "running the tests."),
                "Bash", {"command": cmd})
         locate(r, f, f"`{f.test_name}` fails. let me find `{f.name}`.")
-        for why, args in reads(r):
-            r.call(why, "Read", args)
+        for why, tool, args in reads(r):
+            r.call(why, tool, args)
         r.call(thought, "Edit", {"file_path": file, "old_string": bad, "new_string": good})
         r.call(r.pick("rerunning the tests.", "checking the tests again."), "Bash", {"command": cmd})
         r.done(answer)
@@ -59,9 +59,18 @@ def fix_bug_across(p: Project, rng, ph) -> dict:
     bad = unique_line(p.read(util), bad_line)
     good = bad.replace(bad_line, good_line)
     commit_all(p, rng.choice([f"tweak {helper}", f"simplify {helper}", "small cleanup"]), 25)
-    reads = [(f"reading `{f.file}`.", {"file_path": f.file}),
-             (f"`{f.name}` calls `{helper}`, imported from `{util}`. reading that.", {"file_path": util})]
-    return _bug_task(p, f, ph, lambda r: reads, util, bad, good, f"found it: `{helper}` {desc}. fixing that line.",
+
+    def reads(r: OracleRollout) -> list:
+        """Read f's file, then the helper's: straight there when the failures named its path (a
+        traceback through it), else found by a Grep first (the import names a module, not a path)."""
+        first = (f"reading `{f.file}`.", "Read", {"file_path": f.file})
+        if any(util in m["content"] for m in r.messages if m["role"] == "tool_result"):
+            return [first, (f"`{f.name}` calls `{helper}`, imported from `{util}`. reading that.", "Read",
+                            {"file_path": util})]
+        return [first, (f"`{f.name}` calls `{helper}`. let me find where `{helper}` is defined.", "Grep",
+                        {"pattern": f"def {helper}\\("}),
+                (f"`{helper}` is in `{util}`. reading that.", "Read", {"file_path": util})]
+    return _bug_task(p, f, ph, reads, util, bad, good, f"found it: `{helper}` {desc}. fixing that line.",
                      f"done: the bug was in `{helper}` in `{util}`, which `{f.name}` calls: it {desc}. "
                      "the tests pass now.")
 

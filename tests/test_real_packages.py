@@ -16,6 +16,7 @@ from tasks.real_projects import generate_real_project, module_functions, module_
 from tasks.real_source import _run_child, candidates, harvest
 from train.cli import main as cli_main
 from train.corpus import DataError
+from train.oracle_audit import audit
 from train.real_sources import resolve_real_sources
 from train.synth import generate_one
 
@@ -238,17 +239,17 @@ def test_synth_jobs_carry_the_roots_to_the_real_world(pkg_root, tmp_path):
     assert re.search(r"\b(framed|squash|pad)_\d+\b", text), "no conversation about a package function"
 
 
-HELPED = '''"""Label helpers number {i}."""
+HELPED = '''"""Count helpers number {i}."""
 
 
-def bracket_{i}(text):
-    """Return the text between square brackets."""
-    return "[" + text + "]"
+def spread_{i}(count):
+    """Return the count scaled by three plus one."""
+    return count * 3 + 1
 
 
-def label_{i}(text):
-    """Return the text bracketed and upper-cased, as a label."""
-    return bracket_{i}(text).upper()
+def tally_{i}(count):
+    """Return the spread of the count, plus the count itself."""
+    return spread_{i}(count) + count
 '''
 
 
@@ -256,7 +257,8 @@ def test_fix_bug_across_builds_where_a_packages_helper_is_public(tmp_path):
     """A package's helpers are public functions, harvested in their own right (the standard
     library's are private): a fix_bug_across project from such a package used to track the helper
     as a task's function too, so no helper qualified and the task could not be built
-    (IndexError on every project). Only the picked functions are tasks' now."""
+    (IndexError on every project). Only the picked functions are tasks' now; and the oracle's
+    path to the helper is one the conversation showed."""
     pkg = tmp_path / "site" / "tinyhelp"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text('"""Tiny label helpers."""\n')
@@ -268,4 +270,9 @@ def test_fix_bug_across_builds_where_a_packages_helper_is_public(tmp_path):
     for seed in range(4):
         task = make_task("fix_bug_across", 500 + seed, False, str(tmp_path / "projects"), "real", sources)
         origins.append("`tinyhelp`" in open(os.path.join(task.root, "README.md")).read())
+        conv = task.rollout()
+        assert task.check(task.root, conv["messages"][-1]["content"])
+        # the helper's path is one the conversation showed: a wrong value fails no line of the
+        # helper's file, so the oracle Greps for its def before reading it
+        assert audit([conv])["counts"]["path"][0] == audit([conv])["counts"]["path"][1], conv["messages"]
     assert any(origins)  # the package's modules were among the projects
