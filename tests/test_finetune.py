@@ -1,10 +1,12 @@
 """What sft and dpo share (train/finetune.py): the optimizer's warmup, checked alone. Loading the
 start checkpoint and the data sources runs end to end in tests/test_sft.py and tests/test_dpo.py."""
 import numpy as np
+import pytest
 
 from tiny_models import random_params, tiny
 
 
+@pytest.mark.slow  # the suite's time (docs/LOG.md, sixth session)
 def test_warmup_steps_scale_the_first_update():
     """--warmup-steps W: the first step moves every weight 1/W as far as with no warmup."""
     import jax

@@ -73,7 +73,8 @@ def roll_and_replay(family: str, seed: int, base: str, tok, grammar) -> Counter:
     return replay(messages, task.root, tok, grammar)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) if f == "fix_bug_across" else f
+                                    for f in FAMILIES])  # fix_bug_across: the slowest (test_real_packages has one)
 def test_each_family_is_admitted(family, grammar, tmp_path):
     tok, g = grammar
     calls = roll_and_replay(family, 7_000 + FAMILIES.index(family), str(tmp_path), tok, g)

@@ -141,6 +141,7 @@ def test_harvest_is_deterministic(sample):
     assert harvest(sample) == first
 
 
+@pytest.mark.slow  # the suite's time (docs/LOG.md, sixth session)
 def test_the_split_is_by_package_and_disjoint():
     train, evals = set(real_modules("train")), set(real_modules("eval"))
     assert train and evals and not train & evals

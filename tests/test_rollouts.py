@@ -87,6 +87,7 @@ def run(out, *extra):
     return rollouts.main(args)
 
 
+@pytest.mark.slow  # the suite's time (docs/LOG.md, sixth session)
 def test_rollouts_of_the_shipped_model_make_rows_and_pairs_and_resume(tmp_path, base, capsys):
     out = tmp_path / "r"
     assert run(out, "--workdir", base, "--real-ratio", "0.5") == 0

@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import shape_sweep  # noqa: E402
 
 
+@pytest.mark.slow  # the suite's time (docs/LOG.md, sixth session)
 def test_tiny_sweep_measures_each_shape(tmp_path):
     out = tmp_path / "sweep.json"
     subprocess.run([sys.executable, str(ROOT / "bench" / "shape_sweep.py"), "--tiny", "--steps", "2",

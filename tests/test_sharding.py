@@ -230,6 +230,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # the suite's time (docs/LOG.md, sixth session)
 def test_losses_and_gradients_under_fsdp_match_one_device():
     """The width-split embedding lookups (gpt.own_rows) and the head's gathered lm_head shard
     (gpt._per_device_head: its gradient comes back reduce-scattered) give the one-device loss and

@@ -191,6 +191,7 @@ def test_accelerators_compute_in_bf16_by_default(monkeypatch, tmp_path):
         assert load_start(str(tmp_path / "ckpt"), dtype="float32")[1].compute_dtype == "float32"
 
 
+@pytest.mark.slow  # the suite's time (docs/LOG.md, sixth session)
 def test_continued_pretraining_at_a_longer_context(home, tmp_path):
     """`--from` starts from a base run's weights (its first loss far below a fresh model's) and
     trains them at a longer --seq-len with span rows; its checkpoint has the longer context. A
