@@ -127,8 +127,8 @@ ROTARY_MATMUL = {"cpu": False, "gpu": False, "tpu": True}
 def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
     """Half-split rotary embedding (nanochat's sign convention): with x = [x1, x2] halves,
     [x1 cos + x2 sin, x2 cos - x1 sin], written as x * [cos, cos] + roll(x) * [sin, -sin]: on CPU
-    its fwd+bwd is several times cheaper than concatenating the two halves. x: (B, T, n, D);
-    positions: (T,)."""
+    its fwd+bwd is several times cheaper than concatenating the two halves; on the TPU the swap is
+    a matmul instead (ROTARY_MATMUL), the same values. x: (B, T, n, D); positions: (T,)."""
     D = x.shape[-1]
     inv_freq = 1.0 / (base ** (jnp.arange(0, D, 2, dtype=jnp.float32) / D))  # (D/2,)
     freqs = positions.astype(jnp.float32)[:, None] * inv_freq  # (T, D/2)

@@ -219,7 +219,12 @@ def _closure(fn: ast.FunctionDef, table: dict[str, ast.AST]) -> list[ast.AST] | 
 
 def trusted(path: str) -> bool:
     """Whether the file is the standard library's (the rest is untrusted)."""
-    return path in stdlib_modules().values()
+    return path in _stdlib_paths()
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_paths() -> frozenset[str]:
+    return frozenset(stdlib_modules().values())
 
 
 def _segment(lines: list[str], node: ast.AST) -> str:
