@@ -164,24 +164,35 @@ def _per_device(kernel, q, k, v):
     return jax.shard_map(kernel, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
 
 
-def _attend_splash(q, k, v, window):
+def _splash_head_major(q, k, v, window):
     """TPU Pallas splash attention (interpreted elsewhere, for tests). No-cache path only: the
     Mosaic kernel where the program is lowered for TPU (also by jax.export from a CPU), the Pallas
-    interpreter elsewhere. q (b, T, H, D); k, v (b, T, K, D): one device's rows."""
-    b, T, H, D = q.shape
-    K = k.shape[2]
+    interpreter elsewhere. q (b, H, T, D); k, v (b, K, T, D): one device's rows -> (b, H, T, D)."""
+    b, H, T, D = q.shape
+    K = k.shape[1]
+    q = q / math.sqrt(D)
     if SPLASH_MHA and K == H:
-        q, k, v = (q / math.sqrt(D)).transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-        out = jax.lax.platform_dependent(  # (b, H, T, D)
+        return jax.lax.platform_dependent(  # (b, H, T, D)
             q, k, v, tpu=jax.vmap(_splash_kernel(T, window, H, False, mha=True)),
             default=jax.vmap(_splash_kernel(T, window, H, True, mha=True)))
-        return out.transpose(0, 2, 1, 3)
-    q = (q / math.sqrt(D)).reshape(b, T, K, H // K, D).transpose(0, 2, 3, 1, 4)  # (b, K, G, T, D)
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # (b, K, T, D)
     out = jax.lax.platform_dependent(  # (b, K, G, T, D)
-        q, k, v, tpu=jax.vmap(jax.vmap(_splash_kernel(T, window, H // K, False))),
+        q.reshape(b, K, H // K, T, D), k, v, tpu=jax.vmap(jax.vmap(_splash_kernel(T, window, H // K, False))),
         default=jax.vmap(jax.vmap(_splash_kernel(T, window, H // K, True))))
-    return out.transpose(0, 3, 1, 2, 4).reshape(b, T, H, D)
+    return out.reshape(b, H, T, D)
+
+
+def _attend_splash(q, k, v, window):
+    """`_splash_head_major` for q (b, T, H, D), k, v (b, T, K, D) -> (b, T, H, D)."""
+    def swap(x):
+        return x.transpose(0, 2, 1, 3)
+    return swap(_splash_head_major(swap(q), swap(k), swap(v), window))
+
+
+def attend_head_major(q, k, v, *, window: int):
+    """Training's causal (sliding-window) splash attention on head-major tensors, which the
+    projections can produce directly (gpt.HEAD_MAJOR): q (B, H, T, D); k, v (B, K, T, D) -> (B, H, T, D).
+    T must be a multiple of 128 (splash's lanes)."""
+    return _per_device(functools.partial(_splash_head_major, window=window), q, k, v)
 
 
 def resolve_attn_impl(cfg: GPTConfig) -> str:

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from nanocode.attention import attend, batch_axes, resolve_attn_impl
+from nanocode.attention import attend, attend_head_major, batch_axes, resolve_attn_impl
 from nanocode.config import SMEAR_CHANNELS, VE_GATE_CHANNELS, GPTConfig
 from nanocode.kernels import dense, fused_head_nll, head_nll_per_token
 from nanocode.sharding import PARAM_LAYOUT
@@ -124,24 +124,35 @@ def rmsnorm(x: jax.Array) -> jax.Array:
 ROTARY_MATMUL = {"cpu": False, "gpu": False, "tpu": True}
 
 
-def rotary(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
+# Whether training's splash attention (no cache) gets q, k, v head-major (B, n, T, D) straight from
+# their projections and gives its output to the out-projection as is, per backend (True), or
+# (B, T, n, D) with transposes around the kernel (False). The same values; a layout choice
+# for XLA's TPU tiles, whose minor dims are (8, 128): a (B, T, 3, 128) tensor pads its heads.
+# A lever of bench/accelerator_check.py.
+HEAD_MAJOR = {"cpu": False, "gpu": False, "tpu": True}
+
+
+def rotary(x: jax.Array, positions: jax.Array, base: float, time_axis: int = 1) -> jax.Array:
     """Half-split rotary embedding (nanochat's sign convention): with x = [x1, x2] halves,
     [x1 cos + x2 sin, x2 cos - x1 sin], written as x * [cos, cos] + roll(x) * [sin, -sin]: on CPU
     its fwd+bwd is several times cheaper than concatenating the two halves; on the TPU the swap is
-    a matmul instead (ROTARY_MATMUL), the same values. x: (B, T, n, D); positions: (T,)."""
+    a matmul instead (ROTARY_MATMUL), the same values. x: (B, T, n, D), or (B, n, T, D) with
+    time_axis 2; positions: (T,)."""
     D = x.shape[-1]
     inv_freq = 1.0 / (base ** (jnp.arange(0, D, 2, dtype=jnp.float32) / D))  # (D/2,)
     freqs = positions.astype(jnp.float32)[:, None] * inv_freq  # (T, D/2)
     cos, sin = jnp.cos(freqs), jnp.sin(freqs)
-    cos = jnp.concatenate([cos, cos], axis=-1).astype(x.dtype)[None, :, None, :]  # (1, T, 1, D)
+    phase_shape = [1] * x.ndim  # (1, T, 1, D) or (1, 1, T, D)
+    phase_shape[time_axis], phase_shape[-1] = x.shape[time_axis], D
+    cos = jnp.concatenate([cos, cos], axis=-1).astype(x.dtype).reshape(phase_shape)
     if ROTARY_MATMUL.get(jax.default_backend(), False):  # [x2, -x1] as x @ a signed permutation
         half = jnp.eye(D // 2, dtype=x.dtype)
         zero = jnp.zeros_like(half)
         swap = jnp.block([[zero, -half], [half, zero]])  # (D, D): x @ swap = [x2, -x1]
-        sin = jnp.concatenate([sin, sin], axis=-1).astype(x.dtype)[None, :, None, :]
+        sin = jnp.concatenate([sin, sin], axis=-1).astype(x.dtype).reshape(phase_shape)
         swapped = jnp.matmul(x.reshape(-1, D), swap, precision=jax.lax.Precision.HIGHEST).reshape(x.shape)
         return x * cos + swapped * sin
-    sin = jnp.concatenate([sin, -sin], axis=-1).astype(x.dtype)[None, :, None, :]
+    sin = jnp.concatenate([sin, -sin], axis=-1).astype(x.dtype).reshape(phase_shape)
     return x * cos + jnp.roll(x, D // 2, axis=-1) * sin  # roll: [x2, x1]
 
 
@@ -226,16 +237,26 @@ def block(cfg: GPTConfig, j: int, x: jax.Array, w: Params, lam: jax.Array, ve_ta
     if cfg.lambdas:
         x = lam[0] * x + lam[1] * x0
     a, xn = w["attn"], rmsnorm(x)
-    q = dense(xn, a["c_q"]).reshape(B, T, H, D)
-    k = dense(xn, a["c_k"]).reshape(B, T, K, D)
-    v = dense(xn, a["c_v"]).reshape(B, T, K, D)
+    head_major = kv is None and impl == "splash" and T % 128 == 0 and HEAD_MAJOR.get(jax.default_backend(), False)
+    if head_major:  # (B, n, T, D) from the matmul itself
+        def project(wt, n):
+            return jnp.einsum("btc,cnd->bntd", xn, wt.astype(dt).reshape(-1, n, D))
+    else:
+        def project(wt, n):
+            return dense(xn, wt).reshape(B, T, n, D)
+    q, k, v = project(a["c_q"], H), project(a["c_k"], K), project(a["c_v"], K)  # (B, T, n, D) or head-major
     if ve_table is not None:  # v += 3 * sigmoid(gate(x[:12])) * ve[idx], a gate per kv head
         ve = own_rows(ve_table[idx]).astype(dt).reshape(B, T, K, D)
         ve_gate = 3 * jax.nn.sigmoid(dense(xn[..., :VE_GATE_CHANNELS], a["ve_gate"]))  # (B, T, K)
-        v = v + ve_gate[..., None] * ve
-    q = rmsnorm(rotary(q, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
-    k = rmsnorm(rotary(k, positions, cfg.rope_base)) * jnp.asarray(cfg.qk_scale, dt)
-    if kv is None:
+        ve = ve_gate[..., None] * ve  # (B, T, K, D)
+        v = v + (ve.transpose(0, 2, 1, 3) if head_major else ve)
+    time_axis = 2 if head_major else 1
+    q = rmsnorm(rotary(q, positions, cfg.rope_base, time_axis)) * jnp.asarray(cfg.qk_scale, dt)
+    k = rmsnorm(rotary(k, positions, cfg.rope_base, time_axis)) * jnp.asarray(cfg.qk_scale, dt)
+    if head_major:
+        y = attend_head_major(q, k, v, window=window)  # (B, H, T, D)
+        x = x + jnp.einsum("bhtd,hdc->btc", y, a["c_proj"].astype(dt).reshape(H, D, -1))
+    elif kv is None:
         y = attend(q, k, v, window=window, impl=impl)
     else:
         ck, cv = kv  # (L, B, K, D, S), (L, B, K, S, D): the whole cache, updated in place
@@ -248,7 +269,8 @@ def block(cfg: GPTConfig, j: int, x: jax.Array, w: Params, lam: jax.Array, ve_ta
         y = attend(q, kk.astype(dt), vv.astype(dt), window=window, impl=impl,
                    q_pos=positions, valid_len=cache_pos + n_valid, head_major=True)
         kv = (ck, cv)
-    x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
+    if not head_major:
+        x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
     m = w["mlp"]  # MLP: proj(relu(fc(x))^2)
     h = jax.nn.relu(dense(rmsnorm(x), m["c_fc"]))  # (B, T, 4C)
     return x + dense(h * h, m["c_proj"]), kv

@@ -92,3 +92,23 @@ def test_splash_mha_lever_matches_einsum_with_gradients(monkeypatch):
         got = jax.value_and_grad(loss, argnums=(1, 2, 3))("splash", q, k, v)
         for r, g in zip(jax.tree.leaves(ref), jax.tree.leaves(got)):
             np.testing.assert_allclose(g, r, atol=1e-4, rtol=1e-4)
+
+
+def test_head_major_lever_matches_the_default_layout_with_gradients(monkeypatch):
+    """gpt.HEAD_MAJOR (q, k, v head-major from their projections into splash, a chip lever): the
+    same loss and parameter gradients as the (B, T, H, D) layout, with GQA, value embeddings and
+    windows (Pallas interpret mode)."""
+    import nanocode.gpt as gpt
+    cfg = tiny(attn_impl="splash")
+    assert cfg.n_kv_head < cfg.n_head and cfg.sequence_len % 128 == 0
+    params = random_params(cfg)
+    idx = jax.random.randint(jax.random.PRNGKey(5), (2, cfg.sequence_len + 1), 0, cfg.vocab_size)
+
+    def value_and_grads(head_major):
+        monkeypatch.setattr(gpt, "HEAD_MAJOR", {"cpu": head_major})
+        return jax.jit(jax.value_and_grad(loss_fn), static_argnums=1)(params, cfg, idx[:, :-1], idx[:, 1:])
+    ref, got = value_and_grads(False), value_and_grads(True)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-6)
+    for (path, r), g in zip(jax.tree_util.tree_leaves_with_path(ref[1]), jax.tree.leaves(got[1])):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5 * float(jnp.abs(r).max()) + 1e-8,
+                                   err_msg=jax.tree_util.keystr(path))
