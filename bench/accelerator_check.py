@@ -100,6 +100,8 @@ ap.add_argument("--steps", type=int, help="timed train steps (default by shape)"
 ap.add_argument("--remat", choices=["none", "block", "dots"], help="what the train sections' backward recomputes: none | block | dots "
                 "(default: none, as config.preset builds it)")
 ap.add_argument("--big-rows", type=int, help="device batch rows of the d20 section (default by shape)")
+ap.add_argument("--big-accum", type=int, default=1, help="micro-batches per update in the d20 section "
+                "(the d20 preset's accumulation: 131,072 tokens / (rows x 2048); default 1)")
 ap.add_argument("--dtype", help="compute dtype (default: float32 on CPU, else bfloat16)")
 ap.add_argument("--attn", help="train attention impl (default: cudnn on GPU, splash on TPU, "
                 "einsum on CPU)")
@@ -112,7 +114,7 @@ args = ap.parse_args()
 S = dict(SHAPES["tiny" if args.tiny else args.shape])
 S["rows"] = args.rows or S["rows"]
 S["steps"] = args.steps or S["steps"]
-S["big"] = {**S["big"], "rows": args.big_rows or S["big"]["rows"]}
+S["big"] = {**S["big"], "rows": args.big_rows or S["big"]["rows"], "accum": args.big_accum}
 T0 = time.perf_counter()
 
 import jax  # noqa: E402

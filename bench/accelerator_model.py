@@ -59,8 +59,8 @@ def train_section(shape: dict, attn_impl: str, dtype: str, remat: str | None, de
     remat = remat or shape.get("remat")
     cfg = preset(shape["preset"], sequence_len=shape["seq_len"], compute_dtype=dtype, attn_impl=attn_impl,
                  **({"remat": remat} if remat else {}), **overrides(shape))
-    rows = shape["rows"]
-    step_fn, state, batches, jit_with = placed_train_step(cfg, rows)
+    rows, accum = shape["rows"], shape.get("accum", 1)
+    step_fn, state, batches, jit_with = placed_train_step(cfg, rows, accum)
     compiled, aot = compile_ahead(step_fn, state, batches[0])
 
     losses = []
@@ -85,17 +85,19 @@ def train_section(shape: dict, attn_impl: str, dtype: str, remat: str | None, de
         extra["optimizer_share"] = {"step_s_without_optimizer": statistics.median(plain_times),
                                     "share_of_step": share, "method": "the same step with optax.identity()"}
     del state
-    return {**train_record(cfg, rows, aot, first_step_s, times, losses, peak_bytes, shape["warmup"]), **extra}
+    return {**train_record(cfg, rows, accum, aot, first_step_s, times, losses, peak_bytes, shape["warmup"]),
+            **extra}
 
 
-def placed_train_step(cfg, rows: int):
+def placed_train_step(cfg, rows: int, accum: int = 1):
     """Exactly train.loop.run's placement and jit, on a 1-device mesh (data=1, fsdp=1):
-    (the jitted step, its state (params, optimizer state), two batches of (1, rows, T) inputs and
-    targets, jit_with(optimizer, its state) -> the same step jitted for another optimizer)."""
+    (the jitted step, its state (params, optimizer state), two batches of (accum, rows, T) inputs
+    and targets (one update of accum micro-batches), jit_with(optimizer, its state) -> the same
+    step jitted for another optimizer)."""
     T = cfg.sequence_len
     mesh = make_mesh("", devices=jax.devices()[:1])
     params = init_params(cfg, jax.random.PRNGKey(0))
-    optimizer = build_optimizer(cfg, params, total_steps=1000, batch_tokens=rows * T)
+    optimizer = build_optimizer(cfg, params, total_steps=1000, batch_tokens=accum * rows * T)
     p_shard = tree_shardings(params, mesh)
     params = jax.device_put(params, p_shard)
     o_shard = tree_shardings(jax.eval_shape(optimizer.init, params), mesh)
@@ -108,8 +110,8 @@ def placed_train_step(cfg, rows: int):
     rng = np.random.default_rng(0)
     batches = []
     for _ in range(2):
-        tokens = rng.integers(0, cfg.vocab_size, (1, rows, T + 1), dtype=np.int32)  # (accum, rows, T+1)
-        host = {"inputs": tokens[..., :-1], "targets": tokens[..., 1:]}  # (1, rows, T) each
+        tokens = rng.integers(0, cfg.vocab_size, (accum, rows, T + 1), dtype=np.int32)  # (accum, rows, T+1)
+        host = {"inputs": tokens[..., :-1], "targets": tokens[..., 1:]}  # (accum, rows, T) each
         batches.append(jax.tree.map(lambda x: jax.make_array_from_process_local_data(bs, x), host))
     return (jitted(optimizer, o_shard), (params, opt_state), batches,
             lambda opt, opt_state: jitted(opt, tree_shardings(opt_state, mesh)))
@@ -173,7 +175,7 @@ def profiled_steps(compiled, state, batches, steps: int):
                    if summary["lanes"] == "device ops" else None, **summary}
 
 
-def train_record(cfg, rows: int, aot: dict, first_step_s: float, times: list, losses: list,
+def train_record(cfg, rows: int, accum: int, aot: dict, first_step_s: float, times: list, losses: list,
                  peak_bytes, warmup: int) -> dict:
     """The train section's JSON record from what it measured: times, throughput, MFU, memory."""
     mem = aot["memory"]
@@ -184,7 +186,7 @@ def train_record(cfg, rows: int, aot: dict, first_step_s: float, times: list, lo
     except TypeError:
         analysed = None
     T = cfg.sequence_len
-    tokens_per_step = rows * T
+    tokens_per_step = accum * rows * T
     fpt = flops_per_token(cfg, T)
     device = jax.devices()[0]
     peak = peak_flops(device)
@@ -194,7 +196,7 @@ def train_record(cfg, rows: int, aot: dict, first_step_s: float, times: list, lo
         "config": cfg.to_dict(),
         "attn_impl_resolved": resolve_attn_impl(cfg),
         "params": param_counts(cfg)["total"],
-        "batch_shape": [1, rows, T],  # (accum, rows, T)
+        "batch_shape": [accum, rows, T],  # (accum, rows, T)
         "tokens_per_step": tokens_per_step,
         "lower_s": round(aot["lower_s"], 3),
         "compile_s": round(aot["compile_s"], 3),

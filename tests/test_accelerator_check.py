@@ -108,6 +108,15 @@ def test_host_sections_profile_and_optimizer_share(report):
     assert save["state_gib"] > 0 and 0 < save["blocked_s"] <= save["write_s"] and save["gib_per_s"] > 0
 
 
+@slow
+def test_d20_section_accumulates_micro_batches(tmp_path):
+    """--big-accum: one update of several micro-batches, as the d20 preset's total batch runs."""
+    d20 = run_check(tmp_path / "accum.json", "--sections", "train_d20", "--big-accum", "2")["sections"]["train_d20"]
+    assert d20["status"] == "ok", d20.get("error")
+    assert d20["batch_shape"] == [2, 2, 128] and d20["tokens_per_step"] == 512
+    assert d20["loss_finite"] and math.isfinite(d20["optimizer_share"]["share_of_step"])
+
+
 def test_budget_guard_skips_sections(tmp_path):
     r = run_check(tmp_path / "skip.json", "--budget-s", "0")
     assert list(r["sections"]) == SECTIONS
