@@ -46,7 +46,7 @@ def mutations(fn: ast.FunctionDef, source_lines: list[str]) -> list[tuple[int, s
         found = _op_between(line, left.end_col_offset - col0, right.col_offset - col0)
         if found and found[2] in OPPOSITE:
             s, e, op = found
-            edit(lineno, s + col0, e + col0, OPPOSITE[op], f"used `{OPPOSITE[op]}` instead of `{op}`")
+            edit(lineno, s + col0, e + col0, OPPOSITE[op], f"used `{OPPOSITE[op]}` instead of {op}")
 
     for stmt in body:
         for node in ast.walk(stmt):
@@ -67,7 +67,7 @@ def mutations(fn: ast.FunctionDef, source_lines: list[str]) -> list[tuple[int, s
                     for new in sorted({node.value + 1, node.value - 1} - {-1}):
                         edit(ln, node.col_offset, node.end_col_offset, str(new), f"used {new} instead of {node.value}")
             elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-                edit(ln, node.col_offset, node.operand.col_offset, "", "dropped a `not`")
+                edit(ln, node.col_offset, node.operand.col_offset, "", "dropped a not")
             elif isinstance(node, ast.Call) and len(node.args) >= 2 and not node.keywords:
                 a, b = node.args[0], node.args[1]
                 if isinstance(a, (ast.Name, ast.Constant)) and isinstance(b, (ast.Name, ast.Constant)):
@@ -76,7 +76,7 @@ def mutations(fn: ast.FunctionDef, source_lines: list[str]) -> list[tuple[int, s
                     tb = line[b.col_offset - col0:b.end_col_offset - col0]
                     if ta != tb:
                         edit(ln, a.col_offset, b.end_col_offset, f"{tb}, {ta}",
-                             f"passed `{tb}, {ta}` instead of `{ta}, {tb}`")
+                             f"passed `{tb}, {ta}` instead of {ta}, {tb}")
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in params:
                 others = [p for p in params if p != node.id]
                 if others:

@@ -66,7 +66,7 @@ TEMPLATES = {
         body=["if value < low:", "    return low", "if value > high:", "    return high", "return value"],
         tests=["assert {name}(5, 0, 10) == 5", "assert {name}(-3, 0, 10) == 0",
                "assert {name}(42, 0, 10) == 10"],
-        bugs=[("if value > high:", "if value < high:", "compared with `<` instead of `>` against high")],
+        bugs=[("if value > high:", "if value < high:", "compared with `<` instead of > against high")],
         explain="keeps `value` inside [low, high]: below `low` it returns `low`, above `high` it "
                 "returns `high`, otherwise the value itself.",
         keywords=["range", "low", "high"]),
@@ -86,7 +86,7 @@ TEMPLATES = {
         body=["words = text.lower().split()", 'return "-".join(words)'],
         tests=['assert {name}("Hello World") == "hello-world"',
                'assert {name}("  many   spaces ") == "many-spaces"'],
-        bugs=[('"-".join(words)', '"_".join(words)', "joined the words with `_` instead of `-`"),
+        bugs=[('"-".join(words)', '"_".join(words)', "joined the words with `_` instead of -"),
               ("text.lower().split()", "text.split()", "skipped lowercasing the text")],
         explain="lowercases `text`, splits it on whitespace and joins the words with dashes, "
                 "giving a slug like `hello-world`.",
