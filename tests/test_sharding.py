@@ -278,6 +278,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # ~25 s; test_train_base's fsdp=8 step (optimizer included) matches one device in the default run
 def test_the_optimizer_under_fsdp_matches_one_device():
     """One optimizer update (Muon for the block matrices, stacked and orthogonalised whole, AdamW
     for the rest) on fsdp=4 and data=2,fsdp=2 gives one device's update and state, laid out as
