@@ -99,6 +99,8 @@ ap.add_argument("--rows", type=int, help="device batch rows (default by shape)")
 ap.add_argument("--steps", type=int, help="timed train steps (default by shape)")
 ap.add_argument("--remat", choices=["none", "block", "dots"], help="what the train sections' backward recomputes: none | block | dots "
                 "(default: none, as config.preset builds it)")
+ap.add_argument("--accum", type=int, default=1, help="micro-batches per update in the train section "
+                "(the optimizer's share falls as a preset's accumulation has it; default 1)")
 ap.add_argument("--big-rows", type=int, help="device batch rows of the d20 section (default by shape)")
 ap.add_argument("--big-accum", type=int, default=1, help="micro-batches per update in the d20 section "
                 "(the d20 preset's accumulation: 131,072 tokens / (rows x 2048); default 1)")
@@ -114,6 +116,7 @@ args = ap.parse_args()
 S = dict(SHAPES["tiny" if args.tiny else args.shape])
 S["rows"] = args.rows or S["rows"]
 S["steps"] = args.steps or S["steps"]
+S["accum"] = args.accum
 S["big"] = {**S["big"], "rows": args.big_rows or S["big"]["rows"], "accum": args.big_accum}
 T0 = time.perf_counter()
 

@@ -2,7 +2,8 @@
 devices: what fails here fails on the hardware before the first step. TPU: splash attention's
 Mosaic kernels under shard_map (XLA cannot partition a Mosaic call); CUDA: cuDNN flash attention,
 also per device (its own partitioning rule is a Python callback, which export cannot serialise);
-both in bf16 with the chunked head + loss and remat."""
+both in bf16 with the chunked head + loss and remat, in the layouts each platform picks (on TPU
+q, k, v head-major from their projections and rotary's swap as a matmul)."""
 
 import json
 import os
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = r"""
 import json, re, sys
 import jax, jax.numpy as jnp
-from nanocode import sharding
+from nanocode import gpt, sharding
 from nanocode.config import GPTConfig
 from nanocode.gpt import init_params
 from train import loop
@@ -29,6 +30,10 @@ fused.cuda_versions = type("CudnnOnTheGpuHost", (), {"cudnn_get_version": static
 
 out = {}
 for platform, impl, mesh_spec in (("tpu", "splash", "data=1,fsdp=8"), ("cuda", "cudnn", "data=2,fsdp=4")):
+    # the layouts the platform itself picks (gpt's per-backend tables; the export runs on CPU)
+    backend = {"tpu": "tpu", "cuda": "gpu"}[platform]
+    for table in (gpt.HEAD_MAJOR, gpt.ROTARY_MATMUL):
+        table["cpu"] = table[backend]
     cfg = GPTConfig(n_layer=4, n_embd=256, n_head=2, n_kv_head=2, head_dim=128, vocab_size=512,
                     sequence_len=256, compute_dtype="bfloat16", attn_impl=impl, remat="block")
     params = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
@@ -48,7 +53,7 @@ for platform, impl, mesh_spec in (("tpu", "splash", "data=1,fsdp=8"), ("cuda", "
             (params, opt_state), {"inputs": tokens, "targets": tokens})
     text = exported.mlir_module()
     calls = re.findall(r'stablehlo.custom_call @([\w$.]+)', text)
-    out[platform] = {"devices": exported.nr_devices, "calls": sorted(set(calls)),
+    out[platform] = {"head_major": gpt.HEAD_MAJOR["cpu"], "devices": exported.nr_devices, "calls": sorted(set(calls)),
                      "n_calls": {c: calls.count(c) for c in set(calls)}, "bf16": "bf16" in text}
 print(json.dumps(out))
 """
@@ -62,6 +67,7 @@ def test_train_step_lowers_for_tpu_with_splash_and_for_cuda_with_cudnn():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     tpu, cuda = out["tpu"], out["cuda"]
     assert tpu["devices"] == cuda["devices"] == 8
+    assert tpu["head_major"] and not cuda["head_major"]  # each platform's own layouts were lowered
     # splash: the forward and the fused backward kernel of every layer's scan body (4 layers of
     # one kind each, SSSL) are Mosaic calls; no automatic partitioning was needed
     assert "tpu_custom_call" in tpu["calls"], tpu
