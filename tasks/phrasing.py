@@ -1,6 +1,7 @@
 """The prose of tasks besides user requests (tasks/requests.py): the off-style prose of rejected
 rollouts (`off_style`, ASKS_MORE), and the tool-free code-writing conversations `train synth` mixes
-in (`code_conversation`, drawn from the Python standard library).
+in (`code_conversation`, drawn from the Python standard library: a function asked for by its
+docstring's summary, or by its signature and docstring to complete).
 
 Trade-offs: the stdlib conversations reuse real, reviewed code (with its docstring) rather than
 synthetic functions; they depend on the installed Python version, so they are deterministic per
@@ -39,12 +40,21 @@ def off_style(text: str, rng: random.Random, final: bool) -> str:
 CODE_PHRASES = ["write a function that {doc}", "write a python function that {doc}",
                 "i need a function `{name}` that {doc}", "can you write {name}? it should {doc}",
                 "python: a function that {doc}"]
+# the other form: the function's signature and docstring shown in a block, to be completed
+STUB_PHRASES = ["complete this function:", "fill in the body of `{name}`:", "implement `{name}`:",
+                "write the body of this function:", "finish `{name}` for me:"]
+STUB_SHARE = 0.5  # of code conversations, those in the stub form (when the function has a body)
 CODE_INTROS = ["here's `{name}`:", "this does it:", "here is one way to write `{name}`:",
                "`{name}` below; it follows the standard library's version in `{module}`:"]
 @functools.lru_cache(maxsize=1)
 def _stdlib_files() -> tuple[str, ...]:
+    """The standard library's public top-level modules, less those only evals draw from
+    (real_projects.EVAL_PACKAGES: a function written out here would be the answer to a held-out
+    task of the real-code split)."""
+    from tasks.real_projects import EVAL_PACKAGES
     d = os.path.dirname(os.__file__)
-    return tuple(sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".py") and not f.startswith("_")))
+    return tuple(sorted(os.path.join(d, f) for f in os.listdir(d)
+                        if f.endswith(".py") and not f.startswith("_") and f[:-3] not in EVAL_PACKAGES))
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,8 +88,15 @@ def _functions(path: str, banned: tuple[str, ...]) -> list[tuple[str, str, str]]
     return out
 
 
+def _stub(code: str) -> str:
+    """A function's source up to the end of its docstring: its signature and docstring."""
+    node = ast.parse(code).body[0]
+    return "\n".join(code.splitlines()[:node.body[0].end_lineno])
+
+
 def code_conversation(rng: random.Random, system: str, banned: list[str]) -> dict:
-    """A tool-free conversation: write a stdlib function from its docstring's first line."""
+    """A tool-free conversation: write a stdlib function from its docstring's first line, or
+    complete it from its signature and docstring (the form of a code-completion request)."""
     files, banned = _stdlib_files(), tuple(banned)
     for _ in range(50):
         path = rng.choice(files)
@@ -91,7 +108,11 @@ def code_conversation(rng: random.Random, system: str, banned: list[str]) -> dic
     name, first, code = rng.choice(funcs)
     module = os.path.basename(path)[:-3]
     doc = first[0].lower() + first[1:] if first[1:2].islower() else first
-    user = rng.choice(CODE_PHRASES).format(doc=doc, name=name)
+    stub = _stub(code)
+    if stub != code and rng.random() < STUB_SHARE:
+        user = rng.choice(STUB_PHRASES).format(name=name) + f"\n\n```python\n{stub}\n```"
+    else:
+        user = rng.choice(CODE_PHRASES).format(doc=doc, name=name)
     intro = rng.choice(CODE_INTROS).format(name=name, module=module)
     answer = f"{intro}\n\n```python\n{code.rstrip()}\n```"
     return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user},

@@ -85,13 +85,14 @@ def test_main_canonical_and_stubs_on_local_data(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two run directories holding one checkpoint each (step 3): `base` and `sft` (stage in the
-    metadata), 512-token context, a real BPE that knows the test's code."""
+    metadata), a real BPE that knows the test's code; base has a 512-token context, sft 4,096 (the
+    chat prompt opens with the agent's system message, ~1,500 tokens in this tiny vocabulary)."""
     tok = tiny_tokenizer(["def add(a, b):\n    return a + b\n" * 20, "```python\nreturn a - b\n```\n" * 10], 300)
-    cfg = tiny(vocab_size=320, sequence_len=512, n_layer=1)
-    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
-    params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
     root = tmp_path_factory.mktemp("runs")
-    for stage in ("base", "sft"):
+    for stage, context in (("base", 512), ("sft", 4096)):
+        cfg = tiny(vocab_size=320, sequence_len=context, n_layer=1)
+        shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
+        params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
         checkpoint.save(root / stage / "checkpoints", 3, params, config=cfg, tokenizer=tok, metadata={"stage": stage})
     return root
 
@@ -144,8 +145,8 @@ def test_run_model_chats_with_a_finetuned_checkpoint_within_the_room_left(runs, 
     assert info["mode"] == "chat" and info["stage"] == "sft"
     (call,) = calls
     tok = load_model(runs / "sft").tokenizer
-    want = tok.render_for_completion({"messages": [{"role": "user", "content": tasks.chat_message(SUB)}]})
-    assert call["prompt"] == tok.decode(want) and call["max_tokens"] == call["room"] == 512 - len(want)
+    want = tok.render_for_completion(tasks.chat_conversation(SUB))  # the agent's system message first
+    assert call["prompt"] == tok.decode(want) and call["max_tokens"] == call["room"] == 4096 - len(want)
     assert tok.bos_id not in call["stop"]
     (sample,) = rows[0]["samples"]
     assert sample["solution"] == "def sub(a, b):\n    return a - b\n" and sample["status"] == "passed"

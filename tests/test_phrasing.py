@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from tasks.phrasing import (
-    CODE_INTROS, CODE_PHRASES, FILLER, SYCOPHANTIC, _functions, _stdlib_files, code_conversation, off_style)
+    CODE_INTROS, CODE_PHRASES, FILLER, STUB_PHRASES, SYCOPHANTIC, _functions, _stdlib_files, code_conversation,
+    off_style)
 
 FINAL = " I hope this explanation was helpful and thorough!"
 
@@ -38,8 +39,10 @@ def stdlib_source(module: str, name: str) -> str:
 
 
 def test_code_conversation_writes_a_real_stdlib_function_from_its_docstring():
-    seen = set()
-    for seed in range(8):
+    """Asked for by its docstring's summary or by its signature and docstring in a block (never
+    its body), the answer is the function's real source."""
+    seen, forms = set(), set()
+    for seed in range(12):
         conv = code_conversation(random.Random(seed), "SYSTEM", ["password"])
         system, user, answer = conv["messages"]
         assert system == {"role": "system", "content": "SYSTEM"}
@@ -51,10 +54,15 @@ def test_code_conversation_writes_a_real_stdlib_function_from_its_docstring():
         assert block == f"```python\n{code.rstrip()}\n```"
         first = ast.get_docstring(ast.parse(code).body[0]).strip().split("\n")[0].rstrip(".")
         doc = first[0].lower() + first[1:] if first[1:2].islower() else first
-        assert user["content"] in [p.format(doc=doc, name=name) for p in CODE_PHRASES]
+        lines = code.splitlines()
+        stub = "\n".join(lines[:ast.parse(code).body[0].body[0].end_lineno])  # signature + docstring
+        asked = [p.format(doc=doc, name=name) for p in CODE_PHRASES]
+        asked += [p.format(name=name) + f"\n\n```python\n{stub}\n```" for p in STUB_PHRASES]
+        assert user["content"] in asked
+        forms.add("stub" if "```" in user["content"] else "doc")
         assert code_conversation(random.Random(seed), "SYSTEM", ["password"]) == conv  # per seed
         seen.add(conv["source"])
-    assert len(seen) > 1
+    assert len(seen) > 1 and forms == {"stub", "doc"}
 
 
 def test_a_banned_word_never_appears():
@@ -142,7 +150,14 @@ def test_which_functions_qualify(tmp_path):
     assert _functions(str(tmp_path / "broken.py"), ()) == []
 
 
-def test_the_stdlib_files_are_public_modules():
+def test_the_stdlib_files_are_public_modules_outside_the_eval_packages():
+    """No code conversation writes out a function of a module the real-code split's held-out tasks
+    draw from (calendar.isleap was one, in 140 of 3,081 conversations before)."""
+    from tasks.real_projects import EVAL_PACKAGES
     files = _stdlib_files()
     assert files == tuple(sorted(files)) and len(files) > 50
     assert all(f.endswith(".py") and not os.path.basename(f).startswith("_") for f in files)
+    names = {os.path.basename(f)[:-3] for f in files}
+    assert {"os", "shutil", "textwrap"} <= names and not names & EVAL_PACKAGES
+    stdlib = os.path.dirname(os.__file__)
+    assert all(os.path.exists(os.path.join(stdlib, m + ".py")) for m in ("calendar", "glob", "posixpath"))
