@@ -15,6 +15,8 @@ import os
 import random
 import textwrap
 
+from tasks.real_projects import EVAL_PACKAGES
+
 # --- rejected-rollout prose ----------------------------------------------------------------------
 
 SYCOPHANTIC = ["Great question! ", "Absolutely! I'd be happy to help with that. ",
@@ -51,7 +53,6 @@ def _stdlib_files() -> tuple[str, ...]:
     """The standard library's public top-level modules, less those only evals draw from
     (real_projects.EVAL_PACKAGES: a function written out here would be the answer to a held-out
     task of the real-code split)."""
-    from tasks.real_projects import EVAL_PACKAGES
     d = os.path.dirname(os.__file__)
     return tuple(sorted(os.path.join(d, f) for f in os.listdir(d)
                         if f.endswith(".py") and not f.startswith("_") and f[:-3] not in EVAL_PACKAGES))
