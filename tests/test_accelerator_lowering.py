@@ -29,11 +29,15 @@ import jax._src.cudnn.fused_attention_stablehlo as fused
 fused.cuda_versions = type("CudnnOnTheGpuHost", (), {"cudnn_get_version": staticmethod(lambda: 91000)})
 
 out = {}
-for platform, impl, mesh_spec in (("tpu", "splash", "data=1,fsdp=8"), ("cuda", "cudnn", "data=2,fsdp=4")):
-    # the layouts the platform itself picks (gpt's per-backend tables; the export runs on CPU)
-    backend = {"tpu": "tpu", "cuda": "gpu"}[platform]
-    for table in (gpt.HEAD_MAJOR, gpt.ROTARY_MATMUL):
-        table["cpu"] = table[backend]
+# (name, platform, attention, mesh, whose layouts): each platform's own layouts (gpt's per-backend
+# tables; the export runs on CPU), and the TPU step once more in the CPU's, to show the switch took
+TABLES = (gpt.HEAD_MAJOR, gpt.ROTARY_MATMUL)
+CPU_LAYOUTS = [table["cpu"] for table in TABLES]
+for name, platform, impl, mesh_spec, backend in (("tpu", "tpu", "splash", "data=1,fsdp=8", "tpu"),
+                                                 ("tpu_cpu_layouts", "tpu", "splash", "data=1,fsdp=8", None),
+                                                 ("cuda", "cuda", "cudnn", "data=2,fsdp=4", "gpu")):
+    for table, cpu_layout in zip(TABLES, CPU_LAYOUTS):
+        table["cpu"] = table[backend] if backend else cpu_layout
     cfg = GPTConfig(n_layer=4, n_embd=256, n_head=2, n_kv_head=2, head_dim=128, vocab_size=512,
                     sequence_len=256, compute_dtype="bfloat16", attn_impl=impl, remat="block")
     params = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
@@ -53,8 +57,9 @@ for platform, impl, mesh_spec in (("tpu", "splash", "data=1,fsdp=8"), ("cuda", "
             (params, opt_state), {"inputs": tokens, "targets": tokens})
     text = exported.mlir_module()
     calls = re.findall(r'stablehlo.custom_call @([\w$.]+)', text)
-    out[platform] = {"head_major": gpt.HEAD_MAJOR["cpu"], "devices": exported.nr_devices, "calls": sorted(set(calls)),
-                     "n_calls": {c: calls.count(c) for c in set(calls)}, "bf16": "bf16" in text}
+    out[name] = {"devices": exported.nr_devices, "calls": sorted(set(calls)), "dots": text.count("dot_general"),
+                 "transposes": text.count("stablehlo.transpose"),
+                 "n_calls": {c: calls.count(c) for c in set(calls)}, "bf16": "bf16" in text}
 print(json.dumps(out))
 """
 
@@ -67,7 +72,10 @@ def test_train_step_lowers_for_tpu_with_splash_and_for_cuda_with_cudnn():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     tpu, cuda = out["tpu"], out["cuda"]
     assert tpu["devices"] == cuda["devices"] == 8
-    assert tpu["head_major"] and not cuda["head_major"]  # each platform's own layouts were lowered
+    # the TPU's own layouts lowered: rotary's swap as a matmul adds dots, q, k, v head-major from
+    # their projections leaves out transposes
+    cpu_layouts = out["tpu_cpu_layouts"]
+    assert tpu["dots"] > cpu_layouts["dots"] and tpu["transposes"] < cpu_layouts["transposes"], (tpu, cpu_layouts)
     # splash: the forward and the fused backward kernel of every layer's scan body (4 layers of
     # one kind each, SSSL) are Mosaic calls; no automatic partitioning was needed
     assert "tpu_custom_call" in tpu["calls"], tpu
