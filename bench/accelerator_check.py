@@ -101,6 +101,8 @@ ap.add_argument("--remat", choices=["none", "block", "dots"], help="what the tra
                 "(default: none, as config.preset builds it)")
 ap.add_argument("--accum", type=int, default=1, help="micro-batches per update in the train section "
                 "(the optimizer's share falls as a preset's accumulation has it; default 1)")
+ap.add_argument("--opt-share", action="store_true", help="time the train section's optimizer apart too "
+                "(the same step with optax.identity(); train_d20 always does)")
 ap.add_argument("--big-rows", type=int, help="device batch rows of the d20 section (default by shape)")
 ap.add_argument("--big-accum", type=int, default=1, help="micro-batches per update in the d20 section "
                 "(the d20 preset's accumulation: 131,072 tokens / (rows x 2048); default 1)")
@@ -217,7 +219,7 @@ print(f"accelerator check: {report['shape_name']} on {BACKEND} ({DEVICE.device_k
       f"jax {jax.__version__}, {DTYPE}, attention {ATTN}, budget {args.budget_s:.0f} s", flush=True)
 section("jax", accelerator_host.jax_api)
 train = section("train", accelerator_model.train_section, S, ATTN, DTYPE, args.remat, DEADLINE,
-                S["profile_steps"])
+                S["profile_steps"], args.opt_share)
 if train["status"] == "error" and ATTN != "xla" and BACKEND != "cpu":
     train = section("train_xla", accelerator_model.train_section, S, "xla", DTYPE, args.remat, DEADLINE,
                     S["profile_steps"])

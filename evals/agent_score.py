@@ -130,6 +130,7 @@ def metrics(records: list[dict], at_1: bool = False) -> dict:
            "looping_replies": sum(r.get("looping_replies", 0) for r in records),
            "invented_spans": sum(len(r.get("invented_spans", [])) for r in records),
            "question_edits": sum(r.get("question_edits", 0) for r in records),
+           "grounding_fallbacks": sum(bool(r.get("grounding_notes")) for r in records),
            "stop_reasons": dict(Counter(s for r in records for s in r.get("stop_reasons", [])))}
     if at_1:  # a task that did not run resolved neither
         first = sum(bool(r.get("at_1", {}).get("resolved")) for r in records)
@@ -180,3 +181,7 @@ def print_table(summary: dict) -> None:
         print(f"names from the request written exactly: {_fmt(copy['overall']['share'])} of attempts "
               f"(thought {_fmt(copy['thought']['share'])}, args {_fmt(copy['args']['share'])}, "
               f"answer {_fmt(copy['answer']['share'])})")
+    fallbacks = summary["overall"].get("grounding_fallbacks")
+    if fallbacks:
+        print(f"warning: {fallbacks} task(s) ran with a grounding fallback (paths as free text); "
+              "their grounding_notes in the .jsonl say why")

@@ -44,10 +44,13 @@ CODE_PHRASES = ["write a function that {doc}", "write a python function that {do
                 "python: a function that {doc}"]
 # the other form: the function's signature and docstring shown in a block, to be completed
 STUB_PHRASES = ["complete this function:", "fill in the body of `{name}`:", "implement `{name}`:",
-                "write the body of this function:", "finish `{name}` for me:"]
+                "write the body of this function:", "finish `{name}` for me:",
+                "complete this python function. reply with the whole function:"]
 STUB_SHARE = 0.5  # of code conversations, those in the stub form (when the function has a body)
+# an intro backticks the name only where the user's message showed it (the prose mask refuses
+# a span the context never showed)
 CODE_INTROS = ["here's `{name}`:", "this does it:", "here is one way to write `{name}`:",
-               "`{name}` below; it follows the standard library's version in `{module}`:"]
+               "`{name}` below, as the standard library writes it:", "here it is:", "one way to write it:"]
 @functools.lru_cache(maxsize=1)
 def _stdlib_files() -> tuple[str, ...]:
     """The standard library's public top-level modules, less those only evals draw from
@@ -114,7 +117,7 @@ def code_conversation(rng: random.Random, system: str, banned: list[str]) -> dic
         user = rng.choice(STUB_PHRASES).format(name=name) + f"\n\n```python\n{stub}\n```"
     else:
         user = rng.choice(CODE_PHRASES).format(doc=doc, name=name)
-    intro = rng.choice(CODE_INTROS).format(name=name, module=module)
+    intro = rng.choice([i for i in CODE_INTROS if "{name}" not in i or name in user]).format(name=name)
     answer = f"{intro}\n\n```python\n{code.rstrip()}\n```"
     return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user},
                          {"role": "assistant", "content": answer}], "source": f"{module}.{name}"}

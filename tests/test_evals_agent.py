@@ -187,6 +187,23 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
     assert [m["role"] for m in conv["messages"]] == [m["role"] for m in oracle["messages"]]
 
 
+def test_a_grounding_fallback_is_recorded_and_counted(engine, tok, tmp_path, monkeypatch, capsys):
+    """A listing that times out (a loaded machine) leaves paths free text: the record says so."""
+    import subprocess
+
+    from agent.masks import grounding
+
+    def slow_git(*a, timeout=None, **kw):
+        raise subprocess.TimeoutExpired("git ls-files", timeout)
+    monkeypatch.setattr(grounding, "git", slow_git)
+    rec, _ = replay_oracle(engine, tok, tmp_path, monkeypatch, "user_rejects")
+    assert any("listing the project's files took over" in n for n in rec["grounding_notes"]), rec
+    summary = es.summarize([rec])
+    assert summary["overall"]["grounding_fallbacks"] == 1
+    es.print_table(summary)
+    assert "1 task(s) ran with a grounding fallback" in capsys.readouterr().out
+
+
 def test_without_a_sandbox_the_oracles_command_is_refused(engine, tok, tmp_path, monkeypatch, unsandboxed):
     """Why the eval warns: with no sandbox every Bash call asks, nobody answers, the task fails."""
     rec, _ = replay_oracle(engine, tok, tmp_path, monkeypatch, "run_command")
