@@ -94,3 +94,36 @@ def test_a_source_without_valid_rows_is_skipped(base, data, tmp_path, capsys, mo
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.is_dir()) == ["2"]
     assert run_cli(["sft", "--from", str(base), "--data", str(tmp_path / "nope.jsonl"), *SFT]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def pretraining_shards(tmp_path_factory):
+    """A data dir as `train data` writes it: code/ and text/, two shards each (the last = val)."""
+    from train.shards import _write_shard, shard_name
+    root = tmp_path_factory.mktemp("pretraining")
+    for kind, text in (("code", "def f(x):\n    return x + 1\n" * 40), ("text", "the answer is that. " * 60)):
+        (root / kind).mkdir()
+        for i in range(2):
+            _write_shard(root / kind / shard_name(i), [f"{i} {text}"] * 8, row_group=4)
+    return root
+
+
+def test_replay_docs_are_pieces_of_pretraining_text(pretraining_shards, tokenizer):
+    from train.packing import replay_docs
+    docs = replay_docs(pretraining_shards, tokenizer, 64, tokens=600, code_ratio=0.5)
+    assert all(len(ids) == len(mask) <= 65 and mask[0] == 0 and mask[1:].all() for ids, mask in docs)
+    text = [tokenizer.decode([int(t) for t in ids if t != tokenizer.bos_id]) for ids, _ in docs]
+    assert any("return x + 1" in t for t in text) and any("the answer is" in t for t in text)
+    assert not any(t.startswith("1 ") for t in text)  # the last shard is validation: never replayed
+    assert 600 <= sum(len(ids) for ids, _ in docs) < 600 + 2 * 8 * 300  # whole documents, ~the ask
+
+
+def test_sft_with_replay_trains_on_both(base, data, pretraining_shards, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NANOCODE_HOME", str(tmp_path / "home"))
+    args = ["sft", "--from", str(base), "--data", str(data[0]), "--val", str(data[1]), *SFT, "--steps", "2",
+            "--run-dir", str(tmp_path / "run"), "--replay", str(pretraining_shards)]
+    assert run_cli(args) == 0
+    out = capsys.readouterr().out
+    assert "replay " in out and "pieces" in out and "a 25% share of" in out, out
+    assert run_cli(args + ["--replay-share", "1"]) == 2
+    assert "--replay-share 1.0 must be between 0 and 1" in capsys.readouterr().err

@@ -240,6 +240,12 @@ def add_sft_args(p: argparse.ArgumentParser) -> None:
     a("--eval-rows", type=int, default=64, help="packed val rows scored per eval")
     a("--samples", type=int, default=2, help="held-out prompts sampled per eval")
     a("--sample-tokens", type=int, default=64, help="tokens generated per sample (0 = no samples)")
+    a("--replay", metavar="DATA_DIR", help="pretraining shards (code/ and text/, as `train data` "
+      "writes them) replayed beside the conversations, so the model keeps its language model")
+    a("--replay-share", type=float, default=0.25, help="with --replay: its share of the supervised "
+      "tokens (default: 0.25)")
+    a("--replay-code-ratio", type=float, default=0.7, help="with --replay: the share of its tokens "
+      "from code/ (default: 0.7, the v5e preset's pretraining ratio)")
 
 
 def add_rollouts_args(p: argparse.ArgumentParser) -> None:

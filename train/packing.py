@@ -36,6 +36,29 @@ def render_docs(rows, tokenizer, seq_len: int):
     return kept, too_long
 
 
+def replay_docs(data_dir, tokenizer, seq_len: int, tokens: int, code_ratio: float):
+    """Pretraining text beside the conversations (replay), so that sft keeps the base's language
+    model: documents of the train split of data_dir's code/ and text/ shards (`code_ratio` of the
+    tokens from code/), in the shards' order, each BOS + its tokens in pieces of at most T+1
+    tokens, every token a target but a piece's first. About `tokens` tokens in all: [(ids int32, mask int8)]."""
+    from train.loader import DocumentReader, data_sources  # the pretraining loader's reader (pyarrow)
+
+    sources, weights = data_sources(data_dir, code_ratio)
+    out = []
+    for kind, directory in sources.items():
+        want, got = round(tokens * weights[kind]), 0
+        for _, text in DocumentReader(directory, "train"):
+            ids = np.asarray([tokenizer.bos_id] + tokenizer.encode(text), np.int32)
+            for i in range(0, len(ids), seq_len + 1):
+                piece, mask = ids[i:i + seq_len + 1], np.ones(min(len(ids) - i, seq_len + 1), np.int8)
+                mask[0] = 0  # a piece's first token follows another document in its row
+                out.append((piece, mask))
+            got += len(ids)
+            if got >= want:
+                break
+    return out
+
+
 def epoch_order(counts_times, seed: int, epoch: int) -> list[tuple[int, int]]:
     """(source, index) items of one epoch: each source's rows K times (a fraction takes a random
     part), shuffled, all determined by (seed, epoch)."""

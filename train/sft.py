@@ -40,7 +40,7 @@ from train.conversations import normalize
 from train.finetune import (batch_geometry, load_sources, load_start, run_name_of, sft_optimizer, split_val,
                             unpin_special_heads)
 from train.loader import check_batch
-from train.packing import Packer, render_docs
+from train.packing import Packer, render_docs, replay_docs
 
 
 def sft_batches(packer: Packer, accum: int, rows: int, process_index: int = 0,
@@ -146,6 +146,17 @@ def main(args) -> int:
         counts_times.append((len(kept), times))
     if not any(n for n, _ in counts_times):
         raise ValueError(f"no conversation fits in {T + 1} tokens; raise --seq-len")
+    if args.replay and not 0 < args.replay_share < 1:
+        raise ValueError(f"--replay-share {args.replay_share} must be between 0 and 1 (0.25: a quarter "
+                         "of the supervised tokens are pretraining text)")
+    if args.replay:  # pretraining text as a share of the supervised tokens (its tokens all are)
+        supervised = round(sum(int(m.sum()) * t for d, (_, t) in zip(docs, counts_times) for _, m in d))
+        kept = replay_docs(args.replay, tokenizer, T, round(supervised * args.replay_share / (1 - args.replay_share)),
+                           args.replay_code_ratio)
+        print(f"replay {args.replay}: {len(kept)} pieces, {sum(len(i) for i, _ in kept):,} tokens "
+              f"(a {args.replay_share:.0%} share of {supervised:,} + these supervised tokens)")
+        docs.append(kept)
+        counts_times.append((len(kept), 1.0))
     packer = Packer(docs, counts_times, T, tokenizer.bos_id, seed=args.seed)
     epoch_rows = len(packer.epoch_rows(0))
     sup = sum(int((packer.materialize(r)[1] >= 0).sum()) for r in packer.epoch_rows(0)[:256])
