@@ -13,8 +13,10 @@ Trade-offs and numbers:
   seed --seed + i * FAMILY_SLOTS + k with training names and phrasings instead (heldout=False):
   the split for choosing settings, never for reporting; --split real / real-train are the same
   two on real code (tasks.SPLITS; add_parameter has no real tasks, fix_bug_across only real
-  ones). Each task is built under its own mkdtemp base (never the shared /tmp/nanocode-synth), so
-  parallel runs cannot collide; it is removed after scoring.
+  ones). Each task is built under a base named by a hash of its task id (`task_base`: the path is
+  in the system prompt the model reads, so a random one made greedy runs differ), never the
+  shared /tmp/nanocode-synth; a base another live run holds gets a suffix, so parallel runs
+  cannot collide; it is removed after scoring.
 - Headless as `nanocode -p`: Agent.run_turn with nobody to approve, mode auto (Edit and Bash run,
   destructive commands are asked about and so rejected), a Policy with no settings files (the
   user's own settings never change a score), no undo snapshots. user_rejects runs in mode ask
@@ -74,6 +76,7 @@ the session file format; with --best-of the pick's). Runs of one step that diffe
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -185,6 +188,46 @@ def run_best_of(task, opts: dict, ref: dict | None, workdir: str) -> Run:
                 "best_of": res.to_dict()})
 
 
+def task_base(tid: str) -> str:
+    """A fresh directory $TMPDIR/nanocode-evals-agent-<hash of the task id>: the same path in
+    every run, since the project's path is in the system prompt (a random one made greedy runs
+    differ; a hash says nothing of the task's family). One that a live run holds gets `.2`,
+    `.3` ...; one a dead run left is removed and reused."""
+    name = os.path.join(tempfile.gettempdir(), "nanocode-evals-agent-" + hashlib.sha1(tid.encode()).hexdigest()[:8])
+    for k in range(1, 1000):
+        base = name if k == 1 else f"{name}.{k}"  # mkdir never follows a planted link
+        try:
+            os.mkdir(base)
+        except FileExistsError:
+            if not _left_behind(base):
+                continue
+            shutil.rmtree(base, ignore_errors=True)
+            try:
+                os.mkdir(base)
+            except FileExistsError:  # another run took it meanwhile
+                continue
+        with open(os.path.join(base, ".pid"), "w") as f:  # beside the project, not in it
+            f.write(str(os.getpid()))
+        return os.path.realpath(base)
+    raise RuntimeError(f"no free task directory for {tid}: {name} .. {name}.999 are all held")
+
+
+def _left_behind(base: str) -> bool:
+    """Whether no live run holds `base`: its pid file names a process that is gone, or it has
+    none and is over a minute old (a run writes its pid file right after the mkdir)."""
+    try:
+        with open(os.path.join(base, ".pid")) as f:
+            os.kill(int(f.read()), 0)
+        return False
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):
+        try:
+            return time.time() - os.stat(base).st_mtime > 60
+        except OSError:
+            return False
+
+
 def run_task(job: tuple) -> dict:
     """One task end to end in a fresh temp dir: build, run the policy, score, save the transcript."""
     _worker.check()
@@ -193,7 +236,7 @@ def run_task(job: tuple) -> dict:
     world, heldout = SPLITS[split]
     tid = f"{split}-{family}-{seed}"
     rec = {"id": tid, "family": family, "seed": seed}
-    base = os.path.realpath(tempfile.mkdtemp(prefix="nanocode-evals-agent-"))
+    base = task_base(tid)
     t0 = time.perf_counter()
     try:
         task = build_task(family, seed, heldout, base, world)

@@ -187,6 +187,33 @@ def test_model_path_scripted_to_replay_the_oracle(engine, tok, tmp_path, monkeyp
     assert [m["role"] for m in conv["messages"]] == [m["role"] for m in oracle["messages"]]
 
 
+def test_a_task_runs_in_the_same_place_every_run(tmp_path, monkeypatch):
+    """The project's path is in the system prompt, so it is a function of the task id: a random
+    one made greedy runs of the same model differ. A held base gets a suffix; a dead run's is reused."""
+    import subprocess
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first = ea.task_base("real-find_definition-7")
+    assert first.startswith(str(tmp_path / "nanocode-evals-agent-")) and "find_definition" not in first
+    assert ea.task_base("real-find_definition-7") == first + ".2"  # this process holds the first
+    assert ea.task_base("real-explain-7") not in (first, first + ".2")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / first / ".pid").write_text(str(dead.pid))  # its run is gone: the path is reused
+    (tmp_path / first / "leftover").write_text("x")
+    assert ea.task_base("real-find_definition-7") == first and not (tmp_path / first / "leftover").exists()
+
+    seed = ea.task_jobs(["find_definition"], 1, split="real")[0][1]
+    opts = {"sampling": SamplerSettings(), "turn": TurnSettings(max_steps=5), "split": "real"}
+    prompts = []
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        rec = ea.run_task(("find_definition", seed, "oracle", opts, str(tmp_path / run)))
+        conv = json.loads((tmp_path / run / f"{rec['id']}.jsonl").read_text())
+        prompts.append(conv["messages"][0]["content"])
+    assert prompts[0] == prompts[1] and "working directory: " + str(tmp_path) in prompts[0]
+
+
 def test_a_grounding_fallback_is_recorded_and_counted(engine, tok, tmp_path, monkeypatch, capsys):
     """A listing that times out (a loaded machine) leaves paths free text: the record says so."""
     import subprocess
