@@ -40,7 +40,8 @@ def replay_docs(data_dir, tokenizer, seq_len: int, tokens: int, code_ratio: floa
     """Pretraining text beside the conversations (replay), so that sft keeps the base's language
     model: documents of the train split of data_dir's code/ and text/ shards (`code_ratio` of the
     tokens from code/), in the shards' order, each BOS + its tokens in pieces of at most T+1
-    tokens, every token a target but a piece's first. About `tokens` tokens in all: [(ids int32, mask int8)]."""
+    tokens, every token a target but a piece's first; pieces stop once `tokens` are in:
+    [(ids int32, mask int8)]."""
     from train.loader import DocumentReader, data_sources  # the pretraining loader's reader (pyarrow)
 
     sources, weights = data_sources(data_dir, code_ratio)
@@ -50,10 +51,13 @@ def replay_docs(data_dir, tokenizer, seq_len: int, tokens: int, code_ratio: floa
         for _, text in DocumentReader(directory, "train"):
             ids = np.asarray([tokenizer.bos_id] + tokenizer.encode(text), np.int32)
             for i in range(0, len(ids), seq_len + 1):
-                piece, mask = ids[i:i + seq_len + 1], np.ones(min(len(ids) - i, seq_len + 1), np.int8)
+                if got >= want:
+                    break
+                piece = ids[i:i + seq_len + 1]
+                mask = np.ones(len(piece), np.int8)
                 mask[0] = 0  # a piece's first token follows another document in its row
                 out.append((piece, mask))
-            got += len(ids)
+                got += len(piece)
             if got >= want:
                 break
     return out

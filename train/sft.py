@@ -153,8 +153,9 @@ def main(args) -> int:
         supervised = round(sum(int(m.sum()) * t for d, (_, t) in zip(docs, counts_times) for _, m in d))
         kept = replay_docs(args.replay, tokenizer, T, round(supervised * args.replay_share / (1 - args.replay_share)),
                            args.replay_code_ratio)
-        print(f"replay {args.replay}: {len(kept)} pieces, {sum(len(i) for i, _ in kept):,} tokens "
-              f"(a {args.replay_share:.0%} share of {supervised:,} + these supervised tokens)")
+        n = sum(len(i) for i, _ in kept)
+        print(f"replay {args.replay}: {len(kept)} pieces, {n:,} tokens ({n / (n + supervised):.0%} of the "
+              f"{n + supervised:,} supervised tokens)")
         docs.append(kept)
         counts_times.append((len(kept), 1.0))
     packer = Packer(docs, counts_times, T, tokenizer.bos_id, seed=args.seed)
