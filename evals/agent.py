@@ -92,7 +92,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from agent.loop.best_of import BestOfOptions, best_of
-from agent.masks import grounding
 from agent.model import AgentOptions, PoolModel, load_sampler
 from agent.run_options import COMMANDS, FLAGS, default, settings
 from agent.samplers.remote import base_url_error
@@ -107,7 +106,6 @@ from tools.sandbox import bash_sandbox, unattended_warning
 
 # SamplerSettings' fields only our engine applies (a server samples its own way): None in a
 # --base-url run's summary
-EVAL_INDEX_SECONDS = 120.0  # the grounding's bound on listing a task's project (agent: 5 s)
 ENGINE_ONLY = ("top_k", "constrain", "ground", "names", "loop_guard", "copy_bias")
 
 _worker = PoolModel()  # the worker's model, loaded once per process by _init
@@ -132,9 +130,6 @@ def _init(model: str | None, step: int | None, server=None) -> None:
     base_url and the model) a RemoteSampler on that server, or none (oracle policies)."""
     global _worker
     setup_env()
-    # the eval's projects are small: a listing slower than the agent's bound means a loaded
-    # machine, and a fallback to free-text paths would make the score depend on the load
-    grounding.INDEX_SECONDS = max(grounding.INDEX_SECONDS, EVAL_INDEX_SECONDS)
     _worker = PoolModel.load(model, step, server)
 
 

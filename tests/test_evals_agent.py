@@ -4,6 +4,7 @@ scripted to replay the oracle resolves with every metric at 100%), and a tiny ra
 end to end through the CLI writing valid JSON with all the metrics."""
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -199,9 +200,9 @@ def test_a_task_runs_in_the_same_place_every_run(tmp_path, monkeypatch):
     assert ea.task_base("real-explain-7") not in (first, first + ".2")
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (tmp_path / first / ".pid").write_text(str(dead.pid))  # its run is gone: the path is reused
-    (tmp_path / first / "leftover").write_text("x")
-    assert ea.task_base("real-find_definition-7") == first and not (tmp_path / first / "leftover").exists()
+    (Path(first) / ".pid").write_text(str(dead.pid))  # its run is gone: the path is reused
+    (Path(first) / "leftover").write_text("x")
+    assert ea.task_base("real-find_definition-7") == first and not (Path(first) / "leftover").exists()
 
     seed = ea.task_jobs(["find_definition"], 1, split="real")[0][1]
     opts = {"sampling": SamplerSettings(), "turn": TurnSettings(max_steps=5), "split": "real"}

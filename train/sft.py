@@ -132,6 +132,9 @@ def main(args) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else home / "runs" / (args.run or f"{run_name_of(args.from_)}-sft")
     print(f"sft from {ckpt_dir}; rows of {T} tokens, {accum} x {rows} rows per step; run dir {run_dir}")
 
+    if args.replay and not 0 < args.replay_share < 1:
+        raise ValueError(f"--replay-share {args.replay_share} must be between 0 and 1 (0.25: a quarter "
+                         "of the supervised tokens are pretraining text)")
     sources = load_sources(args.data)
     val_rows = [row for rows, _ in load_sources(args.val) for row in rows] if args.val else []
     if not args.val:
@@ -146,9 +149,6 @@ def main(args) -> int:
         counts_times.append((len(kept), times))
     if not any(n for n, _ in counts_times):
         raise ValueError(f"no conversation fits in {T + 1} tokens; raise --seq-len")
-    if args.replay and not 0 < args.replay_share < 1:
-        raise ValueError(f"--replay-share {args.replay_share} must be between 0 and 1 (0.25: a quarter "
-                         "of the supervised tokens are pretraining text)")
     if args.replay:  # pretraining text as a share of the supervised tokens (its tokens all are)
         supervised = round(sum(int(m.sum()) * t for d, (_, t) in zip(docs, counts_times) for _, m in d))
         kept = replay_docs(args.replay, tokenizer, T, round(supervised * args.replay_share / (1 - args.replay_share)),
