@@ -3,6 +3,7 @@ data/FSDP parallel runs on 8 forced CPU devices matching one device, and clear e
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def test_save_minutes_checkpoints_by_wall_time_in_the_background(home, tmp_path)
     steps = checkpoint.all_steps(run_dir / "checkpoints")
     assert steps[0] == 2 and steps[-1] == 4, steps
     assert "in the background" in out
+    assert re.search(r"^devices: \d+ x cpu \(cpu\); MFU against [\d.]+ TFLOP/s each$", out, re.M), out[:2000]
 
 
 def test_batch_that_does_not_divide_is_a_clear_error(home, tmp_path):

@@ -486,6 +486,10 @@ def run(lc: LoopConfig, *, params, optimizer, loss, mesh: Mesh, batches: Callabl
                       in_shardings=((p_shard, o_shard), batch_sharding(mesh)),
                       out_shardings=((p_shard, o_shard), None))
     peak = lc.peak_flops or peak_flops()
+    if jax.process_index() == 0:  # where it trains: a chip's machine whose jax fell back to its CPU shows here
+        d = jax.devices()[0]
+        log(f"devices: {jax.device_count()} x {d.device_kind} ({d.platform}); MFU against "
+            f"{peak / 1e12:.3g} TFLOP/s each")
     data = prefetched(batches(loader_state), lc.prefetch)
     saver = checkpoint.AsyncSaver(ckpt_dir, lc.keep)
     bar = tqdm(total=lc.total_steps, initial=start, unit="step", dynamic_ncols=True,

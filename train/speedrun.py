@@ -96,7 +96,7 @@ PRESETS = {
 }
 PRESETS["v5e"] = dict(
     about="the default model on one TPU v5e chip (train/v5e.sh drives it in chunks of chip time): d6, "
-          "vocab 8192, pretrained on real Python (--src: wheels, sdists, trees) in ~10 min",
+          "vocab 8192, pretrained on real Python (--src: wheels, sdists, trees) in ~8 min",
     chip="v5e", devices=1,
     # real code and the English around it, the eval split's packages left out; on the host's cores
     data=[["data", "local", "--kind", "code", "--exclude", *EVAL_EXCLUDE, "--workers", "12"],
