@@ -58,6 +58,8 @@ BUDGET = 1 << 16        # default bytes of output kept (head and tail halves)
 DRAIN = 0.5             # after the kill: how long to read what is left in the pipe
 READ_CHUNK = 1 << 20
 MARKER_NAME = "NANOCODE_CALL"
+_PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags: a kernel thread (no environment to read)
+_EXEC_ROUNDS = 10         # 5 ms re-reads of a process caught mid-exec
 _PIPE_SIZE = 1 << 20
 _NO_PROC_GRACE = 0.1    # without /proc nothing tells us when the group is gone: a fixed wait
 
@@ -139,44 +141,61 @@ def _incomplete_tail_len(data: bytes) -> int:
     return 0
 
 
-def _scan(pgid: int, marker: bytes | None) -> list[int] | None:
+def _scan(pgid: int, marker: bytes | None, since: int) -> list[int] | None:
     """Live (non-zombie) pids in process group ``pgid`` or carrying ``marker`` in their environ.
 
-    None when /proc is unavailable."""
+    None when /proc is unavailable. A process caught in the middle of an ``execve`` shows an
+    empty environment for a moment (the kernel fills it in late); a ``setsid cmd`` that has
+    already left the group would slip through there. So a process started at or after `since`
+    (the group leader's start, in clock ticks since boot) that shows no environment is read again
+    after short pauses, for a few rounds while one is still in that state."""
     try:
         names = os.listdir("/proc")
     except OSError:
         return None
     me = os.getpid()
-    found = []
+    found, unsure = [], []
     for name in names:
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        if pid == me:
+        if not name.isdigit() or int(name) == me:
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rfind(b")") + 2:].split()
-            state, pgrp = fields[0], int(fields[2])
+            fields = _stat_fields(name)
+            state, pgrp, flags, start = fields[0], int(fields[2]), int(fields[6]), int(fields[19])
         except (OSError, IndexError, ValueError):
             continue
         if state in (b"Z", b"X", b"x"):
             continue
         if pgrp == pgid:
-            found.append(pid)
-            continue
-        if marker is None:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if marker in env:
-            found.append(pid)
+            found.append(int(name))
+        elif marker is not None and not flags & _PF_KTHREAD:
+            env = _environ(name)
+            if marker in env:
+                found.append(int(name))
+            elif not env and start >= since:
+                unsure.append(name)
+    for _ in range(_EXEC_ROUNDS):
+        if not unsure:
+            break
+        time.sleep(0.005)
+        envs = {name: _environ(name) for name in unsure}
+        found += [int(name) for name, env in envs.items() if marker in env]
+        unsure = [name for name, env in envs.items() if not env and os.path.exists(f"/proc/{name}")]
     return found
+
+
+def _stat_fields(name: str) -> list[bytes]:
+    """/proc/<pid>/stat from its third field (state) on: the command name may hold spaces."""
+    with open(f"/proc/{name}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _environ(name: str) -> bytes:
+    try:
+        with open(f"/proc/{name}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _signal(pgid: int, pids: list[int] | None, sig: int) -> None:
@@ -199,6 +218,10 @@ class _Group:
         self.proc = proc
         self.capture = capture
         self.marker = marker
+        try:  # its start time: what started after it may be ours (see _scan)
+            self.since = int(_stat_fields(str(proc.pid))[19])
+        except (OSError, IndexError, ValueError):
+            self.since = 1 << 62  # no /proc (or gone already): no re-reads
         self.fd = proc.stdout.fileno() if proc.stdout is not None else None
         self.eof = self.fd is None
         if self.fd is not None:
@@ -263,7 +286,7 @@ class _Group:
         """SIGTERM the group (and marked escapees), wait up to `grace`, then SIGKILL until none is
         left; `grace` 0: SIGKILL at once."""
         pgid = self.proc.pid
-        alive = _scan(pgid, self.marker)
+        alive = _scan(pgid, self.marker, self.since)
         if alive is None:  # no /proc: signal blindly
             if grace > 0:
                 _signal(pgid, None, signal.SIGTERM)
@@ -277,13 +300,13 @@ class _Group:
             end = time.monotonic() + grace
             while alive and time.monotonic() < end:
                 self.pause(0.02)
-                alive = _scan(pgid, self.marker)
+                alive = _scan(pgid, self.marker, self.since)
         for _ in range(50):  # a fork loop may need a few rounds
             if not alive:
                 return
             _signal(pgid, alive, signal.SIGKILL)
             time.sleep(0.01)
-            alive = _scan(pgid, self.marker)
+            alive = _scan(pgid, self.marker, self.since)
 
     def close(self) -> None:
         if self.pidfd is not None:
