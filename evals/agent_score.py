@@ -25,7 +25,8 @@ transcript, a group's summary and the printed table (evals/agent.py runs the tas
   the summary's `copy` (per channel and overall, the share of attempts at a requested name that
   are exact).
 - Audits of a model's run (`audit`, evals/reply_audit.py), counted per group beside the verdict:
-  looping_replies, invented_spans (answer spans found nowhere the model could read them),
+  looping_replies, repeating_answers (final answers that say a phrase three times in a row, the
+  model issue's audit), invented_spans (answer spans found nowhere the model could read them),
   question_edits (Edits that ran in a task whose request is a question), and the stop reasons.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections import Counter
 
 from agent.loop.request_kind import is_question
 from evals.copying import summarize as copy_summary
-from evals.reply_audit import invented_spans, looping_replies
+from evals.reply_audit import invented_spans, looping_replies, repeating_answers
 from nanocode.protocol import REJECTED, check_call
 from tasks import EVAL_ONLY_FAMILIES, TRAIN_FAMILIES, pattern_symbol, resolved, snapshot
 
@@ -102,10 +103,10 @@ def score(task, answer: str, calls: list[dict], ref: dict | None, root: str | No
 
 def audit(task, messages: list[dict], calls: list[dict], root: str) -> dict:
     """What the transcript shows beyond the verdict (evals/reply_audit.py): replies that loop,
-    answer spans found nowhere the model could read them, and Edits that ran although the
-    request was a question (agent/loop/request_kind.py)."""
+    answers that repeat a phrase, answer spans found nowhere the model could read them, and Edits
+    that ran although the request was a question (agent/loop/request_kind.py)."""
     edits = [c for c in calls if c["name"] == "Edit" and not str(c["result"]).startswith(("error", REJECTED))]
-    return {"looping_replies": looping_replies(messages),
+    return {"looping_replies": looping_replies(messages), "repeating_answers": repeating_answers(messages),
             "invented_spans": invented_spans(messages, snapshot(root)),
             "question_edits": len(edits) if is_question(task.prompt) else 0}
 
@@ -128,6 +129,7 @@ def metrics(records: list[dict], at_1: bool = False) -> dict:
            "tool_calls": total("steps"), "edit_calls": total("edit_calls"),
            "tampered": sum(bool(r.get("tampered")) for r in records),
            "looping_replies": sum(r.get("looping_replies", 0) for r in records),
+           "repeating_answers": sum(r.get("repeating_answers", 0) for r in records),
            "invented_spans": sum(len(r.get("invented_spans", [])) for r in records),
            "question_edits": sum(r.get("question_edits", 0) for r in records),
            "grounding_fallbacks": sum(bool(r.get("grounding_notes")) for r in records),
@@ -181,6 +183,10 @@ def print_table(summary: dict) -> None:
         print(f"names from the request written exactly: {_fmt(copy['overall']['share'])} of attempts "
               f"(thought {_fmt(copy['thought']['share'])}, args {_fmt(copy['args']['share'])}, "
               f"answer {_fmt(copy['answer']['share'])})")
+    o = summary["overall"]
+    if summary.get("policy") == "model":  # a model's run (the baselines write no answers of their own)
+        print(f"answers repeating a phrase: {o['repeating_answers']}; replies that loop: "
+              f"{o['looping_replies']}; invented answer spans: {o['invented_spans']}")
     fallbacks = summary["overall"].get("grounding_fallbacks")
     if fallbacks:
         print(f"warning: {fallbacks} task(s) ran with a grounding fallback (paths as free text); "

@@ -8,15 +8,22 @@ tool call's arguments or a project file (`project`: path -> text, the tree as th
 a `path:line` span counts as real when the file exists and has that line (a citation is checked,
 not searched). `looping_replies(messages)`: assistant messages whose prose or any call argument
 agent/masks/loop_guard.py would call a loop, the one definition the mask uses too.
+`repeating_answers(messages)`: final answers that repeat a phrase, the audit the model issue
+asks for: a unit of 1 to PHRASE_TOKENS words and punctuation marks, one word at least, three
+times or more in a row (`repeated_phrase`). The mask's prose rule is the same three times in
+bytes (units of 4 bytes or more), so under the guard it counts what slipped between the two. Words, not a
+tokenizer's tokens: the same count for every model, a server's included.
 """
 from __future__ import annotations
 
 import json
 import re
 
-from agent.masks.loop_guard import first_loop
+from agent.masks.loop_guard import PROSE, first_loop
 
 CITATION = re.compile(r"((?:[\w.-]+/)*[\w.-]+):(\d+)")
+PHRASE_TOKENS = 40  # the longest unit of a repeated phrase
+_WORDS = re.compile(r"\w+|[^\w\s]")
 
 
 def backticked_spans(text: str) -> list[str]:
@@ -62,6 +69,25 @@ def looping_replies(messages: list[dict]) -> int:
     for m in messages:
         if m["role"] != "assistant":
             continue
-        parts = [m["content"]] + [str(v) for v in (m.get("tool_call") or {}).get("args", {}).values()]
-        count += any(first_loop(p.encode("utf-8", "replace")) is not None for p in parts)
+        args = [str(v) for v in (m.get("tool_call") or {}).get("args", {}).values()]
+        count += (first_loop(m["content"].encode("utf-8", "replace"), PROSE) is not None
+                  or any(first_loop(a.encode("utf-8", "replace")) is not None for a in args))
     return count
+
+
+def repeated_phrase(text: str) -> str | None:
+    """The first phrase that `text` says three times or more in a row (module docstring), or None."""
+    words = _WORDS.findall(text)
+    for n in range(1, min(PHRASE_TOKENS, len(words) // 3) + 1):
+        run = 0  # how many words in a row equal the one n before
+        for i in range(n, len(words)):
+            run = run + 1 if words[i] == words[i - n] else 0
+            if run >= 2 * n and any(w[0].isalnum() or w[0] == "_" for w in words[i - n + 1:i + 1]):
+                return " ".join(words[i - n + 1:i + 1])
+    return None
+
+
+def repeating_answers(messages: list[dict]) -> int:
+    """How many final answers (assistant messages without a tool call) repeat a phrase."""
+    return sum(repeated_phrase(m["content"]) is not None for m in messages
+               if m["role"] == "assistant" and not m.get("tool_call"))

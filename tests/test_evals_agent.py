@@ -392,3 +392,34 @@ def test_reply_audit_counts_invented_spans_and_loops():
     assert looping_replies(messages) == 0
     messages.append({"role": "assistant", "content": "tests/" * 8})
     assert looping_replies(messages) == 1
+
+
+def test_reply_audit_counts_answers_that_repeat_a_phrase(capsys):
+    """The model issue's audit: a phrase three times in a row, up to 40 words and marks long, is
+    counted though it is short of the mask's loop (four times); lists, prose and code that only
+    look alike are not."""
+    from evals import agent_score as es
+    from agent.masks.loop_guard import first_loop
+    from evals.reply_audit import repeated_phrase, repeating_answers
+    looped = "`normcase` has 2 modules: `normcase` has 2 modules: `normcase` has 2 modules:`, done"
+    assert repeated_phrase(looped) == "` normcase ` has 2 modules :"
+    assert first_loop(looped.encode()) is None  # three times: the mask's loop needs four
+    assert repeated_phrase("very very very long") == "very"
+    long_unit = " ".join(f"w{i}" for i in range(40)) + " "
+    assert repeated_phrase(long_unit * 3) is not None
+    assert repeated_phrase(long_unit + "w0 " + long_unit * 2) is None  # three times, but not in a row
+    assert repeated_phrase((" ".join(f"w{i}" for i in range(41)) + " ") * 3) is None  # a unit over 40
+    for fine in ("only the tests call `escape`: `tests/test_a.py`, `tests/test_b.py`, `tests/test_c.py`.",
+                 "`a` calls `b`, `b` calls `c`, `c` calls `d`.", "wait... ... ...", "x = 1\ny = 1\nz = 1\n",
+                 "it returns 0, 0 or 1", "the the"):
+        assert repeated_phrase(fine) is None, fine
+    messages = [{"role": "assistant", "content": looped, "tool_call": {"name": "Grep", "args": {"pattern": "a"}}},
+                {"role": "tool_result", "content": looped},
+                {"role": "assistant", "content": looped}, {"role": "assistant", "content": "fine"}]
+    assert repeating_answers(messages) == 1  # final answers only: a thought before a call is not one
+    rec = {"family": "find_callers", "resolved": False, "steps": 0, "valid_calls": 0, "first_call_correct": False,
+           "edit_calls": 0, "edits_applied": 0, "repeating_answers": 1, "looping_replies": 0, "invented_spans": []}
+    summary = {"policy": "model", **es.summarize([rec])}
+    assert summary["overall"]["repeating_answers"] == summary["families"]["find_callers"]["repeating_answers"] == 1
+    es.print_table(summary)
+    assert "answers repeating a phrase: 1; replies that loop: 0" in capsys.readouterr().out

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agent.masks.grammar import CONTENT, Grammar
-from agent.masks.loop_guard import HITS, MIN_BYTES, REPEATS, LoopGuard, Tail, first_loop
+from agent.masks.loop_guard import ARGUMENT, HITS, MIN_BYTES, PROSE, LoopGuard, Tail, first_loop
 from nanocode.protocol import MODE_TOOLS
 
 # (text before the loop, its unit): what the shipped model ran on with until max_tokens
@@ -45,15 +45,19 @@ def first_ban(guard, ids, prose=True):
     return None, loops
 
 
+@pytest.mark.parametrize("prose", [True, False])
 @pytest.mark.parametrize("before,unit", LOOPS)
-def test_the_shipped_models_loops_are_stopped_within_a_few_repeats(tok, guard, before, unit):
+def test_the_shipped_models_loops_are_stopped_within_a_few_repeats(tok, guard, before, unit, prose):
+    """In prose at the third time (a phrase three times in a row is what the evals' audit counts),
+    in an argument value at the fourth; short units when they cover MIN_BYTES."""
     ids = tok.encode(before + unit * 40)
-    i, _ = first_ban(guard, ids)
+    i, _ = first_ban(guard, ids, prose)
     assert i is not None
     written = tok.decode(ids[:i])[len(before):]
-    repeats = max(REPEATS, -(-MIN_BYTES // len(unit)))  # the repeat that would complete the loop
+    rule = PROSE if prose else ARGUMENT
+    repeats = max(rule.repeats, -(-MIN_BYTES // len(unit)))  # the repeat that would complete the loop
     assert written.count(unit) < repeats and len(written) >= (repeats - 1) * len(unit) - len(unit)
-    assert first_loop((before + written).encode()) is None  # what was written holds no loop
+    assert first_loop((before + written).encode(), rule) is None  # what was written holds no loop
 
 
 def test_every_token_split_of_the_extension_is_banned(tok, guard):
@@ -98,7 +102,21 @@ def test_a_model_that_keeps_circling_is_cut_after_hits(tok, guard):
 def test_segments_restart_at_special_tokens(tok, guard):
     tests = tok.encode("tests/" * 3)
     arg = tok.encode_special("<|tool_arg|>")
-    assert first_ban(guard, tests + [arg] + tests + [arg] + tests)[0] is None
+    assert first_ban(guard, tests + [arg] + tests + [arg] + tests, prose=False)[0] is None
+    twice = tok.encode("tests/" * 2)
+    assert first_ban(guard, twice + [arg] + twice + [arg] + twice)[0] is None
+
+
+def test_a_segment_switching_to_prose_is_judged_by_the_prose_rule(tok, guard):
+    """The same bytes, three times in a row: admitted in an argument value, a loop in prose (the
+    tail kept across the switch: Tail.use)."""
+    ids = tok.encode("tests/" * 2 + "tests")
+    slash = tok.encode("/")[0]
+    full = np.ones(guard.end.shape, bool)
+    assert first_loop(b"tests/" * 3) is None and first_loop(b"tests/" * 3, PROSE) == 17
+    loops = guard.reply()
+    assert loops.mask(ids, full, False)[slash]
+    assert not loops.mask(ids, full, True)[slash]
 
 
 def test_the_mask_never_empties_a_row(tok, guard):

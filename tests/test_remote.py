@@ -275,7 +275,7 @@ def test_a_looping_answer_is_cut_and_a_looping_argument_is_resampled(scripted, t
     ends the reply there (stop "loop", the text before it kept); a call whose argument loops is
     malformed, taken back and resampled."""
     from agent.headless import EXIT_CODES
-    from agent.masks.loop_guard import first_loop
+    from agent.masks.loop_guard import PROSE, first_loop
     Scripted.script = [
         [*call_pieces(0, "Bash", '{"command": "ls ' + "tests/" * 8 + '"}'), finish("tool_calls")],
         [*call_pieces(0, "Bash", '{"command": "ls tests/"}'), finish("tool_calls")],
@@ -287,8 +287,9 @@ def test_a_looping_answer_is_cut_and_a_looping_argument_is_resampled(scripted, t
     res = agent.run_turn("where are the tests?", on_event=events.append)
     assert res.retries == 1 and [c["args"]["command"] for c in res.tool_calls] == ["ls tests/"]
     assert res.stop_reason == "loop" and EXIT_CODES["loop"] == 4
-    assert res.answer.startswith("the tests are in tests/tests/tests/") and first_loop(res.answer.encode()) is None
-    assert first_loop((res.answer + "/").encode()) is not None  # cut right before the loop completes
+    # prose's rule: cut right before the phrase would complete its third time
+    assert res.answer == "the tests are in tests/tests/tests" and first_loop(res.answer.encode(), PROSE) is None
+    assert first_loop((res.answer + "/").encode(), PROSE) is not None
     notes = [e.text for e in events if e.kind == "status"]
     assert "reply stopped: it was repeating itself" in notes and any("malformed call" in n for n in notes)
     assert "".join(e.text for e in events if e.kind == "text") == res.answer

@@ -4,8 +4,10 @@ and in tool-call argument values alike.
 
 The detector (Tail) reads one segment of a reply (the prose, each argument value) and keeps, for
 every period p = 1..PERIODS, how many trailing bytes repeat the byte p before. A loop is a period
-whose tail covers need(p) = max(REPEATS * p, MIN_BYTES) bytes with a unit that is not whitespace
-only; a unit of rule and table bytes (DRAWING) needs RULE_BYTES.
+whose tail covers need(p) = max(repeats * p, MIN_BYTES) bytes with a unit that is not whitespace
+only; a unit of rule and table bytes (DRAWING) needs RULE_BYTES. `repeats` is the segment's Rule:
+REPEATS in an argument value, PROSE_REPEATS in prose, where a phrase said three times in a row is
+already what evals/reply_audit.py counts as a repeating answer.
 
 The mask (ReplyLoops.mask, ANDed into the grammar's) bans exactly the tokens whose bytes would
 complete a loop; a row is never made all False (in prose the reply then ends, stop "loop"). A
@@ -27,7 +29,8 @@ PERIODS = 128      # the longest unit looked for: a long line of code and its ne
 # Chosen on the training split's oracle conversations (360 tasks): the closest any comes to a loop
 # is 5 bytes short, so every one passes; within that margin as low as the shipped model's loops
 # ask: a unit of 3 bytes or more is stopped at its 4th repeat, `/s` at its 6th, `:` at its 12th.
-REPEATS = 4        # a loop repeats its unit this many times ...
+REPEATS = 4        # a loop repeats its unit this many times (in an argument value) ...
+PROSE_REPEATS = 3  # ... in prose, three times: the thresholds pass the oracle's prose there too
 MIN_BYTES = 12     # ... and covers at least this many bytes (short units: `::::`, `isis`)
 RULE_BYTES = 120   # a drawing is a loop from this long (a rule wider than a line)
 HITS = 3           # near loops entered in one reply before its prose is cut
@@ -35,40 +38,60 @@ WHITESPACE = b" \t\n\r\x0b\x0c"
 DRAWING = b"-=_~#*|+: \t"  # the bytes of rules and table borders
 
 _P = np.arange(1, PERIODS + 1)                    # (P,) the periods
-_NEED = np.maximum(REPEATS * _P, MIN_BYTES)       # (P,) bytes a loop covers
-_RULE_NEED = np.maximum(_NEED, RULE_BYTES)        # (P,) the same for a run of one rule byte
 _J = np.arange(64)[:, None]                       # (64, 1) byte offsets in a push (longer: made)
 _BACK = PERIODS - _P                              # (P,) where in hist + data the byte p before is
 _FAR = 1 << 30                                    # the slack of a blank unit: never a loop
-_SHORTEST_INSIDE = int((_NEED - _P + 1).min())   # bytes of a token that completes a loop inside it
 _CLASSES = np.zeros((3, 256), bool)  # (3, 256): blank, drawing, light (blank or a colon) bytes
 for _row, _bytes in enumerate((WHITESPACE, DRAWING, WHITESPACE + b":")):
     _CLASSES[_row, list(_bytes)] = True
 
 
-def slack(runs: np.ndarray) -> np.ndarray:
+class Rule:
+    """What a loop is in one kind of segment: `repeats` of a unit, need (P,) bytes a loop covers,
+    rule_need (P,) the same for a run of one rule byte, shortest_inside: bytes of a token that
+    completes a loop inside it."""
+
+    def __init__(self, repeats: int):
+        self.repeats = repeats
+        self.need = np.maximum(repeats * _P, MIN_BYTES)
+        self.rule_need = np.maximum(self.need, RULE_BYTES)
+        self.shortest_inside = int((self.need - _P + 1).min())
+
+
+ARGUMENT, PROSE = Rule(REPEATS), Rule(PROSE_REPEATS)
+
+
+def slack(runs: np.ndarray, rule: Rule = ARGUMENT) -> np.ndarray:
     """(..., P + 3) runs -> (..., P): how many more bytes of its periodic continuation make each
-    period's tail a loop (_FAR where the unit is blank)."""
+    period's tail a loop under `rule` (_FAR where the unit is blank)."""
     drawing = (_P <= runs[..., PERIODS + 1:PERIODS + 2]) & (_P > runs[..., PERIODS + 2:])
-    need = np.where(drawing, _RULE_NEED, _NEED)  # (..., P)
+    need = np.where(drawing, rule.rule_need, rule.need)  # (..., P)
     return np.where(_P > runs[..., PERIODS:PERIODS + 1], need - runs[..., :PERIODS] - _P, _FAR)
 
 
 class Tail:
-    """The detector over one segment: push(data) appends bytes and says where a loop completes;
-    reset() starts a new segment. After a push: runs (P + 3,: each period's run, then how many
+    """The detector over one segment under a Rule: push(data) appends bytes and says where a loop
+    completes; reset() starts a new segment; use(rule) switches the rule. After a push: runs (P + 3,: each period's run, then how many
     trailing bytes are blank, drawing and light ones), slack (P,: how many more bytes of its
     continuation make each period's tail a loop, _FAR for a blank unit), n (segment bytes), near
     (a tail one unit short of a loop)."""
 
-    def __init__(self):
+    def __init__(self, rule: Rule = ARGUMENT):
+        self.rule = rule
         self.reset()
 
     def reset(self) -> None:
         self.hist = np.full(PERIODS, -1, np.int16)  # (P,) the last P bytes, oldest first; -1: none
         self.runs = np.zeros(PERIODS + 3, np.int64)  # (P + 3,) the runs, then the trailing classes
-        self.slack = _NEED - _P  # (P,) bytes period p's tail lacks for a loop (_FAR: a blank unit)
+        self.slack = self.rule.need - _P  # (P,) bytes period p's tail lacks for a loop (_FAR: blank)
         self.n, self.near = 0, False
+
+    def use(self, rule: Rule) -> None:
+        """Judge the segment so far, and what follows, by `rule`."""
+        if rule is not self.rule:
+            self.rule = rule
+            self.slack = slack(self.runs, rule) if self.n else rule.need - _P
+            self.near = bool(self.n and (self.slack <= _P).any())
 
     def copy(self) -> "Tail":
         t = Tail.__new__(Tail)
@@ -93,11 +116,12 @@ class Tail:
         if not data:
             return None
         full, runs = self.scan(data)
-        self.hist, self.runs, self.slack = full[-PERIODS:], runs[-1], slack(runs[-1])
+        rule = self.rule
+        self.hist, self.runs, self.slack = full[-PERIODS:], runs[-1], slack(runs[-1], rule)
         self.n += len(data)
         self.near = bool((self.slack <= _P).any())
-        rows = np.flatnonzero((runs[:, :PERIODS] >= _NEED - _P).any(axis=1))  # may end a loop
-        loop = (slack(runs[rows]) <= 0).any(axis=1) if len(rows) else rows
+        rows = np.flatnonzero((runs[:, :PERIODS] >= rule.need - _P).any(axis=1))  # may end a loop
+        loop = (slack(runs[rows], rule) <= 0).any(axis=1) if len(rows) else rows
         return int(rows[np.argmax(loop)]) if loop.any() else None
 
     def unit(self, p: int) -> bytes:
@@ -105,9 +129,9 @@ class Tail:
         return self.hist[PERIODS - p:].astype(np.uint8).tobytes()
 
 
-def first_loop(text: bytes) -> int | None:
+def first_loop(text: bytes, rule: Rule = ARGUMENT) -> int | None:
     """The offset of the byte at which a loop first completes in `text` (one segment), or None."""
-    return Tail().push(text)
+    return Tail(rule).push(text)
 
 
 _SHARED: dict = {}
@@ -128,10 +152,12 @@ class LoopGuard:
         self.special = np.ones(n_vocab, bool)  # (V,) the special tokens: a value's own stops
         self.special[list(pieces)] = False
         self.reach = self._reach()
-        inside = [(t, b) for t, b in pieces.items() if self._may_loop_inside(b)]
-        self.looping = np.array([t for t, b in inside if first_loop(b) is not None], np.int64)
-        self.self_looping = [(t, b) for t, b in inside if first_loop(b) is None]  # tail-dependent
-        self._static: dict = {}  # id(mask) -> (mask, mask less the looping tokens)
+        self.looping, self.self_looping = {}, {}  # per Rule: tokens that loop by themselves, or may
+        for rule in (ARGUMENT, PROSE):
+            inside = [(t, b) for t, b in pieces.items() if self._may_loop_inside(b, rule)]
+            self.looping[rule] = np.array([t for t, b in inside if first_loop(b, rule) is not None], np.int64)
+            self.self_looping[rule] = [(t, b) for t, b in inside if first_loop(b, rule) is None]  # tail-dependent
+        self._static: dict = {}  # (id(mask), repeats) -> (mask, mask less the looping tokens)
 
     @classmethod
     def shared(cls, grammar) -> "LoopGuard":
@@ -163,28 +189,31 @@ class LoopGuard:
         return reach
 
     @staticmethod
-    def _may_loop_inside(b: bytes) -> bool:
+    def _may_loop_inside(b: bytes, rule: Rule) -> bool:
         """Whether a token could complete a loop that starts inside it: one the tail before it
         reaches into by fewer than p bytes (the tail's own loops are the continuation's)."""
-        if len(b) < _SHORTEST_INSIDE:
+        if len(b) < rule.shortest_inside:
             return False
-        return bool((slack(Tail().scan(b)[1]) <= _P - 1).any())
+        return bool((slack(Tail().scan(b)[1], rule) <= _P - 1).any())
 
     def reply(self) -> "ReplyLoops":
         return ReplyLoops(self)
 
-    def without_looping(self, m: np.ndarray) -> np.ndarray:
-        """m less the tokens that hold a loop by themselves (memoised by m's identity: the
-        grammar's masks are memoised arrays, so this one is too); m when nothing is left."""
-        if not len(self.looping) or not m[self.looping].any():
+    def without_looping(self, m: np.ndarray, rule: Rule = ARGUMENT) -> np.ndarray:
+        """m less the tokens that hold a loop by themselves under `rule` (memoised by m's
+        identity: the grammar's masks are memoised arrays, so this one is too); m when nothing
+        is left."""
+        looping = self.looping[rule]
+        if not len(looping) or not m[looping].any():
             return m
-        hit = self._static.get(id(m))
+        key = (id(m), rule.repeats)
+        hit = self._static.get(key)
         if hit is None:
             if len(self._static) >= 256:
                 self._static.clear()
             masked = m.copy()
-            masked[self.looping] = False
-            hit = self._static[id(m)] = (m, masked if masked.any() else m)  # keeps m: its id stays
+            masked[looping] = False
+            hit = self._static[key] = (m, masked if masked.any() else m)  # keeps m: its id stays
         return hit[1]
 
     def prefix_ids(self, prefix: bytes) -> np.ndarray:
@@ -216,12 +245,14 @@ class ReplyLoops:
             self.hits += tail.near and not was
 
     def mask(self, out, m: np.ndarray, prose: bool) -> np.ndarray:
+        rule = PROSE if prose else ARGUMENT
+        self.tail.use(rule)
         self.feed(out)
         g = self.g
         if self.hits >= HITS and prose and m[g.end].any():
             self.ended = True
             return g.end
-        m = g.without_looping(m)
+        m = g.without_looping(m, rule)
         ban = self.banned(m)
         if not len(ban) or not m[ban].any():
             return m
@@ -245,6 +276,6 @@ class ReplyLoops:
         for i in live.tolist():
             p, k = i + 1, max(int(d[i]), 1)
             out.append(g.prefix_ids((t.unit(p) * (k // p + 1))[:k]))
-        out.extend(np.array([tid], np.int64) for tid, b in g.self_looping
+        out.extend(np.array([tid], np.int64) for tid, b in g.self_looping[t.rule]
                    if m[tid] and t.copy().push(b) is not None)
         return np.concatenate(out) if out else np.zeros(0, np.int64)

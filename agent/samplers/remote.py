@@ -52,7 +52,7 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from agent.loop.context import ContextFull, Dropped, drop_oldest, fit
-from agent.masks.loop_guard import Tail
+from agent.masks.loop_guard import PROSE, Tail
 from agent.samplers.openai_wire import DONE, StreamedReply, StreamError, read_event, schema_args, to_openai, tool_schema
 from agent.samplers.sampler import Reply, SamplerError
 from agent.settings import SamplerSettings
@@ -316,7 +316,7 @@ class RemoteSampler:
         MCP tool's values are read by its kinds)."""
         t0 = time.perf_counter()
         text, stop, got = [], "stop", StreamedReply()
-        tail = Tail()  # the prose so far, for loops
+        tail = Tail(PROSE)  # the prose so far, for loops (prose's rule: three times in a row)
         with self._request("/chat/completions", body) as (r, deadline):
             try:
                 for chunk in self._chunks(r, deadline):
