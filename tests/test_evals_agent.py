@@ -396,14 +396,15 @@ def test_reply_audit_counts_invented_spans_and_loops():
 
 def test_reply_audit_counts_answers_that_repeat_a_phrase(capsys):
     """The model issue's audit: a phrase three times in a row, up to 40 words and marks long, is
-    counted though it is short of the mask's loop (four times); lists, prose and code that only
-    look alike are not."""
+    counted, also where the bytes differ by one (which the mask's prose rule lets through); lists,
+    prose and code that only look alike are not."""
     from evals import agent_score as es
-    from agent.masks.loop_guard import first_loop
+    from agent.masks.loop_guard import PROSE, first_loop
     from evals.reply_audit import repeated_phrase, repeating_answers
     looped = "`normcase` has 2 modules: `normcase` has 2 modules: `normcase` has 2 modules:`, done"
     assert repeated_phrase(looped) == "` normcase ` has 2 modules :"
-    assert first_loop(looped.encode()) is None  # three times: the mask's loop needs four
+    assert first_loop(looped.encode(), PROSE) is None  # a byte short of the prose rule's loop ...
+    assert first_loop(looped.replace(":`", ": `").encode(), PROSE) is not None  # ... which a space completes
     assert repeated_phrase("very very very long") == "very"
     long_unit = " ".join(f"w{i}" for i in range(40)) + " "
     assert repeated_phrase(long_unit * 3) is not None

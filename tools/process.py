@@ -169,17 +169,17 @@ def _scan(pgid: int, marker: bytes | None, since: int) -> list[int] | None:
             found.append(int(name))
         elif marker is not None and not flags & _PF_KTHREAD:
             env = _environ(name)
-            if marker in env:
+            if env and marker in env:
                 found.append(int(name))
-            elif not env and start >= since:
+            elif env == b"" and start >= since:
                 unsure.append(name)
     for _ in range(_EXEC_ROUNDS):
         if not unsure:
             break
         time.sleep(0.005)
         envs = {name: _environ(name) for name in unsure}
-        found += [int(name) for name, env in envs.items() if marker in env]
-        unsure = [name for name, env in envs.items() if not env and os.path.exists(f"/proc/{name}")]
+        found += [int(name) for name, env in envs.items() if env and marker in env]
+        unsure = [name for name, env in envs.items() if env == b""]
     return found
 
 
@@ -190,12 +190,13 @@ def _stat_fields(name: str) -> list[bytes]:
     return stat[stat.rfind(b")") + 2:].split()
 
 
-def _environ(name: str) -> bytes:
+def _environ(name: str) -> bytes | None:
+    """A process's environment as at its exec; None when it is gone or not ours to read."""
     try:
         with open(f"/proc/{name}/environ", "rb") as f:
             return f.read()
     except OSError:
-        return b""
+        return None
 
 
 def _signal(pgid: int, pids: list[int] | None, sig: int) -> None:

@@ -71,10 +71,10 @@ def slack(runs: np.ndarray, rule: Rule = ARGUMENT) -> np.ndarray:
 
 class Tail:
     """The detector over one segment under a Rule: push(data) appends bytes and says where a loop
-    completes; reset() starts a new segment; use(rule) switches the rule. After a push: runs (P + 3,: each period's run, then how many
-    trailing bytes are blank, drawing and light ones), slack (P,: how many more bytes of its
-    continuation make each period's tail a loop, _FAR for a blank unit), n (segment bytes), near
-    (a tail one unit short of a loop)."""
+    completes; reset() starts a new segment; use(rule) switches the rule. After a push: runs
+    (P + 3,: each period's run, then how many trailing bytes are blank, drawing and light ones),
+    slack (P,: how many more bytes of its continuation make each period's tail a loop, _FAR for a
+    blank unit), n (segment bytes), near (a tail one unit short of a loop)."""
 
     def __init__(self, rule: Rule = ARGUMENT):
         self.rule = rule
