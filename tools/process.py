@@ -40,7 +40,9 @@ verifier's test runs) and the evals' generated programs (evals/sandbox.py). The 
   group is signalled, with a short fixed grace. Zombies are ignored (they are dead). An OS
   sandbox's pid namespace (tools/sandbox.py) closes the remaining gaps for sandboxed commands.
 * Interrupted (KeyboardInterrupt in the waiting thread): the group is SIGKILLed and the main
-  process reaped before the exception goes on.
+  process reaped before the exception goes on. A pool worker stopped by SIGTERM (what
+  ``Pool.terminate`` sends: synth's ``--minutes``, an interrupted run) dies without unwinding
+  unless `exit_on_sigterm` made the signal an exception; its pools install it in every worker.
 """
 from __future__ import annotations
 
@@ -320,6 +322,18 @@ class _Group:
                 self.proc.stdout.close()
             except OSError:
                 pass
+
+
+def exit_on_sigterm() -> None:
+    """A pool worker's initializer: SIGTERM raises SystemExit in the worker's main thread, so a
+    `run` in progress takes its command's group down on the way out (its ``finally``) instead of
+    leaving it running as an orphan (a mutant's endless test loop, say, with no timeout left to
+    stop it). The signal's default kills the worker where it stands."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
