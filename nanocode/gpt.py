@@ -132,6 +132,39 @@ ROTARY_MATMUL = {"cpu": False, "gpu": False, "tpu": True}
 HEAD_MAJOR = {"cpu": False, "gpu": False, "tpu": True}
 
 
+# The MLP's relu(z)^2 with its own gradient, 2 relu(z) g (True), or relu then a square under
+# autodiff (False). The same values; autodiff keeps relu's mask beside relu(z) for the backward
+# (on the TPU packed into u32 bits along the batch inside the c_fc matmul's fusion), the own
+# gradient keeps relu(z) alone. A lever of bench/accelerator_check.py.
+RELU2_VJP = True
+
+
+@jax.custom_vjp
+def _relu_squared(z: jax.Array) -> jax.Array:
+    r = jax.nn.relu(z)
+    return r * r
+
+
+def _relu_squared_fwd(z: jax.Array):
+    r = jax.nn.relu(z)
+    return r * r, r
+
+
+def _relu_squared_bwd(r: jax.Array, g: jax.Array):
+    return ((g + g) * r,)  # d(r^2)/dz = 2 r where z > 0, and r = 0 elsewhere
+
+
+_relu_squared.defvjp(_relu_squared_fwd, _relu_squared_bwd)
+
+
+def relu_squared(z: jax.Array) -> jax.Array:
+    """relu(z)^2, the MLP's activation (RELU2_VJP picks how its gradient is kept)."""
+    if RELU2_VJP:
+        return _relu_squared(z)
+    h = jax.nn.relu(z)
+    return h * h
+
+
 def rotary(x: jax.Array, positions: jax.Array, base: float, time_axis: int = 1) -> jax.Array:
     """Half-split rotary embedding (nanochat's sign convention): with x = [x1, x2] halves,
     [x1 cos + x2 sin, x2 cos - x1 sin], written as x * [cos, cos] + roll(x) * [sin, -sin]: on CPU
@@ -272,8 +305,8 @@ def block(cfg: GPTConfig, j: int, x: jax.Array, w: Params, lam: jax.Array, ve_ta
     if not head_major:
         x = x + dense(y.reshape(B, T, H * D), a["c_proj"])
     m = w["mlp"]  # MLP: proj(relu(fc(x))^2)
-    h = jax.nn.relu(dense(rmsnorm(x), m["c_fc"]))  # (B, T, 4C)
-    return x + dense(h * h, m["c_proj"]), kv
+    h = relu_squared(dense(rmsnorm(x), m["c_fc"]))  # (B, T, 4C)
+    return x + dense(h, m["c_proj"]), kv
 
 
 def hidden(params: Params, cfg: GPTConfig, idx: jax.Array, cache: KVCache | None = None,

@@ -139,6 +139,24 @@ def test_rmsnorm_scale_lever_agrees_within_bf16_rounding(monkeypatch):
         assert float(jnp.max(jnp.abs(y1))) > 1.0  # normalised values, not zeros
 
 
+def test_relu_squared_lever_is_exact(monkeypatch):
+    """gpt.RELU2_VJP (relu(z)^2 with its own gradient, which keeps no mask for the backward) gives
+    autodiff's values and gradients exactly, in fp32 and bf16, zeros and negatives included."""
+    import nanocode.gpt as gpt
+    for dtype in (jnp.float32, jnp.bfloat16):
+        z = (jax.random.normal(jax.random.PRNGKey(0), (4, 64, 96)) * 3).astype(dtype)
+        z = z.at[0, 0, :8].set(0)
+        g = jax.random.normal(jax.random.PRNGKey(1), z.shape).astype(dtype)
+        out = {}
+        for lever in (False, True):
+            monkeypatch.setattr(gpt, "RELU2_VJP", lever)
+            y, vjp = jax.vjp(gpt.relu_squared, z)
+            out[lever] = (y, vjp(g)[0])
+        for a, b in zip(out[False], out[True]):
+            np.testing.assert_array_equal(np.asarray(b, np.float32), np.asarray(a, np.float32))
+        assert float(jnp.min(out[True][1])) < 0 < float(jnp.max(out[True][1]))  # gradients of both signs
+
+
 def test_rotary_matmul_lever_is_exact(monkeypatch):
     """gpt.ROTARY_MATMUL (the half swap as a signed-permutation matmul; the TPU's default) gives
     the roll's values and gradients exactly, in fp32 and bf16."""
