@@ -130,7 +130,7 @@ def _init(model: str | None, step: int | None, server=None) -> None:
     engine of checkpoint `model` at `step` (policy model), or with `server` (AgentOptions naming
     base_url and the model) a RemoteSampler on that server, or none (oracle policies)."""
     global _worker
-    exit_on_sigterm()  # a pool stopped mid-task takes the task's commands with it
+    exit_on_sigterm()  # a pool stopped mid-task kills the task's commands
     setup_env()
     _worker = PoolModel.load(model, step, server)
 

@@ -138,16 +138,21 @@ def test_start_error_raises_and_leaves_nothing(tmp_path):
 # A pool whose one worker is in the middle of a run when the pool is terminated (what synth's
 # --minutes does to workers running a task's check); argv: the pid file, "on" | "off" (the initializer)
 POOL_SCRIPT = r"""
-import multiprocessing as mp, os, sys, time
+import multiprocessing as mp, os, sys, threading, time
 from tools.process import exit_on_sigterm, run
-pidfile, initializer = sys.argv[1], exit_on_sigterm if sys.argv[2] == "on" else None
+pidfile, on = sys.argv[1], sys.argv[2] == "on"
+
+def init():  # a worker with a thread that never ends (what a worker's imports may start)
+    threading.Thread(target=threading.Event().wait).start()
+    if on:
+        exit_on_sigterm()
 
 def task(_):
     run(["sh", "-c", f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 1000"],
         cwd="/", env=dict(os.environ))
 
 if __name__ == "__main__":
-    with mp.get_context("fork").Pool(1, initializer=initializer) as pool:
+    with mp.get_context("spawn").Pool(2, initializer=init) as pool:  # one worker busy, one idle
         pool.map_async(task, [0])
         while not os.path.exists(pidfile):
             time.sleep(0.02)
@@ -157,8 +162,8 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("initializer", ["on", "off"])
 def test_a_terminated_pool_worker_takes_its_running_command_along(tmp_path, initializer):
     """Without exit_on_sigterm a worker dies of the SIGTERM where it stands and its command runs
-    on as an orphan (a mutant's endless test loop ran 14 minutes so); with it, run's cleanup kills
-    the command's group on the way out."""
+    on as an orphan (a mutant's endless test loop ran 14 minutes so); with it, the worker kills
+    its runs' groups first, and the pool's terminate returns (the script's own timeout)."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     script, pidfile = tmp_path / "pool.py", tmp_path / "pid"
     script.write_text(POOL_SCRIPT)

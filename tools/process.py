@@ -41,8 +41,9 @@ verifier's test runs) and the evals' generated programs (evals/sandbox.py). The 
   sandbox's pid namespace (tools/sandbox.py) closes the remaining gaps for sandboxed commands.
 * Interrupted (KeyboardInterrupt in the waiting thread): the group is SIGKILLed and the main
   process reaped before the exception goes on. A pool worker stopped by SIGTERM (what
-  ``Pool.terminate`` sends: synth's ``--minutes``, an interrupted run) dies without unwinding
-  unless `exit_on_sigterm` made the signal an exception; its pools install it in every worker.
+  ``Pool.terminate`` sends: synth's ``--minutes``, an interrupted run) dies where it stands, its
+  command left running, unless `exit_on_sigterm` kills its runs' groups first; pools that run
+  commands install it in every worker.
 """
 from __future__ import annotations
 
@@ -324,16 +325,21 @@ class _Group:
                 pass
 
 
+_RUNNING: set[int] = set()  # the process groups of this process's runs in progress (their leaders' pids)
+
+
 def exit_on_sigterm() -> None:
-    """A pool worker's initializer: SIGTERM raises SystemExit in the worker's main thread, so a
-    `run` in progress takes its command's group down on the way out (its ``finally``) instead of
-    leaving it running as an orphan (a mutant's endless test loop, say, with no timeout left to
-    stop it). The signal's default kills the worker where it stands."""
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    """A pool worker's initializer: on SIGTERM the worker SIGKILLs the groups of its runs in
+    progress, then exits at once, instead of dying where it stands and leaving the command running
+    as an orphan (a mutant's endless test loop, say, with no timeout left to stop it). No Python
+    unwinding: a worker's exit that joins threads or flushes queues can hang the pool's terminate."""
+    signal.signal(signal.SIGTERM, _kill_runs_and_exit)
 
 
-def _exit_on_signal(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+def _kill_runs_and_exit(signum, frame) -> None:
+    for pgid in list(_RUNNING):
+        _signal(pgid, None, signal.SIGKILL)
+    os._exit(128 + signum)
 
 
 def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
@@ -355,6 +361,7 @@ def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
     out, err = files if files is not None else (subprocess.PIPE, subprocess.STDOUT)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                             start_new_session=True)
+    _RUNNING.add(proc.pid)
     group = _Group(proc, capture, marker)
     timed_out = cancelled = killed = False
     try:
@@ -383,4 +390,5 @@ def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
             proc.kill()
         group.close()
         code = proc.wait()
+        _RUNNING.discard(proc.pid)
     return Outcome(code, capture.text() if files is None else "", timed_out, cancelled)

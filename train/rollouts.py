@@ -188,7 +188,7 @@ def _init(model: str | None, server=None) -> None:
     engine on checkpoint `model`, or with `server` (AgentOptions naming base_url and the model) a
     RemoteSampler on that server."""
     global _worker
-    exit_on_sigterm()  # a pool stopped mid-task takes the task's commands with it
+    exit_on_sigterm()  # a pool stopped mid-task kills the task's commands
     setup_env()
     _worker = PoolModel.load(model, None, server)
 

@@ -189,7 +189,7 @@ def main(args) -> int:
         if args.workers > 1 and todo:
             # fork is fast, but unsafe once jax (multithreaded) is loaded in this process (tests)
             ctx = mp.get_context("spawn" if "jax" in sys.modules else "fork")
-            # leaving the block terminates the workers; a check they are running goes with them
+            # leaving the block terminates the workers; a check they are running is killed first
             with ctx.Pool(args.workers, initializer=exit_on_sigterm) as pool:
                 for res in pool.imap(generate_one, todo):
                     keep(res)
