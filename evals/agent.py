@@ -102,7 +102,6 @@ from tasks import (
     EVAL_ONLY_FAMILIES, FAMILIES, SPLITS, TRAIN_FAMILIES, WORLD_FAMILIES, build_task, drive, eval_seed,
     oracle_first_call, setup_env, task_agent)
 from tools.checks import gate_or_exit
-from tools.process import exit_on_sigterm
 from tools.sandbox import bash_sandbox, unattended_warning
 
 # SamplerSettings' fields only our engine applies (a server samples its own way): None in a
@@ -130,7 +129,6 @@ def _init(model: str | None, step: int | None, server=None) -> None:
     engine of checkpoint `model` at `step` (policy model), or with `server` (AgentOptions naming
     base_url and the model) a RemoteSampler on that server, or none (oracle policies)."""
     global _worker
-    exit_on_sigterm()  # a pool stopped mid-task kills the task's commands
     setup_env()
     _worker = PoolModel.load(model, step, server)
 

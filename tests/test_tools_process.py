@@ -1,9 +1,7 @@
 """tools/process.py on its own: a command's process group is killed whole at a timeout, on
 cancel and after a normal exit (a background child is dead when run returns), output is capped
-head+tail, the escapee marker, the SIGTERM grace, files instead of the pipe, start errors, and a
-pool worker terminated in the middle of a run."""
+head+tail, the escapee marker, the SIGTERM grace, files instead of the pipe, start errors."""
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -133,47 +131,3 @@ def test_start_error_raises_and_leaves_nothing(tmp_path):
         run([str(tmp_path / "no-such-program")], cwd=str(tmp_path), env=ENV)
     with pytest.raises(OSError):
         run(["true"], cwd=str(tmp_path / "no-such-dir"), env=ENV)
-
-
-# A pool whose one worker is in the middle of a run when the pool is terminated (what synth's
-# --minutes does to workers running a task's check); argv: the pid file, "on" | "off" (the initializer)
-POOL_SCRIPT = r"""
-import multiprocessing as mp, os, sys, threading, time
-from tools.process import exit_on_sigterm, run
-pidfile, on = sys.argv[1], sys.argv[2] == "on"
-
-def init():  # a worker with a thread that never ends (what a worker's imports may start)
-    threading.Thread(target=threading.Event().wait).start()
-    if on:
-        exit_on_sigterm()
-
-def task(_):
-    run(["sh", "-c", f"echo $$ > {pidfile}.tmp && mv {pidfile}.tmp {pidfile} && exec sleep 1000"],
-        cwd="/", env=dict(os.environ))
-
-if __name__ == "__main__":
-    with mp.get_context("spawn").Pool(2, initializer=init) as pool:  # one worker busy, one idle
-        pool.map_async(task, [0])
-        while not os.path.exists(pidfile):
-            time.sleep(0.02)
-"""
-
-
-@pytest.mark.parametrize("initializer", ["on", "off"])
-def test_a_terminated_pool_worker_takes_its_running_command_along(tmp_path, initializer):
-    """Without exit_on_sigterm a worker dies of the SIGTERM where it stands and its command runs
-    on as an orphan (a mutant's endless test loop ran 14 minutes so); with it, the worker kills
-    its runs' groups first, and the pool's terminate returns (the script's own timeout)."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script, pidfile = tmp_path / "pool.py", tmp_path / "pid"
-    script.write_text(POOL_SCRIPT)
-    subprocess.run([sys.executable, str(script), str(pidfile), initializer], cwd=repo, timeout=60, check=True,
-                   env={**os.environ, "PYTHONPATH": repo})
-    pid = int(pidfile.read_text())
-    deadline = time.monotonic() + (5.0 if initializer == "on" else 1.0)  # an orphan never goes
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    left = alive(pid)
-    if left:
-        os.kill(pid, 9)
-    assert left == (initializer == "off")

@@ -40,10 +40,7 @@ verifier's test runs) and the evals' generated programs (evals/sandbox.py). The 
   group is signalled, with a short fixed grace. Zombies are ignored (they are dead). An OS
   sandbox's pid namespace (tools/sandbox.py) closes the remaining gaps for sandboxed commands.
 * Interrupted (KeyboardInterrupt in the waiting thread): the group is SIGKILLed and the main
-  process reaped before the exception goes on. A pool worker stopped by SIGTERM (what
-  ``Pool.terminate`` sends: synth's ``--minutes``, an interrupted run) dies where it stands, its
-  command left running, unless `exit_on_sigterm` kills its runs' groups first; pools that run
-  commands install it in every worker.
+  process reaped before the exception goes on.
 """
 from __future__ import annotations
 
@@ -325,23 +322,6 @@ class _Group:
                 pass
 
 
-_RUNNING: set[int] = set()  # the process groups of this process's runs in progress (their leaders' pids)
-
-
-def exit_on_sigterm() -> None:
-    """A pool worker's initializer: on SIGTERM the worker SIGKILLs the groups of its runs in
-    progress, then exits at once, instead of dying where it stands and leaving the command running
-    as an orphan (a mutant's endless test loop, say, with no timeout left to stop it). No Python
-    unwinding: a worker's exit that joins threads or flushes queues can hang the pool's terminate."""
-    signal.signal(signal.SIGTERM, _kill_runs_and_exit)
-
-
-def _kill_runs_and_exit(signum, frame) -> None:
-    for pgid in list(_RUNNING):
-        _signal(pgid, None, signal.SIGKILL)
-    os._exit(128 + signum)
-
-
 def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
         cancel: threading.Event | None = None, budget: int = BUDGET, files=None,
         linger: float = 0.0, grace: float = 0.0, mark: bool = False) -> Outcome:
@@ -361,7 +341,6 @@ def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
     out, err = files if files is not None else (subprocess.PIPE, subprocess.STDOUT)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                             start_new_session=True)
-    _RUNNING.add(proc.pid)
     group = _Group(proc, capture, marker)
     timed_out = cancelled = killed = False
     try:
@@ -390,5 +369,4 @@ def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
             proc.kill()
         group.close()
         code = proc.wait()
-        _RUNNING.discard(proc.pid)
     return Outcome(code, capture.text() if files is None else "", timed_out, cancelled)

@@ -73,7 +73,6 @@ from tasks import (
     EVAL_SEED0, ROLLOUT_SEED0, TRAIN_FAMILIES, OracleRollout, attempt_seeds, build_task, drive, pattern_symbol,
     resolved, setup_env, task_agent, world_of)
 from tools.checks import gate_or_exit
-from tools.process import exit_on_sigterm
 from tools.sandbox import unattended_warning
 
 _worker = PoolModel()  # the worker's model (our engine or the teacher's server), set by _init
@@ -188,7 +187,6 @@ def _init(model: str | None, server=None) -> None:
     engine on checkpoint `model`, or with `server` (AgentOptions naming base_url and the model) a
     RemoteSampler on that server."""
     global _worker
-    exit_on_sigterm()  # a pool stopped mid-task kills the task's commands
     setup_env()
     _worker = PoolModel.load(model, None, server)
 

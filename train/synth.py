@@ -45,7 +45,6 @@ from tasks import (
     EVAL_ONLY_FAMILIES, FAMILIES, HELDOUT_WORDS, TRAIN_FAMILIES, WORLD_FAMILIES, attempt_seeds,
     code_conversation, eval_seed, make_task, pool_stats, shows_flaw, world_of)
 from tools.checks import gate_or_exit
-from tools.process import exit_on_sigterm
 from train.corpus import DataError
 from train.oracle_audit import audit, shares_line
 from train.real_sources import resolve_real_sources
@@ -189,8 +188,7 @@ def main(args) -> int:
         if args.workers > 1 and todo:
             # fork is fast, but unsafe once jax (multithreaded) is loaded in this process (tests)
             ctx = mp.get_context("spawn" if "jax" in sys.modules else "fork")
-            # leaving the block terminates the workers; a check they are running is killed first
-            with ctx.Pool(args.workers, initializer=exit_on_sigterm) as pool:
+            with ctx.Pool(args.workers) as pool:  # leaving the block terminates the workers
                 for res in pool.imap(generate_one, todo):
                     keep(res)
                     if time.time() > deadline:
