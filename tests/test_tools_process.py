@@ -1,6 +1,7 @@
 """tools/process.py on its own: a command's process group is killed whole at a timeout, on
 cancel and after a normal exit (a background child is dead when run returns), output is capped
-head+tail, the escapee marker, the SIGTERM grace, files instead of the pipe, start errors."""
+head+tail, the escapee marker, the SIGTERM grace, files instead of the pipe, start errors, and
+the command dying with its caller (killed outright, terminated, a terminated pool worker)."""
 import os
 import sys
 import threading
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from proc_state import alive, group_members
-from tools.process import MARKER_NAME, Capture, Outcome, run
+from tools.process import MARKER_NAME, Capture, Outcome, _die_with_caller, run
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process checks read /proc")
 
@@ -131,3 +132,114 @@ def test_start_error_raises_and_leaves_nothing(tmp_path):
         run([str(tmp_path / "no-such-program")], cwd=str(tmp_path), env=ENV)
     with pytest.raises(OSError):
         run(["true"], cwd=str(tmp_path / "no-such-dir"), env=ENV)
+
+
+# The caller dies while it waits: the kernel takes the command along (PR_SET_PDEATHSIG through
+# setpriv). A helper interpreter calls run (or a check, sandboxed where the sandbox works) on a
+# `sleep` with a unique duration, found by its command line; the helper is then killed outright
+# (SIGKILL) or terminated (SIGTERM, no handler: what Pool.terminate does to a synth worker).
+needs_pdeathsig = pytest.mark.skipif(
+    sys.platform != "linux" or not _die_with_caller(),
+    reason="no setpriv with --pdeathsig here (util-linux): a dead caller's command runs on")
+
+_CALLER = {
+    "run": "from tools.process import run\n"
+           "run(['sleep', secs], cwd=cwd, env={'PATH': os.environ['PATH']}, mark=True)",
+    "check": "from tools.checks import run\n"
+             "run(['sleep', secs], cwd, 60)",
+}
+
+
+def _with_arg(token: str) -> list[int]:
+    """Live processes with `token` as one of their arguments (the sleep, and a sandbox's unshare
+    and bootstrap around it)."""
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if token.encode() in args and alive(int(name)):
+            out.append(int(name))
+    return out
+
+
+@needs_pdeathsig
+@pytest.mark.parametrize("sig", [9, 15])
+@pytest.mark.parametrize("how", ["run", "check"])
+def test_command_dies_with_its_caller(tmp_path, how, sig):
+    import signal
+    import subprocess
+    from proc_state import wait_dead, with_cmdline
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    secs = f"71.{os.getpid()}{list(_CALLER).index(how)}{sig}"  # unique: this test's sleep
+    code = f"import os, sys\nsecs, cwd = sys.argv[1], sys.argv[2]\n{_CALLER[how]}\n"
+    env = {**os.environ, "PYTHONPATH": repo}
+    if how == "check":
+        env["NANOCODE_UNSANDBOXED"] = "1"  # where no sandbox works: the unsandboxed check
+    caller = subprocess.Popen([sys.executable, "-c", code, secs, str(tmp_path)], env=env, cwd=repo)
+    try:
+        deadline = time.monotonic() + 20
+        while not with_cmdline("sleep", secs) and time.monotonic() < deadline:
+            assert caller.poll() is None, "the caller ended before its command started"
+            time.sleep(0.02)
+        [sleeper] = with_cmdline("sleep", secs)
+        around = _with_arg(secs)
+        assert sleeper in around
+        caller.send_signal(sig)
+        assert caller.wait(5) == -sig
+        assert wait_dead(around, within=3.0) == []
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()
+        for pid in _with_arg(secs):
+            os.kill(pid, signal.SIGKILL)
+
+
+@needs_pdeathsig
+def test_command_dies_with_a_terminated_pool_worker(tmp_path):
+    """The synth case itself: a spawned pool worker waits in run; leaving the pool's block
+    terminates it (SIGTERM) and the command goes too."""
+    import multiprocessing as mp
+    import signal
+    from proc_state import wait_dead, with_cmdline
+    secs = f"72.{os.getpid()}"
+    try:
+        with mp.get_context("spawn").Pool(1) as pool:
+            pool.apply_async(run, (["sleep", secs],), {"cwd": str(tmp_path), "env": ENV, "mark": True})
+            deadline = time.monotonic() + 20
+            while not with_cmdline("sleep", secs) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            [sleeper] = with_cmdline("sleep", secs)
+        assert wait_dead([sleeper], within=3.0) == []
+    finally:
+        for pid in with_cmdline("sleep", secs):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_the_command_keeps_its_pid_argv_and_environment(tmp_path):
+    """setpriv (where used) execs in place: the command's parent is the caller, its command line
+    and its environment (the marker) are its own."""
+    r = sh("echo $$ $PPID; tr '\\0' ' ' < /proc/$$/cmdline; echo; echo ${%s:+marked}" % MARKER_NAME,
+           tmp_path, mark=True)
+    first, cmdline, marked = r.output.splitlines()
+    assert first.split()[1] == str(os.getpid())
+    assert cmdline.split()[:2] == ["bash", "-c"]
+    assert marked == "marked"
+
+
+def test_a_program_found_by_path_or_relative_to_cwd_still_runs(tmp_path):
+    """argv[0] as Popen finds it (the check that decides on the setpriv wrapper): relative to
+    cwd, or in the command's PATH; a file that is not executable still fails to start."""
+    (tmp_path / "bin").mkdir()
+    for name in ("bin/hello", "local"):
+        (tmp_path / name).write_text("#!/bin/sh\necho hi from $0\n")
+        (tmp_path / name).chmod(0o755)
+    env = {**ENV, "PATH": f"{tmp_path / 'bin'}:{ENV['PATH']}"}
+    assert run(["hello"], cwd=str(tmp_path), env=env).output == f"hi from {tmp_path / 'bin' / 'hello'}\n"
+    assert run(["./local"], cwd=str(tmp_path), env=ENV).output == "hi from ./local\n"
+    (tmp_path / "local").chmod(0o644)
+    with pytest.raises(PermissionError):
+        run(["./local"], cwd=str(tmp_path), env=ENV)

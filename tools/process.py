@@ -11,7 +11,14 @@ verifier's test runs) and the evals' generated programs (evals/sandbox.py). The 
   ``bash -c`` forks pipelines, subshells and background jobs; killing only the main pid would
   leave them running and holding the write end of the output pipe. `mark` also puts a per-call
   ``NANOCODE_CALL=<uuid>`` in the environment (see the kill). A command that cannot start raises
-  OSError (ValueError for an argument Popen rejects); nothing is left behind then.
+  OSError (ValueError for an argument Popen rejects); nothing is left behind then. On Linux the
+  command's first process also gets the parent-death signal SIGKILL (``PR_SET_PDEATHSIG``, set by
+  util-linux ``setpriv --pdeathsig KILL --`` put in front of `argv`, which execs in place: same
+  pid, group and environment; not used where setpriv lacks the option, e.g. macOS, nor when
+  ``argv[0]`` is not an executable file, so that start error stays Popen's). The kernel sends it
+  when the *thread* that forked the command exits: `run` blocks in its calling thread until the
+  command has been killed and reaped, so that only happens when the caller dies (see "What
+  escapes").
 * Output: stdout and stderr merged into one pipe, read incrementally (a ``select`` loop in the
   calling thread over the pipe and a pidfd of the main process) into `Capture`: the first
   ``budget/2`` bytes and a ring of the last ``budget/2``, with a count of what was dropped. A
@@ -39,16 +46,27 @@ verifier's test runs) and the evals' generated programs (evals/sandbox.py). The 
   own processes are readable when not root, which is all we need. Without /proc (macOS) only the
   group is signalled, with a short fixed grace. Zombies are ignored (they are dead). An OS
   sandbox's pid namespace (tools/sandbox.py) closes the remaining gaps for sandboxed commands.
+* The caller dies (SIGKILL, or a SIGTERM with no handler, e.g. a pool worker that
+  ``Pool.terminate`` stops while it waits here): nothing of this module runs any more, but the
+  kernel SIGKILLs the command's first process (see "Start"). A sandboxed command's first process
+  is ``unshare --kill-child``, so its whole pid namespace goes with it; an unsandboxed command
+  loses its main process only (a ``python -m pytest`` check with everything it runs in-process);
+  what that process had forked (``bash -c 'a; b'``'s children) runs on, orphaned, until it ends
+  or next writes to the closed pipe (SIGPIPE). Without setpriv (or in the instant between the
+  fork and setpriv's prctl) the command outlives its caller, as before.
 * Interrupted (KeyboardInterrupt in the waiting thread): the group is SIGKILLed and the main
   process reaped before the exception goes on.
 """
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import select
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -139,6 +157,38 @@ def _incomplete_tail_len(data: bytes) -> int:
             need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
             return back if back < need else 0
     return 0
+
+
+@functools.lru_cache(maxsize=None)
+def _die_with_caller() -> tuple[str, ...]:
+    """The argv prefix that gives a command the parent-death signal SIGKILL: ``(setpriv,
+    "--pdeathsig", "KILL", "--")``, or () off Linux and where setpriv is missing or too old for
+    the option. Probed once per process (one ``setpriv ... true``)."""
+    path = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if path is None:
+        return ()
+    prefix = (path, "--pdeathsig", "KILL", "--")
+    try:
+        probe = subprocess.run([*prefix, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return prefix if probe.returncode == 0 else ()
+
+
+def _executable(name, cwd: str, env: dict) -> bool:
+    """Whether Popen would find `name` (argv[0]) as an executable file: a path with a slash
+    relative to `cwd`, else looked up in `env`'s PATH, as Popen does."""
+    try:
+        name = os.fsdecode(name)
+        dirs = [""] if os.sep in name else os.get_exec_path(env)
+        for d in dirs:
+            path = os.path.join(cwd, d, name)
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                return True
+    except (TypeError, ValueError):
+        pass
+    return False
 
 
 def _scan(pgid: int, marker: bytes | None, since: int) -> list[int] | None:
@@ -331,7 +381,8 @@ def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
     `budget`: output bytes kept; `files`: (stdout, stderr) open files instead of the captured
     pipe; `linger`: seconds of output still collected after a normal exit; `grace`: seconds
     between SIGTERM and SIGKILL; `mark`: add the per-call environment marker that finds
-    escapees. Raises OSError / ValueError when the command cannot start."""
+    escapees. The command is SIGKILLed by the kernel if the caller dies first (module docstring,
+    "Start"). Raises OSError / ValueError when the command cannot start."""
     capture = Capture(budget)
     marker = None
     if mark:
@@ -339,6 +390,9 @@ def run(argv: list[str], *, cwd: str, env: dict, timeout: float | None = None,
         env = {**env, MARKER_NAME: call}
         marker = f"{MARKER_NAME}={call}".encode()
     out, err = files if files is not None else (subprocess.PIPE, subprocess.STDOUT)
+    wrap = _die_with_caller()  # not for a command that cannot start: Popen's own error then
+    if wrap and isinstance(argv, (list, tuple)) and argv and _executable(argv[0], cwd, env):
+        argv = [*wrap, *argv]
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                             start_new_session=True)
     group = _Group(proc, capture, marker)
