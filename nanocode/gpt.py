@@ -139,30 +139,26 @@ HEAD_MAJOR = {"cpu": False, "gpu": False, "tpu": True}
 RELU2_VJP = True
 
 
-@jax.custom_vjp
-def _relu_squared(z: jax.Array) -> jax.Array:
+def _relu_squared_autodiff(z: jax.Array) -> jax.Array:
     r = jax.nn.relu(z)
     return r * r
 
 
 def _relu_squared_fwd(z: jax.Array):
-    r = jax.nn.relu(z)
-    return r * r, r
+    return _relu_squared_autodiff(z), jax.nn.relu(z)  # keeps relu(z) alone (XLA computes it once)
 
 
 def _relu_squared_bwd(r: jax.Array, g: jax.Array):
     return ((g + g) * r,)  # d(r^2)/dz = 2 r where z > 0, and r = 0 elsewhere
 
 
+_relu_squared = jax.custom_vjp(_relu_squared_autodiff)
 _relu_squared.defvjp(_relu_squared_fwd, _relu_squared_bwd)
 
 
 def relu_squared(z: jax.Array) -> jax.Array:
     """relu(z)^2, the MLP's activation (RELU2_VJP picks how its gradient is kept)."""
-    if RELU2_VJP:
-        return _relu_squared(z)
-    h = jax.nn.relu(z)
-    return h * h
+    return (_relu_squared if RELU2_VJP else _relu_squared_autodiff)(z)
 
 
 def rotary(x: jax.Array, positions: jax.Array, base: float, time_axis: int = 1) -> jax.Array:
