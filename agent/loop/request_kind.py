@@ -22,6 +22,7 @@ QUESTION_STARTS = frozenset("""
     what whats where wheres which who whose why how when is are was were does do did can could would
     will should has have explain describe tell show list summarize summarise count find locate look
     read check run open peek point walk help quick kick track dig hunt fire tally rattle crack bring
+    launch execute trigger search report measure enumerate figure pin jump outline
     """.split())
 # a word that asks for a change anywhere in the request makes it a change request
 CHANGE_VERBS = frozenset("""
@@ -33,7 +34,8 @@ CHANGE_VERBS = frozenset("""
     implemented ditch rip annotate
     """.split())
 # words that open a request without saying what it is ("please run the tests")
-FILLERS = frozenset("please pls kindly hey hi yo morning ok okay so right now also and then".split())
+FILLERS = frozenset("please pls kindly hey hi hello yo morning ok okay so right now also and then next go "
+                    "ahead question".split())
 # a change verb right after these reports a past change ("which files did i modify?")
 PAST = frozenset("did have has had".split())
 _WORD = re.compile(r"[a-z]+")
