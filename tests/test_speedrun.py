@@ -147,6 +147,26 @@ def test_v5e_preset_makes_synth_beside_base_and_reads_the_given_sources(tmp_path
     assert "--minutes" in synth  # writes what it made when the chip's stage is done
 
 
+def test_training_stages_read_the_synth_sets_made_ahead_beside_the_hosts(tmp_path):
+    """Sets made on other machines (their own seeds and package roots, so synth would not resume
+    them) are carried as synth-*/ and sft, rft and dpo train on them with the host's synth/."""
+    for name in ("synth-s11", "synth-s12"):
+        (tmp_path / name).mkdir()
+        for f in ("train.jsonl", "preference_train.jsonl"):
+            (tmp_path / name / f).write_text("{}\n")
+    (tmp_path / "synth-empty").mkdir()  # no files: nothing read from it
+    p = {**speedrun.PRESETS["cpu"]}
+    sft, = speedrun.stage_commands("sft", p, tmp_path)
+    data = sft[sft.index("--data") + 1:sft.index("--val")]
+    assert data == [str(tmp_path / d / "train.jsonl") for d in ("synth", "synth-s11", "synth-s12")]
+    assert sft[sft.index("--val") + 1] == str(tmp_path / "synth" / "val.jsonl")  # the host's val only
+    rft, = speedrun.stage_commands("rft", p, tmp_path)
+    assert all(f in rft for f in data) and any(a.startswith(str(tmp_path / "rollouts")) for a in rft)
+    dpo, = speedrun.stage_commands("dpo", p, tmp_path)
+    assert [a for a in dpo if a.endswith("preference_train.jsonl")] == [
+        str(tmp_path / d / "preference_train.jsonl") for d in ("synth", "synth-s11", "synth-s12")]
+
+
 CHILD = """
 import signal, sys, time
 seen = []

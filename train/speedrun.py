@@ -168,6 +168,13 @@ def _tool(name: str) -> list[str]:
     return [sys.executable, "-m", f"{name}.cli"]
 
 
+def synth_files(run: Path, name: str) -> list[str]:
+    """<run>/synth/<name> and the same file of every <run>/synth-*/ (conversations made ahead on
+    other machines, other seeds or package roots: synth resumes only on its own settings, so each
+    set keeps its own directory and the training stages read them all)."""
+    return [str(run / "synth" / name)] + [str(f) for f in sorted(run.glob(f"synth-*/{name}"))]
+
+
 def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> list[list[str]]:
     """The command lines of one stage (most stages have one; data and evals may have several)."""
     R, host = str(run), ["--multihost"] if multihost else []
@@ -191,20 +198,20 @@ def stage_commands(stage: str, p: dict, run: Path, multihost: bool = False) -> l
         return [train + ["synth", "--out", f"{R}/synth"] + p["synth"]]
     if stage == "sft":
         base = "base_long" if "base_long" in p else "base"
-        return [train + ["sft", "--from", f"{R}/{base}", "--data", f"{R}/synth/train.jsonl", "--val",
+        return [train + ["sft", "--from", f"{R}/{base}", "--data", *synth_files(run, "train.jsonl"), "--val",
                          f"{R}/synth/val.jsonl", "--run-dir", f"{R}/sft"] + p["sft"] + host + resume("sft")]
     if stage in OPTIONAL and stage not in p:
         return []
     if stage == "rollouts":  # the sft model on fresh training tasks (train/rollouts.py)
         return [train + ["rollouts", "--model", f"{R}/sft", "--out", f"{R}/rollouts"] + p["rollouts"]]
     if stage == "rft":  # sft again on the synth data plus the model's own resolved rollouts
-        return [train + ["sft", "--from", f"{R}/sft", "--data", f"{R}/synth/train.jsonl",
+        return [train + ["sft", "--from", f"{R}/sft", "--data", *synth_files(run, "train.jsonl"),
                          f"{R}/rollouts/sft.jsonl*{p['on_policy_weight']}", "--val", f"{R}/synth/val.jsonl",
                          "--run-dir", f"{R}/rft"] + p["rft"] + host + resume("rft")]
     if stage == "dpo":  # the synth pairs, plus the on-policy ones where the model departed
         on_policy = "rollouts" in p
         return [train + ["dpo", "--from", f"{R}/{'rft' if on_policy else 'sft'}", "--data",
-                         f"{R}/synth/preference_train.jsonl"]
+                         *synth_files(run, "preference_train.jsonl")]
                 + ([f"{R}/rollouts/preference.jsonl*{p['on_policy_weight']}"] if on_policy else [])
                 + ["--val", f"{R}/synth/preference_val.jsonl", "--run-dir", f"{R}/dpo"]
                 + p["dpo"] + host + resume("dpo")]

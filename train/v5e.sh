@@ -11,7 +11,8 @@
 #   bash train/v5e.sh pack [sft]                    # the exported model (and sft's) and logs to $OUT
 #
 # Synth and evals run on CPUs: synth beside base on the host's cores (or made ahead on any machine
-# with the preset's settings and carried in .chip/run.tar.xz, see `run`), evals on a machine with the
+# with the preset's settings and carried in .chip/run.tar.xz as synth/, or with other seeds or package
+# roots as synth-<name>/: sft and dpo read every set, see `run`), evals on a machine with the
 # agent's sandbox (the chip's host has none). Calls carry .whl-tpu and .chip (git-ignored); fill
 # .whl-tpu once on a machine with the package index:
 #   pip download --no-deps --only-binary=:all: --python-version 311 --platform manylinux2014_x86_64 \
