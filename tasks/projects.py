@@ -31,12 +31,15 @@ BASE = "/tmp/nanocode-synth"  # default parent of task projects: BASE/<seed>/<na
 
 def setup_env() -> None:
     """Tools see this interpreter's `python` (with pytest; chosen outright as the commands'
-    Python environment, tools/project_env.OVERRIDE), no bytecode, no user git config.
+    Python environment, tools/project_env.OVERRIDE), no bytecode, no user git config, and no
+    installed pytest plugins (generated projects use none; loading them through their entry points
+    costs about as much as pytest's own start, and the output under -q is the same).
     Mutates os.environ of this process (idempotent); call it once per process that runs tools."""
     bindir = os.path.dirname(sys.executable)
     if not os.environ.get("PATH", "").startswith(bindir + os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    os.environ.update(PYTHONDONTWRITEBYTECODE="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    os.environ.update(PYTHONDONTWRITEBYTECODE="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1",
+                      PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     os.environ[project_env.OVERRIDE] = sys.prefix
 
 

@@ -174,11 +174,14 @@ def test_checks_and_hooks_use_the_projects_venv(proj, outside_env):
 
 
 def test_the_task_harness_chooses_its_own_interpreter(proj, monkeypatch):
+    """... and its commands load no installed pytest plugin (the switch reaches the Bash tool)."""
     from tasks.projects import setup_env
-    for name in ("PATH", "PYTHONDONTWRITEBYTECODE", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", OVERRIDE):
+    for name in ("PATH", "PYTHONDONTWRITEBYTECODE", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", OVERRIDE,
+                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         monkeypatch.setenv(name, os.environ.get(name, ""))
     setup_env()
-    assert run(proj, "python -c 'import sys; print(sys.prefix)'") == sys.prefix
+    code = "import os, sys; print(sys.prefix, os.environ.get('PYTEST_DISABLE_PLUGIN_AUTOLOAD'))"
+    assert run(proj, f'python -c "{code}"') == f"{sys.prefix} 1"
 
 
 @needs_sandbox

@@ -24,7 +24,8 @@ name the project's venv or the user's, never nanocode's own): the model reads wh
 text goes to the model server and into saved sessions, so API keys and tokens the user exported
 (NANOCODE_API_KEY, OPENAI_API_KEY, GITHUB_TOKEN, AWS_*, ...) must never reach a command. What
 passes: the caller's values of ``ENV_ALLOW`` (search path, home, user, shell, locale, time zone,
-temp dir, the active virtualenv or conda env) and of the names the caller lists in
+temp dir, the active virtualenv or conda env, Python's bytecode and pytest's plugin-autoload
+switches) and of the names the caller lists in
 ``env_names`` (a settings choice: e.g. a PYTHONPATH the tests need), plus ``PAGER=cat``,
 ``GIT_PAGER=cat``, ``NANOCODE=1``, ``TERM=dumb`` and a per-call marker ``NANOCODE_CALL=<uuid>``
 (see below). ``ENV_NEVER`` names (GIT_CONFIG_*, GIT_DIR and the other variables that point git
@@ -60,7 +61,8 @@ TERM_GRACE = 0.5   # after SIGTERM: how long the processes get to exit before SI
 
 MISSING = "error: missing argument command"
 ENV_ALLOW = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
-             "TZ", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONDONTWRITEBYTECODE")
+             "TZ", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONDONTWRITEBYTECODE",
+             "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
 ENV_NEVER = ("GIT_CONFIG*", "GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
              "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES")
 
