@@ -67,7 +67,8 @@ def main() -> int:
             for variant in seconds:
                 out = os.path.join(tmp, f"{variant}{r}")
                 seconds[variant].append(run(variant, out, os.path.join(tmp, "work"), args.n))
-                made.setdefault(variant, conversations(out))
+                if r == 0:  # the first round's conversations stand for every round's
+                    made[variant] = conversations(out)
                 shutil.rmtree(out)
                 print(f"synth_rate: round {r + 1}/{args.rounds} {variant}: {seconds[variant][-1]:.1f} s",
                       file=sys.stderr)
