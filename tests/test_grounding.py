@@ -264,7 +264,7 @@ def test_grep_identifiers_come_from_project_and_conversation_words(g, tok, proje
     talk = "please find where zorblax_total is computed"
     ground.add_text(talk)
     texts = [open(os.path.join(project, p), "rb").read() for p in TEXT_FILES] + [talk.encode()]
-    words = words_of(texts + [" ".join([*FILES, *BINARY, *UNTRACKED]).encode()])  # paths are names
+    words = words_of(texts)
     syntax = 0
     for c, raw in calls(g, tok, ground, rng, 150, tools=("Grep",)):
         pattern = raw["pattern"]
@@ -278,26 +278,6 @@ def test_grep_identifiers_come_from_project_and_conversation_words(g, tok, proje
     assert syntax > 50  # regex syntax is free
     assert admits(g, tok, ground, rng, "Grep", pattern=r"zorblax_\w+\s*=")
     assert not admits(g, tok, ground, rng, "Grep", pattern="blaxzor")
-
-
-def test_grep_names_in_prose_only_when_backticked(g, tok, project, monkeypatch):
-    """A request's plain word is no name (asked "who pulls in clamp?" a small model Greps for `who`);
-    the project's words, its paths' words, a backticked word and a tool output's words are."""
-    ground, rng = Grounding(project), np.random.default_rng(12)
-    ground.add_message({"role": "system", "content": "working directory: /tmp/nanocode-task-qq7xk"})
-    ground.add_message({"role": "user", "content": "who pulls in clamp? rip out `zorblax_total` too"})
-    ground.add_message({"role": "assistant", "content": "let me grep for wibble",
-                        "tool_call": {"name": "Bash", "args": {"command": "echo frobnitz"}}})
-    ground.add_message({"role": "tool", "content": "frobnitz\nquuxish_value = 3"})
-    for name in ("clamp", "zorblax_total", "frobnitz", "quuxish_value", "logo"):  # logo: logo.png's name
-        assert admits(g, tok, ground, rng, "Grep", pattern=rf"def {name}\("), name
-    for name in ("who", "rip", "qq7xk", "wibble"):
-        assert not admits(g, tok, ground, rng, "Grep", pattern=rf"def {name}\("), name
-    cut = Grounding(project)  # a scan cut short: the name may sit in a file not read, prose counts
-    monkeypatch.setattr(grounding, "WORD_FILES", 1)
-    cut.add_message({"role": "user", "content": "who pulls in clamp?"})
-    assert admits(g, tok, cut, rng, "Grep", pattern="who")
-    assert any("indexed from the first 1 files" in n for n in cut.notes)
 
 
 # ---- tools, order, modes -----------------------------------------------------------------------

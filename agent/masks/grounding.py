@@ -23,13 +23,8 @@ complete and cached by (path, inode, mtime, ctime, size): a file changed between
 is followed. Files over ANCHOR_BYTES or not UTF-8 leave old_string free (with a note).
 
 Grep. Words are identifier runs (`[A-Za-z0-9_]+`, at most WORD_LEN bytes) of the listed text
-files and their paths (at most WORD_FILES files and WORD_BYTES read, scanned on the first Grep or
-prose mask, rescanned only where a file changed) and of the conversation: tool outputs, calls'
-arguments and backticked spans. Prose words (the request's, the system prompt's, the model's own)
-are not names unless backticked: asked "who pulls in colorsys?" a small model otherwise Greps for
-a function `who`; the trade-off is that a name found nowhere in the project must be backticked
-to be searched for (a search that could only say `no matches found`). When the scan is cut at
-WORD_FILES, prose words count too: the name may sit in a file not read. With `names` (the default) they
+files (at most WORD_FILES files and WORD_BYTES read, scanned on the first Grep or prose mask,
+rescanned only where a file changed) and of the conversation. With `names` (the default) they
 are kept whole and a pattern's identifier run may close only at a whole word (`def p il\\(` is
 never written); with names off, as the sorted suffixes of every word, and a run need only lie
 inside one (one inside a known word adds nothing). Words only accumulate (a stale one costs a
@@ -74,7 +69,6 @@ WORD_SUFFIXES = 1_000_000
 TEXT_BYTES = 256 * 1024   # of one add_text call
 TALK_CANDIDATES = 2000    # path-like strings waiting to be checked, at most
 WORD = re.compile(rb"[A-Za-z0-9_]+")
-BACKTICKED = re.compile(rb"`([^`\n]+)`")
 PATH_LIKE = re.compile(r"[^\s\"'`<>|,;:()\[\]{}*?=]+")
 
 
@@ -205,8 +199,6 @@ class Grounding:
         self._talk_inside: set[bytes] = set()
         self._anchors: OrderedDict = OrderedDict()
         self._new_words: set[bytes] = set()  # seen, not yet in self._words
-        self._prose_words: set[bytes] = set()  # prose's words, names only if the scan is cut
-        self._scan_cut = False
         self._scanned: dict[bytes, tuple] = {}
         self._words: Words | None = None
         self._span_text = SpanText()
@@ -221,26 +213,16 @@ class Grounding:
         self._stale = self._words_stale = True
 
     def add_message(self, message: dict) -> None:
-        """A conversation message: its content and its tool call's argument values. Prose (any
-        role's but a tool output's) gives Grep only its backticked words; the model's own prose
-        gives paths but no backticked spans: a span it writes comes from the request, a tool
-        output, a call's arguments or the project, never from its own words."""
+        """A conversation message: its content and its tool call's argument values. The model's
+        own prose gives words and paths but no backticked spans: a span it writes comes from the
+        request, a tool output, a call's arguments or the project, never from its own words."""
         args = (message.get("tool_call") or {}).get("args", {})
         self.add_text("\n".join(map(str, args.values())))
-        self.add_text(message["content"], spans=message["role"] != "assistant",
-                      prose=message["role"] != "tool")
+        self.add_text(message["content"], spans=message["role"] != "assistant")
 
-    def add_text(self, text: str, spans: bool = True, prose: bool = False) -> None:
-        """`text`'s words (prose: only its backticked spans' words, see the module's Grep), paths
-        and, with `spans`, its text for backticked spans."""
+    def add_text(self, text: str, spans: bool = True) -> None:
         raw = text.encode("utf-8", "replace")[:TEXT_BYTES]
-        if prose:
-            self._prose_words.update(WORD.findall(raw))
-            self._add_words(WORD.findall(b" ".join(BACKTICKED.findall(raw))))
-            if self._scan_cut:
-                self._add_words(self._prose_words)
-        else:
-            self._add_words(WORD.findall(raw))
+        self._add_words(WORD.findall(raw))
         if self.names and spans:
             self._span_text.add(raw)
         for m in PATH_LIKE.finditer(raw.decode("utf-8", "ignore")):
@@ -445,14 +427,11 @@ class Grounding:
         self._new_words.update(w for w in words if len(w) <= WORD_LEN and w not in self._worded)
 
     def _scan_words(self) -> None:
-        self._add_words(WORD.findall(b"\n".join(self._listed)))  # file and directory names
         files = read = 0
         for rel in self._listed:
             if files >= WORD_FILES or read >= WORD_BYTES:
                 self.note(f"Grep words indexed from the first {files} files ({read >> 10} KiB) only; "
                           "others count once seen in the conversation")
-                self._scan_cut = True
-                self._add_words(self._prose_words)
                 return
             full = os.path.join(self.root, os.fsdecode(rel))
             try:
