@@ -42,7 +42,7 @@ import stat
 
 from nanocode.protocol import MEMORY_CHARS, MEMORY_FILES
 from tools.closest import lines_hint, path_hint
-from tools.workspace import (PathOutside, PathSwapped, display, is_regular, open_dir, open_inside, open_resolved,
+from tools.workspace import (OUTSIDE, PathOutside, PathSwapped, display, is_regular, open_dir, open_inside, open_resolved,
                              real_root, resolve)
 
 DEFAULT_LIMIT = 100
@@ -67,6 +67,20 @@ def is_binary_bytes(head: bytes) -> bool:
 
 def _err(msg: str) -> str:
     return f"error: {msg}"
+
+
+def resolve_arg(root, path: str, *, write: bool, allow_outside: bool = False):
+    """A tool's path argument resolved (tools.workspace.resolve): (the path, None), or (None, the
+    call's `error:` line) for a path swapped while it was checked, one outside the project, or one
+    that cannot name a file."""
+    try:
+        return resolve(root, path, write=write, allow_outside=allow_outside), None
+    except PathSwapped:
+        return None, _err(CHANGED)
+    except PathOutside:
+        return None, _err(OUTSIDE)
+    except ValueError:
+        return None, _err(NOT_FOUND)
 
 
 def unexpected(e: Exception) -> str:
@@ -104,7 +118,7 @@ def get_int(args, key: str, default: int, minimum: int = 0):
 
 def _os_error(e: OSError) -> str:
     if isinstance(e, FileNotFoundError):
-        return _err("file not found")
+        return _err(NOT_FOUND)
     if isinstance(e, IsADirectoryError):
         return _err("is a directory")
     if isinstance(e, PermissionError):
@@ -126,6 +140,7 @@ def _read_line(f):
             return first, True
 
 
+NOT_FOUND = "file not found"
 CHANGED = "the path changed after it was checked (a file or link was swapped in): not used; try again"
 
 
@@ -153,11 +168,11 @@ def _read(root, args, allow_outside, same_as):
     except PathSwapped:
         return _err(CHANGED)
     except PathOutside:
-        return _err("path outside the project")
+        return _err(OUTSIDE)
     except ValueError:
-        return _err("file not found")
+        return _err(NOT_FOUND)
     except (FileNotFoundError, NotADirectoryError):
-        return _err("file not found" + path_hint(root, p))
+        return _err(NOT_FOUND + path_hint(root, p))
     except OSError as e:
         return _os_error(e)
     try:
@@ -289,7 +304,7 @@ def edit(root, args: dict) -> str:
     try:
         return _edit(root, args)
     except PathOutside:
-        return _err("path outside the project")
+        return _err(OUTSIDE)
     except Exception as e:  # noqa: BLE001 - tools never raise
         return _os_error(e) if isinstance(e, OSError) else unexpected(e)
 
@@ -304,19 +319,16 @@ def _edit(root, args):
     new, err = get_str(args, "new_string")
     if err:
         return err
-    try:
-        p = resolve(root, path, write=True)
-    except PathOutside:
-        return _err("path outside the project")
-    except ValueError:
-        return _err("file not found")
+    p, err = resolve_arg(root, path, write=True)
+    if err:
+        return err
     shown = display(root, p)
     if p == real_root(root):
         return _err("is a directory")
     try:
         dfd = open_dir(root, p.parent, create=not old)
     except (FileNotFoundError, NotADirectoryError):
-        return _err("file not found" + path_hint(root, p))
+        return _err(NOT_FOUND + path_hint(root, p))
     try:
         return _edit_in(root, dfd, p, shown, old, new)
     finally:
@@ -386,7 +398,7 @@ def _edit_in(root, dfd, p, shown, old, new):
         return shown + ("\n" + body if body else "")
 
     if st is None:
-        return _err("file not found" + path_hint(root, p))
+        return _err(NOT_FOUND + path_hint(root, p))
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except OSError as e:

@@ -48,9 +48,10 @@ import time
 import warnings
 
 from tools.closest import SKIP_DIRS, git_files, names_hint, path_hint
-from tools.files import CHANGED, SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, unexpected
+from tools.files import (CHANGED, NOT_FOUND, SNIFF_BYTES, _err, get_int, get_str, is_binary_bytes, resolve_arg,
+                         unexpected)
 from tools.workspace import (PathOutside, PathSwapped, display, identity, is_inside, open_resolved, real_root,
-                             realpath, resolve)
+                             realpath)
 
 MAX_MATCHES = 200
 MAX_CONTEXT = 50               # -A / -B larger than this are cut to it
@@ -155,18 +156,13 @@ def _grep(root, args, allow_outside, use_rg, same_as):
             rx = re.compile(pattern)
     except (re.error, RecursionError, OverflowError) as e:
         return _err(f"invalid regex: {e}")
-    try:
-        base = resolve(root, path or ".", write=False, allow_outside=allow_outside)
-    except PathSwapped:
-        return _err(CHANGED)
-    except PathOutside:
-        return _err("path outside the project")
-    except ValueError:
-        return _err("file not found")
+    base, err = resolve_arg(root, path or ".", write=False, allow_outside=allow_outside)
+    if err:
+        return err
     if same_as is not None and not _same(root, base, same_as):
         return _err(CHANGED)
     if not os.path.exists(base):
-        return _err("file not found" + path_hint(root, base, dirs=True))
+        return _err(NOT_FOUND + path_hint(root, base, dirs=True))
     if os.path.isdir(base):
         files = _git_files(os.fspath(base))
         if files is None:

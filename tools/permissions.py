@@ -76,7 +76,7 @@ from tools.mcp_config import FIX as MCP_FIX, merge, parse_mcp_json, server_names
 from tools.settings_file import (  # noqa: F401 - theirs
     HOOK_EVENTS, KINDS, Hook, SettingsError, default_user_file, load_file, parse, parse_rule)
 from tools.shell import normalized, split_command
-from tools.workspace import PathOutside, identity, is_inside, project_settings, protected, real_root, resolve
+from tools.workspace import OUTSIDE, PathOutside, identity, is_inside, project_settings, protected, real_root, resolve
 
 NO_SANDBOX = "no OS sandbox is in effect, so every command asks"
 QUESTION_EDIT = "the request asks for no change (a question or a look-up): an edit asks first, whatever the mode"
@@ -325,7 +325,7 @@ class Policy:
         """The decision on the resolved `full` of a Read, Grep or Edit of `path`."""
         rel = os.path.relpath(full, real_root(self.root)).replace(os.sep, "/") if inside else None
         if name == "Edit" and not inside:
-            return Decision("deny", "path outside the project")
+            return Decision("deny", OUTSIDE)
         shown = rel if inside else str(full)
         for kind, action, why in (("deny", "deny", "denied by rule"), ("ask", "ask", "ask rule")):
             m = self._match_path(kind, name, str(full), rel)

@@ -67,6 +67,9 @@ VENV_SKIP = (".git", "node_modules")  # never virtualenvs, possibly huge
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+OUTSIDE = "path outside the project"  # what a tool or a permission says of a PathOutside
+
+
 class PathOutside(Exception):
     """The path resolves (after following symlinks) to a place outside the project root, or a
     component of it was swapped for a symlink while it was being opened."""
