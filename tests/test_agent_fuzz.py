@@ -33,7 +33,7 @@ returns a known stop reason and the conversation renders (saved sessions stay tr
 at every generation the engine's history is the render plus <|assistant_start|> (same bytes,
 same specials: the model sees exactly the conversation).
 
-Default suite: 1,000 streams (FUZZ_STREAMS=N to change); `-m slow` runs the full 10,000.
+Default suite: 500 streams (FUZZ_STREAMS=N to change); `-m slow` runs the full 10,000.
 """
 
 import hashlib
@@ -54,7 +54,7 @@ from tiny_models import commit_all, tiny_tokenizer
 from tools.permissions import Policy
 from tools.undo import UndoError
 
-FUZZ_STREAMS = int(os.environ.get("FUZZ_STREAMS", "1000"))
+FUZZ_STREAMS = int(os.environ.get("FUZZ_STREAMS", "500"))
 SAFE_BASH = ("echo hi", "pwd", "ls", "cat a.py", "false", "printf 'a\\nb'")
 NAMES = ["Read", "Edit", "Grep", "Bash", "read", "Foo", "Rea", "ReadEdit", " Read ", "Bash\n",
          "<|tool_arg|>", "Write", "é"]

@@ -258,3 +258,15 @@ def test_v5e_script_seeds_the_run_from_work_made_elsewhere_and_keeps_the_machine
     assert "sft: done already" in proc.stdout
     assert (run / "synth" / "train.jsonl").read_text() == "{}\n"
     assert (run / "sft" / "notes.txt").read_text() == "the machine's own\n"
+
+
+def test_extra_arguments_override_the_presets(tmp_path, capsys):
+    run = ["speedrun", "--preset", "v5e", "--run-dir", str(tmp_path / "r"), "--dry-run"]
+    assert main(run + ["--extra", "base=--steps 8600", "--extra", "synth=--minutes 12"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    base = next(ln for ln in lines if ln.startswith("base:")).split()
+    assert base[-2:] == ["--steps", "8600"] and "4300" in base  # the preset's, overridden by the last
+    assert next(ln for ln in lines if ln.startswith("synth:")).endswith("--minutes 12")
+    for bad in ("base", "evals=--n 3", "nosuch=--x 1"):
+        assert main(run + ["--extra", bad]) == 2
+        assert "expected STAGE=ARGS with STAGE one of base, " in capsys.readouterr().err

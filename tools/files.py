@@ -55,6 +55,8 @@ MAX_READ_BYTES = 100 * 1024
 SNIFF_BYTES = 8192
 _CHUNK = 65536
 _PREFIX = re.compile(r"^ *\d+→")
+NOT_FOUND = "file not found"
+CHANGED = "the path changed after it was checked (a file or link was swapped in): not used; try again"
 
 
 def fmt_line(n: int, line: str) -> str:
@@ -138,10 +140,6 @@ def _read_line(f):
         more = f.readline(_CHUNK)
         if not more or more.endswith(b"\n") or len(more) < _CHUNK:
             return first, True
-
-
-NOT_FOUND = "file not found"
-CHANGED = "the path changed after it was checked (a file or link was swapped in): not used; try again"
 
 
 def read(root, args: dict, *, allow_outside: bool = False, same_as: tuple[int, int] | None = None) -> str:

@@ -301,6 +301,9 @@ def add_speedrun_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--src", metavar="PATH", nargs="+", help="the data stage's sources (`train data local "
                    "--src`: trees, wheels, sdists, folders of them, e.g. a pip cache or a wheelhouse; "
                    "default: the standard library and site-packages)")
+    p.add_argument("--extra", metavar="STAGE=ARGS", action="append", default=[],
+                   help="append ARGS to a training, synth or tokenizer stage's command; a flag given again "
+                   "wins (repeatable; e.g. --extra 'base=--steps 8600'; pass the same on --resume)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     p.add_argument("--multihost", action="store_true",
                    help="run the same command on every worker (run dir on shared storage): the training "

@@ -406,8 +406,22 @@ def wait_for_stage(run: Path, stage: str, timeout_s: float) -> int:
         time.sleep(WAIT_POLL_S)
 
 
+def with_extra(p: dict, extra: list[str]) -> dict:
+    """The preset with each `STAGE=ARGS` of --extra appended to that stage's arguments (argparse
+    keeps the last value of a flag, so an appended flag overrides the preset's)."""
+    p = dict(p)
+    takes = sorted(s for s in (*STAGES, "base_long") if s in p and all(isinstance(a, str) for a in p[s]))
+    for item in extra:
+        stage, sep, args = item.partition("=")
+        if not sep or stage not in takes:
+            raise ValueError(f"--extra {item!r}: expected STAGE=ARGS with STAGE one of {', '.join(takes)} "
+                             "(this preset's stages that take one argument list)")
+        p[stage] = p[stage] + shlex.split(args)
+    return p
+
+
 def main(args) -> int:
-    p = {**PRESETS[args.preset], "src": [str(Path(x).resolve()) for x in args.src or ()]}
+    p = with_extra({**PRESETS[args.preset], "src": [str(Path(x).resolve()) for x in args.src or ()]}, args.extra)
     run = (Path(args.run_dir).expanduser() if args.run_dir else nanocode_home() / "speedrun" / args.preset).resolve()
     stages = STAGES
     if args.only:

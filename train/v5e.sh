@@ -7,6 +7,7 @@
 #
 #   bash train/v5e.sh setup                         # installs into /tmp/site (once per machine)
 #   bash train/v5e.sh run 9 data,tokenizer,base,synth,sft,dpo,export   # a 9-minute chunk
+#   bash train/v5e.sh run 9 base,sft --extra 'base=--steps 8600'      # speedrun's own flags follow
 #   bash train/v5e.sh sweep                         # bench/shape_sweep.py on the chip
 #   bash train/v5e.sh pack [sft]                    # the exported model (and sft's) and logs to $OUT
 #
@@ -43,8 +44,8 @@ setup)
     python3 -c 'import jax, optax, orbax.checkpoint, tiktoken, rustbpe, pyarrow, tqdm; print("v5e:", jax.devices())'
     ;;
 run)
-    minutes=${2:?usage: v5e.sh run MINUTES STAGES}
-    stages=${3:?usage: v5e.sh run MINUTES STAGES}
+    minutes=${2:?usage: v5e.sh run MINUTES STAGES [SPEEDRUN FLAGS]}
+    stages=${3:?usage: v5e.sh run MINUTES STAGES [SPEEDRUN FLAGS]}
     # work made elsewhere, carried as $SEED (a run directory's files: a base from an earlier
     # stretch, synth made ahead with the preset's settings, their .done marks) seeds $RUN; what
     # this machine already has wins, so a chunk never goes back
@@ -56,7 +57,7 @@ run)
     export NANOCODE_UNSANDBOXED=1
     # shellcheck disable=SC2086
     timeout -s TERM -k 90 "${minutes}m" python3 -m train.cli speedrun --preset v5e --run-dir "$RUN" --resume \
-        --only "$stages" --src $SRC || echo "v5e: chunk ended (exit $?): rerun \`v5e.sh run\` to go on"
+        --only "$stages" --src $SRC "${@:4}" || echo "v5e: chunk ended (exit $?): rerun \`v5e.sh run\` to go on"
     ls "$RUN"/*.done 2>/dev/null | xargs -rn1 basename
     ;;
 sweep)
@@ -83,7 +84,7 @@ pack)
     ls -la "$out"
     ;;
 *)
-    echo "usage: bash train/v5e.sh setup | run MINUTES STAGES | sweep [CANDIDATES] | pack [STAGE...]" >&2
+    echo "usage: bash train/v5e.sh setup | run MINUTES STAGES [SPEEDRUN FLAGS] | sweep [CANDIDATES] | pack [STAGE...]" >&2
     exit 2
     ;;
 esac
