@@ -13,7 +13,8 @@
 #
 # Synth and evals run on CPUs: synth beside base on the host's cores (or made ahead on any machine
 # with the preset's settings and carried in .chip/run.tar.xz as synth/, or with other seeds or package
-# roots as synth-<name>/: sft and dpo read every set, see `run`), evals on a machine with the
+# roots as synth-<name>/: sft and dpo read every set, see `run`; English from train/english.sh as
+# eng/ joins the data stage's sources), evals on a machine with the
 # agent's sandbox (the chip's host has none). Calls carry .whl-tpu and .chip (git-ignored); fill
 # .whl-tpu once on a machine with the package index:
 #   pip download --no-deps --only-binary=:all: --python-version 311 --platform manylinux2014_x86_64 \
@@ -51,6 +52,9 @@ run)
     # this machine already has wins, so a chunk never goes back
     if [ -f "$SEED" ]; then
         tar -xf "$SEED" -C "$RUN" --skip-old-files
+    fi
+    if [ -d "$RUN/eng" ]; then  # English made by train/english.sh, carried in the seed as eng/
+        SRC="$SRC $RUN/eng"
     fi
     # the chip's host has no user namespaces, so synth's checks cannot be sandboxed: it is a
     # throwaway machine (nothing of the user's, no keys), so run them without (tools/checks.py)
