@@ -270,3 +270,26 @@ def test_extra_arguments_override_the_presets(tmp_path, capsys):
     for bad in ("base", "evals=--n 3", "nosuch=--x 1"):
         assert main(run + ["--extra", bad]) == 2
         assert "expected STAGE=ARGS with STAGE one of base, " in capsys.readouterr().err
+
+
+def test_v5e_script_adds_carried_english_to_the_sources_and_passes_speedrun_flags(tmp_path):
+    """train/v5e.sh run: an eng/ folder in the seed (train/english.sh's output) joins the data
+    stage's --src, and the flags after STAGES reach speedrun (here --dry-run and --extra)."""
+    import os
+    import tarfile
+
+    (tmp_path / "made" / "eng").mkdir(parents=True)
+    (tmp_path / "made" / "eng" / "git-log.1.txt").write_text("git-log - Show commit logs\n")
+    seed = tmp_path / "run.tgz"
+    with tarfile.open(seed, "w:gz") as tar:
+        tar.add(tmp_path / "made" / "eng", arcname="eng")
+    run = tmp_path / "run"
+    env = {**os.environ, "RUN": str(run), "SEED": str(seed), "SRC": str(tmp_path / "wheels"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", "train/v5e.sh", "run", "1", "data,base", "--dry-run", "--extra",
+                           "base=--steps 7"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = [ln for ln in proc.stdout.splitlines() if ln.startswith("data:")]
+    assert data and all(f"--src {tmp_path / 'wheels'} {run / 'eng'} " in ln for ln in data), proc.stdout
+    assert next(ln for ln in proc.stdout.splitlines() if ln.startswith("base:")).endswith("--steps 7")
+    assert (run / "eng" / "git-log.1.txt").exists()

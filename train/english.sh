@@ -12,7 +12,10 @@
 # duplicates and licences.
 set -euo pipefail
 out=${1:?usage: bash train/english.sh OUT}
-eval_pages='^(calendar|colorsys|email|encodings|glob|html|http|json|ntpath|nturl2path|posixpath|re|string|token|tomllib|xml)[.]'
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+cd "$(dirname "$0")/.."  # the repository root, for tasks/ below
+# the eval split's packages (tasks/real_projects.py): their library pages, e.g. json.rst.txt, stay out
+eval_pages=$(python3 -c 'from tasks.real_projects import EVAL_PACKAGES; print("^(" + "|".join(sorted(EVAL_PACKAGES)) + ")[.]")')
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out/pydoc" "$out/gitdoc" "$out/man"

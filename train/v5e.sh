@@ -62,7 +62,7 @@ run)
     # shellcheck disable=SC2086
     timeout -s TERM -k 90 "${minutes}m" python3 -m train.cli speedrun --preset v5e --run-dir "$RUN" --resume \
         --only "$stages" --src $SRC "${@:4}" || echo "v5e: chunk ended (exit $?): rerun \`v5e.sh run\` to go on"
-    ls "$RUN"/*.done 2>/dev/null | xargs -rn1 basename
+    { ls "$RUN"/*.done 2>/dev/null || true; } | xargs -rn1 basename  # none yet is no failure
     ;;
 sweep)
     python3 bench/shape_sweep.py --out "${OUT:-$RUN}/shape_sweep.json" "${@:2}"
